@@ -1,0 +1,153 @@
+"""Command-line interface: parse arguments, call the library, print. Nothing else."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+import yaml
+from rich.console import Console
+
+from . import __version__
+from .errors import HpcrunError
+
+out = Console()
+err = Console(stderr=True)
+
+
+def reported(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn hpcrun errors into a message and an exit code; never show a traceback."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except HpcrunError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(130)
+        except Exception as exc:  # a bug: say so plainly, keep the traceback for debugging
+            if os.environ.get("HPCRUN_DEBUG"):
+                traceback.print_exc()
+            err.print(f"internal error: {type(exc).__name__}: {exc}. This is a bug in hpcrun; "
+                      "set HPCRUN_DEBUG=1 to see the traceback.", highlight=False, markup=False)
+            sys.exit(70)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hpcrun")
+def main() -> None:
+    """Plan and run large data-processing campaigns on Slurm."""
+
+
+@main.command("plan")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="plan directory (default: ./<campaign>.plan); should be on a filesystem "
+                   "the compute nodes see")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON summary instead of a table")
+@click.option("--diff", "want_diff", is_flag=True, help="show what changed against the previous plan")
+@click.option("--force", is_flag=True, help="replace a plan directory that was already submitted")
+@reported
+def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool, force: bool) -> None:
+    """Validate SPEC, expand it into jobs and write scripts and a manifest."""
+    from .pipeline import load_plan
+    from .plandir import write_plan
+    from .summary import plan_json, plan_table
+
+    plan = load_plan(spec)
+    target = out_dir or Path(f"{plan.campaign.name}.plan")
+    result = write_plan(plan, target, want_diff=want_diff, force=force)
+    if as_json:
+        click.echo(json.dumps(plan_json(result.manifest, str(result.out_dir), result.diff), indent=1))
+        return
+    out.print(plan_table(plan, str(result.out_dir)))
+    if want_diff:
+        if result.diff:
+            click.echo(result.diff, nl=False)
+        else:
+            out.print("no changes against the previous plan")
+
+
+@main.group()
+def profiles() -> None:
+    """List, show and validate site profiles."""
+
+
+@profiles.command("list")
+@reported
+def profiles_list() -> None:
+    """Profiles on the search path (HPCRUN_PROFILE_PATH, ~/.config/hpcrun, shipped)."""
+    from rich.table import Table
+
+    from .profiles import available, load_profile
+
+    table = Table("name", "extends", "description", "file")
+    for name, ref in sorted(available().items()):
+        try:
+            loaded = load_profile(str(ref.path))
+            table.add_row(name, loaded.profile.extends or "", loaded.profile.description or "", str(ref.path))
+        except HpcrunError:
+            table.add_row(name, "?", "[red]invalid: run hpcrun profiles validate[/]", str(ref.path))
+    out.print(table)
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--resolved", is_flag=True, help="print the merged profile after extends layering")
+@reported
+def profiles_show(name: str, resolved: bool) -> None:
+    """Print a profile as written, or --resolved after layering."""
+    from .profiles import load_profile, locate
+
+    if not resolved:
+        click.echo(locate(name).read_text(encoding="utf-8"), nl=False)
+        return
+    loaded = load_profile(name)
+    data = loaded.profile.model_dump(mode="json", by_alias=True, exclude_none=True)
+    click.echo(f"# {name} resolved from: " + " <- ".join(str(p) for p in loaded.files))
+    click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+
+
+@profiles.command("validate")
+@click.argument("names", nargs=-1)
+@reported
+def profiles_validate(names: tuple) -> None:
+    """Validate profiles (all on the search path when no NAME is given)."""
+    from .errors import InputError
+    from .profiles import available, load_profile
+
+    targets = list(names) or sorted(available())
+    problems = []
+    for name in targets:
+        try:
+            load_profile(name)
+            out.print(f"[green]ok[/] {name}")
+        except InputError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise InputError(problems)
+
+
+@main.command("schema")
+@click.argument("kind", type=click.Choice(["campaign", "profile"]))
+@reported
+def schema(kind: str) -> None:
+    """Print the JSON Schema of a campaign spec or a site profile."""
+    from .profile import SiteProfile
+    from .spec import Campaign
+
+    model = Campaign if kind == "campaign" else SiteProfile
+    click.echo(json.dumps(model.model_json_schema(by_alias=True), indent=1))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

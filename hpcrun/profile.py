@@ -1,0 +1,165 @@
+"""The site profile: where a campaign runs. Owned by site staff.
+
+Profiles are layered with ``extends:`` (see :mod:`hpcrun.profiles`); this module
+only describes the merged result.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from .fields import AbsPath, Duration, Line, Name, Size
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class Partition(Strict):
+    slurm_partition: Optional[Name] = Field(None, description=(
+        "value for sbatch --partition; omitted when null (e.g. NERSC selects nodes by QOS and "
+        "constraint)"))
+    nodes: int = Field(ge=1, description="nodes in the partition")
+    cores_per_node: int = Field(ge=1, description="physical cores per node")
+    cpus_per_node: Optional[int] = Field(None, ge=1, description="logical CPUs (default: cores)")
+    memory_per_node: Size
+    max_walltime: Duration
+    max_nodes_per_job: Optional[int] = Field(None, ge=1)
+    qos: List[Name] = Field(default_factory=list, description="QOS allowed here (empty: any)")
+    default_qos: Optional[Name] = None
+    constraint: Optional[Line] = Field(None, description="sbatch --constraint (e.g. haswell)")
+    exclusive: bool = Field(True, description="request whole nodes")
+
+    @property
+    def cpus(self) -> int:
+        return self.cpus_per_node or self.cores_per_node
+
+
+class NodeLocal(Strict):
+    path: AbsPath = Field(description="node-local directory for caches (payload copy, DB socket)")
+    size: Size
+    type: Literal["ssd", "nvme", "hdd", "tmpfs", "xfs-loop"] = "ssd"
+
+
+class ShifterSettings(Strict):
+    per_node_cache: bool = Field(True, description="site allows perNodeCache volumes")
+    per_node_cache_max: Optional[Size] = Field(None, description="largest perNodeCache size")
+    cache_mount: AbsPath = Field("/dbcache", description="where the cache appears in the container")
+    volume_source: AbsPath = Field(description="an existing path used as the perNodeCache source")
+    modules: List[Name] = Field(default_factory=list, description="default --module list")
+    command: Line = "shifter"
+
+
+class ApptainerSettings(Strict):
+    command: Line = "apptainer"
+    cachedir: Optional[AbsPath] = None
+    tmpdir: Optional[AbsPath] = None
+    exec_options: List[Line] = Field(default_factory=list)
+    binds: List[Line] = Field(default_factory=list, description="site binds (src[:dst[:ro]])")
+
+
+class PodmanHpcSettings(Strict):
+    command: Line = "podman-hpc"
+    run_options: List[Line] = Field(default_factory=list)
+
+
+class Containers(Strict):
+    shifter: Optional[ShifterSettings] = None
+    apptainer: Optional[ApptainerSettings] = None
+    podman_hpc: Optional[PodmanHpcSettings] = Field(None, alias="podman-hpc")
+    none: bool = Field(True, description="jobs may run without a container")
+
+    def offered(self) -> List[str]:
+        names = [n for n, v in (("shifter", self.shifter), ("apptainer", self.apptainer),
+                                ("podman-hpc", self.podman_hpc)) if v is not None]
+        return names + (["none"] if self.none else [])
+
+
+class Pool(Strict):
+    name: Name
+    granularity: Size = Field(description="capacity is rounded up to a multiple of this")
+    max_per_job: Optional[Size] = None
+    total: Optional[Size] = None
+    default: bool = False
+
+
+class BurstBufferSettings(Strict):
+    system: Literal["datawarp", "slurm-lua", "rabbit", "none"] = "none"
+    directive: Line = Field("DW", description="directive word without '#' (slurm-lua: Directive=)")
+    pools: List[Pool] = Field(default_factory=list)
+    pool_required: bool = Field(False, description="always emit pool= (slurm-lua needs it)")
+    stage_from: List[AbsPath] = Field(default_factory=list, description=(
+        "path prefixes that stage-in may read from (empty: anywhere)"))
+
+    @model_validator(mode="after")
+    def _pools(self) -> "BurstBufferSettings":
+        if self.system == "none" and self.pools:
+            raise ValueError("pools are listed but the burst-buffer system is 'none'")
+        if self.system != "none" and not self.pools:
+            raise ValueError(f"burst-buffer system '{self.system}' needs at least one pool")
+        if sum(1 for p in self.pools if p.default) > 1:
+            raise ValueError("only one pool can be the default")
+        return self
+
+    def pool(self, name: Optional[str]) -> Optional[Pool]:
+        if name is None:
+            for p in self.pools:
+                if p.default:
+                    return p
+            return self.pools[0] if self.pools else None
+        return next((p for p in self.pools if p.name == name), None)
+
+
+class Filesystem(Strict):
+    path: AbsPath
+    type: Literal["lustre", "gpfs", "nfs", "xfs", "ext4", "tmpfs", "other"] = "other"
+
+
+class Launcher(Strict):
+    command: Line = "srun"
+    options: List[Line] = Field(default_factory=list, description="added to every srun")
+
+
+class Prologue(Strict):
+    modules: List[Line] = Field(default_factory=list)
+    env: Dict[str, Line] = Field(default_factory=dict)
+
+
+class ToolPaths(Strict):
+    darshan_lib: Optional[AbsPath] = None
+    darshan_module: Optional[Line] = None
+    ior: Optional[Line] = None
+    ior_module: Optional[Line] = None
+
+
+class SiteProfile(Strict):
+    """A site profile after ``extends`` layering has been applied."""
+
+    name: Name
+    description: Optional[str] = None
+    extends: Optional[str] = Field(None, description="profile this one overrides")
+    partitions: Dict[str, Partition]
+    default_partition: Name
+    node_local: Optional[NodeLocal] = None
+    containers: Containers = Field(default_factory=Containers)
+    burst_buffer: BurstBufferSettings = Field(default_factory=BurstBufferSettings)
+    filesystems: Dict[str, Filesystem] = Field(default_factory=dict)
+    launcher: Launcher = Field(default_factory=Launcher)
+    prologue: Prologue = Field(default_factory=Prologue)
+    tools: ToolPaths = Field(default_factory=ToolPaths)
+    max_array_size: int = Field(1001, ge=0, description="Slurm MaxArraySize (0: no arrays)")
+    array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
+    signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
+    template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)")
+    db_port_base: int = Field(20000, ge=1024, le=60000)
+
+    @field_validator("default_partition")
+    @classmethod
+    def _default_partition(cls, value: str, info: ValidationInfo) -> str:
+        partitions = info.data.get("partitions")
+        if partitions is not None and value not in partitions:
+            raise ValueError(f"default_partition '{value}' is not one of the partitions: "
+                             f"{', '.join(sorted(partitions)) or '(none)'}")
+        return value

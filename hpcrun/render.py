@@ -1,0 +1,218 @@
+"""Renderers: a Plan becomes text (job scripts, helper scripts, tasks table, manifest).
+
+Jinja2 runs with StrictUndefined, so a misspelt variable in a template is an
+error, never an empty string. Every value reaching shell goes through the ``q``
+filter (single-quote) unless Python already produced shell words.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import jinja2
+
+from . import __version__
+from .planner import Plan, ScriptPlan
+from .shell import quote, sbatch_value
+from .units import format_capacity, format_duration
+
+SITE_TEMPLATE_DIR = "templates"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: str        # relative to the plan directory
+    text: str
+    executable: bool = False
+
+
+def environment(search: Iterable[Path]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(p) for p in search]),
+        undefined=jinja2.StrictUndefined, autoescape=False, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True,
+        # bash's ${#array[@]} would open a Jinja comment; use {## ... ##} for comments.
+        comment_start_string="{##", comment_end_string="##}")
+    env.filters["q"] = quote
+    return env
+
+
+def template_dirs(plan: Plan) -> List[Path]:
+    """Site overrides first: a templates/ directory beside each profile file (child first)."""
+    from .resources import template_search_path
+    extra = [Path(f).parent / SITE_TEMPLATE_DIR for f in plan.profile_files]
+    return template_search_path([p for p in extra if p.is_dir()])
+
+
+def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[str]:
+    c, part = plan.campaign, plan.partition
+    name = c.name if script.array else script.jobs[0].name
+    opts = [f"--job-name={sbatch_value(name)}"]
+    if part.slurm_partition:
+        opts.append(f"--partition={sbatch_value(part.slurm_partition)}")
+    if plan.qos:
+        opts.append(f"--qos={sbatch_value(plan.qos)}")
+    if c.site.account:
+        opts.append(f"--account={sbatch_value(c.site.account)}")
+    if c.site.reservation:
+        opts.append(f"--reservation={sbatch_value(c.site.reservation)}")
+    if part.constraint:
+        opts.append(f"--constraint={sbatch_value(part.constraint)}")
+    opts.append(f"--nodes={c.jobs.nodes}")
+    if part.exclusive:
+        opts.append("--exclusive")
+    else:
+        per_node = max(j.chains_per_node for j in script.jobs)
+        opts.append(f"--ntasks-per-node={min(per_node, part.cpus)}")
+    opts.append(f"--time={format_duration(c.walltime)}")
+    opts.append(f"--signal=B:USR1@{plan.profile.signal_before_timeout}")
+    log = f"{plan_dir}/logs/%x-%A_%a.out" if script.array else f"{plan_dir}/logs/%x-%j.out"
+    opts.append(f"--output={sbatch_value(log)}")
+    opts.append(f"--comment={sbatch_value('hpcrun:' + c.name)}")
+    if script.array:
+        opts.append(f"--array={script.array}")
+    opts += plan.runtime.sbatch_options()
+    opts += list(c.site.extra_sbatch and [_extra(o) for o in c.site.extra_sbatch] or [])
+    return opts
+
+
+def _extra(opt: str) -> str:
+    key, sep, value = opt.partition("=")
+    return key + (sep + sbatch_value(value) if sep else "")
+
+
+def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
+    db = plan.database
+    if db is None:
+        return None
+    leading = ""
+    options = list(db.options)
+    if options and options[0].startswith(("--defaults-file", "--defaults-extra-file", "--no-defaults")):
+        leading = quote(options.pop(0)) + " "
+    else:
+        leading = "--no-defaults "
+    remove_cache = plan.runtime.node_cache_dir() is None
+    return {
+        "server": db.server, "client": db.client, "admin": db.admin, "payload": db.payload,
+        "cache_dir": db.cache_dir, "networking": db.networking,
+        "leading_options": leading,
+        "options": "".join(" " + quote(o) for o in options),
+        "ready_timeout": db.ready_timeout, "max_restarts": db.max_restarts,
+        "backoff": db.backoff, "check_query": db.check_query,
+        "port_base": plan.profile.db_port_base,
+        "host": "127.0.0.1" if db.networking == "tcp" else "localhost",
+        "remove_cache": remove_cache,
+        # copying the payload takes time too: allow 1 GB/s at worst 30 MB/s plus the timeout
+        "wait_seconds": db.ready_timeout + 60 + db.payload_bytes // (30 * 10**6),
+    }
+
+
+def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
+    c = plan.campaign
+    env: List[Tuple[str, str]] = sorted(plan.profile.prologue.env.items()) + sorted(c.software.env.items())
+    modules = list(plan.profile.prologue.modules) + list(c.software.modules)
+    qa = None
+    if c.qa:
+        qa = {"count_command": plan.commands.get("count_events"),
+              "command": plan.commands.get("qa"), "min_fraction": repr(c.qa.min_event_fraction)}
+    launcher = " ".join([quote(plan.profile.launcher.command)]
+                        + [quote(o) for o in plan.profile.launcher.options])
+    prefix = plan.runtime.prefix()
+    overcommit = c.jobs.overcommit and any(j.chains_per_node > plan.partition.cpus for j in plan.jobs)
+    return {
+        "version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
+        "profile_name": plan.profile.name, "plan_dir": plan_dir,
+        "release": c.software.release or "", "env": env, "modules": modules,
+        "database": _database_context(plan), "merge": plan.commands.get("merge") is not None,
+        "merge_command": plan.commands.get("merge"), "chain_command": plan.commands["chain"],
+        "qa": qa, "launcher": launcher, "runtime_prefix": prefix,
+        "runtime_prefix_batch": (prefix + " ") if prefix else "",
+        "chain_srun_options": "--overcommit " if overcommit else "",
+        "input_dir_expr": plan.input_dir_expr, "work_dir_expr": plan.work_dir_expr,
+        "out_dir_expr": plan.out_dir_expr,
+        "cleanup_workdir": plan.bb is None and plan.commands.get("merge") is not None,
+    }
+
+
+def render_script(env: jinja2.Environment, template: str, plan: Plan, script: ScriptPlan,
+                  common: Dict[str, Any], plan_dir: str) -> str:
+    first = script.jobs[0]
+    if script.array:
+        label = f"array {script.name}: jobs {first.index + 1}..{script.jobs[-1].index + 1}"
+        comments = []
+    else:
+        label = f"job {first.index + 1} of {len(plan.jobs)}"
+        comments = ["inputs: " + " ".join(i.path for i in first.inputs[:20])
+                    + (" ..." if len(first.inputs) > 20 else "")]
+        if first.bb_capacity:
+            comments.append(f"burst buffer: {format_capacity(first.bb_capacity)} "
+                            f"(needed {first.bb_needed} bytes)")
+    ctx = dict(common)
+    ctx.update({
+        "sbatch_options": _sbatch_options(plan, script, plan_dir),
+        "bb_lines": list(script.bb_lines), "is_array": script.array is not None,
+        "first_index": first.index, "script_label": label, "comment_lines": comments,
+    })
+    return env.get_template(template).render(ctx)
+
+
+def tasks_table(plan: Plan) -> str:
+    rows = []
+    for job in plan.jobs:
+        for item, output in zip(job.inputs, job.outputs):
+            events = "-" if item.events is None else str(item.events)
+            rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{item.path}\t{events}"
+                        f"\t{item.stem}\t{output}")
+    return "\n".join(rows) + "\n"
+
+
+def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
+    c = plan.campaign
+    return {
+        "hpcrun_version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
+        "profile": plan.profile.name, "profile_files": [str(p) for p in plan.profile_files],
+        "partition": plan.partition_name, "qos": plan.qos, "container": c.container.runtime,
+        "burst_buffer": plan.profile.burst_buffer.system if plan.bb else "none",
+        "walltime_seconds": c.walltime, "nodes_per_job": c.jobs.nodes,
+        "totals": {
+            "jobs": len(plan.jobs), "scripts": len(plan.scripts),
+            "inputs": sum(len(j.inputs) for j in plan.jobs),
+            "input_bytes": plan.input_bytes, "estimated_output_bytes": plan.output_bytes,
+            "nodes": len(plan.jobs) * c.jobs.nodes, "core_hours": round(plan.core_hours, 2),
+            "node_hours": round(plan.node_hours, 2), "bb_capacity_bytes": plan.bb_total,
+            "bb_max_per_job_bytes": plan.bb_max, "stage_in_bytes": plan.stage_in_bytes,
+            "stage_out_bytes": plan.stage_out_bytes,
+        },
+        "notes": plan.notes,
+        "scripts": [
+            {"name": s.name, "path": f"jobs/{s.name}.sbatch", "array": s.array,
+             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[f"jobs/{s.name}.sbatch"]}
+            for s in plan.scripts],
+        "jobs": [
+            {"index": j.index, "name": j.name, "chains_per_node": j.chains_per_node,
+             "inputs": [i.path for i in j.inputs], "input_bytes": j.input_bytes,
+             "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
+            for j in plan.jobs],
+    }
+
+
+def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:
+    """Every file of a plan directory except the manifest (which needs their digests)."""
+    env = environment(template_dirs(plan))
+    common = common_context(plan, plan_dir)
+    template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "slurm.sh.j2"
+    files = [RenderedFile(f"jobs/{s.name}.sbatch", render_script(env, template, plan, s, common, plan_dir), True)
+             for s in plan.scripts]
+    files.append(RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True))
+    if plan.database:
+        files.append(RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True))
+    files.append(RenderedFile("tasks.tsv", tasks_table(plan)))
+    return files
+
+
+def manifest_text(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> str:
+    return json.dumps(manifest(plan, plan_dir, digests), indent=1, sort_keys=False) + "\n"
+

@@ -1,0 +1,219 @@
+"""The campaign spec: what to run. Written by production operators.
+
+Every model forbids unknown keys and coerces nothing silently (strict types), so a
+typo is reported with a did-you-mean instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .fields import AbsPath, AutoInt, Command, Duration, Line, Name, Size
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SiteRef(Strict):
+    """Where the campaign runs: a site profile and the Slurm account settings."""
+
+    profile: Name = Field(description="site profile name (see `hpcrun profiles list`) or a path")
+    partition: Optional[Name] = Field(None, description="partition; default: the profile's default")
+    qos: Optional[Name] = Field(None, description="QOS; must be allowed on the partition")
+    account: Optional[Name] = Field(None, description="account to charge (sbatch --account)")
+    reservation: Optional[Name] = None
+    extra_sbatch: List[Line] = Field(default_factory=list, description=(
+        "extra sbatch options (e.g. '--exclude=nid00012'), each emitted as its own #SBATCH line"))
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _options(cls, value: List[str]) -> List[str]:
+        for opt in value:
+            if not opt.startswith("--") or " " in opt.split("=", 1)[0]:
+                raise ValueError(f"'{opt}' is not a long sbatch option; write it as --name=value")
+        return value
+
+
+class ContainerSpec(Strict):
+    """Container image and runtime; the runtime must be offered by the site profile."""
+
+    runtime: Literal["shifter", "apptainer", "podman-hpc", "none"] = "none"
+    image: Optional[Line] = Field(None, description=(
+        "shifter: docker:<repo>:<tag>; apptainer: path to a .sif; podman-hpc: image name"))
+    options: List[Line] = Field(default_factory=list, description="extra runtime arguments")
+    modules: List[Name] = Field(default_factory=list, description="Shifter modules (--module)")
+
+    @model_validator(mode="after")
+    def _image_needed(self) -> "ContainerSpec":
+        if self.runtime != "none" and not self.image:
+            raise ValueError(f"container runtime '{self.runtime}' needs an 'image'")
+        if self.runtime == "none" and self.image:
+            raise ValueError("an image is given but runtime is 'none'; set runtime to "
+                             "shifter, apptainer or podman-hpc")
+        if self.runtime == "shifter" and self.image and ":" not in self.image:
+            raise ValueError("a Shifter image names its type, e.g. docker:repo/name:tag")
+        return self
+
+
+class SoftwareSpec(Strict):
+    release: Optional[Line] = Field(None, description="software release, exported as HPCRUN_RELEASE")
+    modules: List[Line] = Field(default_factory=list, description="environment modules to load")
+    env: Dict[str, Line] = Field(default_factory=dict, description="environment variables")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: Dict[str, str]) -> Dict[str, str]:
+        import re
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"'{key}' is not a valid environment variable name")
+        return value
+
+
+class InputFile(Strict):
+    path: AbsPath
+    size: Optional[Size] = None
+    events: Optional[int] = Field(None, ge=0)
+
+
+class InputsSpec(Strict):
+    """Input files: an explicit list, a glob, and/or a list file (one path per line)."""
+
+    files: List[Union[AbsPath, InputFile]] = Field(default_factory=list)
+    glob: Optional[AbsPath] = None
+    list_file: Optional[Line] = Field(None, description=(
+        "file with one input per line: PATH [SIZE [EVENTS]]; relative to the spec file"))
+    size: Optional[Size] = Field(None, description="size of each file when it cannot be stat'ed")
+    events: Optional[int] = Field(None, ge=0, description="events per file when not listed")
+
+    @model_validator(mode="after")
+    def _some(self) -> "InputsSpec":
+        if not self.files and not self.glob and not self.list_file:
+            raise ValueError("give at least one of 'files', 'glob' or 'list_file'")
+        return self
+
+
+class JobsSpec(Strict):
+    """How inputs map to jobs and chains."""
+
+    files_per_job: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1)
+    chains_per_node: AutoInt = Field(1, description="chains per node, or 'auto'")
+    bytes_per_chain: Optional[Size] = Field(None, description=(
+        "with chains_per_node: auto, one chain per this many input bytes (1..cores)"))
+    overcommit: bool = Field(False, description="allow more chains than CPUs per node")
+    array: Literal["auto", "always", "never"] = Field("auto", description=(
+        "auto: job arrays unless each job needs its own #DW stage lines"))
+    throttle: Optional[int] = Field(None, ge=1, description="array %N: max tasks running at once")
+
+    @field_validator("chains_per_node")
+    @classmethod
+    def _chains(cls, value: Union[int, str]) -> Union[int, str]:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("chains_per_node must be at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _auto_needs_bytes(self) -> "JobsSpec":
+        if self.chains_per_node == "auto" and not self.bytes_per_chain:
+            raise ValueError("chains_per_node: auto needs bytes_per_chain (e.g. 1GB)")
+        return self
+
+
+class RestartPolicy(Strict):
+    max_restarts: int = Field(3, ge=0, description="restarts of a dead DB server before the job fails")
+    backoff: Duration = Field(5, description="wait before each restart")
+
+
+class DatabaseSpec(Strict):
+    """Conditions-DB payload served by one DB server per node."""
+
+    payload: AbsPath = Field(description="directory holding the server's data directory")
+    size: Optional[Size] = Field(None, description="payload size; measured when the path exists")
+    engine: Literal["mysql", "mariadb"] = "mariadb"
+    server: Optional[Line] = Field(None, description="server binary (default mariadbd or mysqld)")
+    options: List[Line] = Field(default_factory=list, description="extra server options")
+    ready_timeout: Duration = Field(300, description="how long to wait for the server to answer")
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    networking: Literal["socket", "tcp"] = "socket"
+    check_query: Line = "SELECT 1"
+
+
+class StageItem(Strict):
+    source: Line
+    destination: Line
+    type: Literal["file", "directory", "list"] = "file"
+
+
+class BurstBufferSpec(Strict):
+    """Per-job burst buffer: capacity, mode, staging."""
+
+    capacity: Union[Size, Literal["auto"]] = Field("auto", description=(
+        "explicit size, or auto = (inputs + expected outputs) x safety_factor"))
+    safety_factor: float = Field(1.5, ge=1.0)
+    access_mode: Literal["striped", "private", "striped,private"] = "striped"
+    type: Literal["scratch", "cache"] = "scratch"
+    pool: Optional[Name] = None
+    stage_inputs: bool = Field(True, description="stage each job's input files in")
+    stage_outputs: bool = Field(True, description="stage merged outputs out to outputs.location")
+    stage_in: List[StageItem] = Field(default_factory=list, description=(
+        "extra items; the burst-buffer side is relative to the job buffer"))
+    stage_out: List[StageItem] = Field(default_factory=list)
+    persistent: List[Name] = Field(default_factory=list, description="persistent buffers to attach")
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _cap(cls, value: object) -> object:
+        if value == "auto":
+            return value
+        from .units import parse_size
+        return parse_size(value)  # type: ignore[arg-type]
+
+
+class ChainSpec(Strict):
+    command: Command = Field(description=(
+        "argv with placeholders {input} {output} {chain} {nchains} {first_event} {nevents} "
+        "{db_socket} {db_port} {workdir} {release}"))
+    env: Dict[str, Line] = Field(default_factory=dict)
+
+
+class MergeSpec(Strict):
+    command: Command = Field(description="argv with {parts} (one argument per chain part) and {output}")
+
+
+class QASpec(Strict):
+    count_events: Optional[Command] = Field(None, description=(
+        "prints the number of events in {file}; used for the event-fraction rule"))
+    min_event_fraction: float = Field(0.98, ge=0.0, le=1.0)
+    command: Optional[Command] = Field(None, description="extra check on {output}; non-zero fails QA")
+
+
+class OutputsSpec(Strict):
+    location: AbsPath = Field(description="where merged outputs land (parallel filesystem)")
+    workdir: Optional[AbsPath] = Field(None, description=(
+        "shared directory for chain outputs before the merge when there is no burst buffer "
+        "(default: <location>/.hpcrun-work)"))
+    pattern: Line = Field("{stem}.out", description="merged output name per input: {stem} {name}")
+    size_ratio: float = Field(1.0, gt=0, description="expected output bytes per input byte")
+
+
+class Campaign(Strict):
+    """A campaign spec (top level)."""
+
+    name: Name
+    description: Optional[str] = None
+    site: SiteRef
+    walltime: Duration
+    container: ContainerSpec = Field(default_factory=ContainerSpec)
+    software: SoftwareSpec = Field(default_factory=SoftwareSpec)
+    inputs: InputsSpec
+    jobs: JobsSpec = Field(default_factory=JobsSpec)
+    database: Optional[DatabaseSpec] = None
+    burst_buffer: Optional[BurstBufferSpec] = None
+    chain: ChainSpec
+    merge: Optional[MergeSpec] = None
+    qa: Optional[QASpec] = None
+    outputs: OutputsSpec

@@ -1,0 +1,25 @@
+#!/bin/bash
+# The whole test suite on a fresh machine: install what the tests need (Python packages and,
+# when the Slurm test cluster harness is present, Debian packages), start the real Slurm test
+# cluster, run every test, stop the cluster. Used by .ci/run and documented in README.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' || exit 1
+
+cluster_started=0
+if [ -f tests/cluster/harness.py ] && [ "${HPCRUN_SKIP_CLUSTER:-0}" != 1 ]; then
+  python3 tests/cluster/harness.py install || exit 1
+  export HPCRUN_TEST_CLUSTER_DIR=${HPCRUN_TEST_CLUSTER_DIR:-/tmp/hpcrun-test-cluster}
+  python3 tests/cluster/harness.py start --dir "$HPCRUN_TEST_CLUSTER_DIR" || exit 1
+  cluster_started=1
+  export HPCRUN_REQUIRE_CLUSTER=1
+fi
+
+python3 -m pytest "$@"
+rc=$?
+[ "$rc" -eq 5 ] && { echo "pytest collected no tests"; rc=1; }
+
+if [ "$cluster_started" -eq 1 ]; then
+  python3 tests/cluster/harness.py stop --dir "$HPCRUN_TEST_CLUSTER_DIR" || rc=${rc:-1}
+fi
+exit "$rc"

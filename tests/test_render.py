@@ -1,0 +1,145 @@
+"""Rendered scripts: directive placement and grammar, bash -n and shellcheck for every
+shipped example against every shipped profile it validates on."""
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcrun.dwgrammar import check_line, check_script
+from hpcrun.errors import InputError
+from hpcrun.pipeline import load_plan
+from hpcrun.plandir import write_plan
+from hpcrun.profiles import available
+
+from .conftest import REPO, shellcheck_cmd
+
+EXAMPLES = sorted(p for p in (REPO / "examples").glob("*/campaign.yaml"))
+PROFILES = sorted(available())
+
+
+def _variant(example: Path, profile: str, tmp_path: Path) -> Path:
+    """The example retargeted at another profile (partition/QOS reset to that site's defaults)."""
+    data = yaml.safe_load(example.read_text())
+    data["site"] = {"profile": profile}
+    if data.get("inputs", {}).get("list_file"):
+        data["inputs"]["list_file"] = str(example.parent / data["inputs"]["list_file"])
+    out = tmp_path / f"{example.parent.name}-{profile}.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def _lint(plan_dir: Path, directive: str) -> None:
+    files = sorted((plan_dir / "jobs").glob("*.sbatch")) + sorted((plan_dir / "bin").glob("*.sh"))
+    assert files
+    for f in files:
+        subprocess.run(["bash", "-n", str(f)], check=True)
+    for start in range(0, len(files), 50):
+        proc = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "style"] + [str(f) for f in files[start:start + 50]],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout
+    for f in sorted((plan_dir / "jobs").glob("*.sbatch")):
+        lines = f.read_text().splitlines()
+        assert lines[0] == "#!/bin/bash"
+        assert check_script(lines, "#" + directive) == []
+        first_cmd = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith(("#SBATCH", "#DW", "#BB")):
+                assert i < first_cmd and not line.startswith(" "), f"{f}:{i + 1}: {line}"
+            if line.startswith(("#DW", "#BB")):
+                assert check_line(line, "#" + directive) is None, line
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
+def test_examples_plan_on_their_own_profile(example, tmp_path):
+    plan = load_plan(example)
+    result = write_plan(plan, tmp_path / "plan")
+    _lint(result.out_dir, plan.profile.burst_buffer.directive)
+    manifest = json.loads((result.out_dir / "manifest.json").read_text())
+    assert manifest["totals"]["jobs"] == len(plan.jobs) > 0
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
+def test_every_example_on_every_profile(example, profile, tmp_path):
+    spec = _variant(example, profile, tmp_path)
+    try:
+        plan = load_plan(spec)
+    except InputError as exc:
+        # An incompatible pair must fail cleanly, with a located message.
+        assert exc.problems and all(p.message for p in exc.problems)
+        pytest.skip(f"{example.parent.name} does not fit {profile}: {exc.problems[0].message[:80]}")
+    result = write_plan(plan, tmp_path / "plan")
+    _lint(result.out_dir, plan.profile.burst_buffer.directive)
+
+
+def test_star_cori_directives(tmp_path):
+    plan = load_plan(REPO / "examples/star-cori/campaign.yaml")
+    out = write_plan(plan, tmp_path / "p").out_dir
+    text = (out / "jobs" / f"{plan.scripts[0].name}.sbatch").read_text()
+    assert "#SBATCH --image=docker:mmustafa/sl64_sl16d:v1_pdsf6" in text
+    vols = [line for line in text.splitlines() if line.startswith("#SBATCH --volume")]
+    assert vols == ["#SBATCH --volume=/global/cscratch1/sd:/dbcache:perNodeCache=size=36G"]
+    jobdw = [line for line in text.splitlines() if line.startswith("#DW jobdw")]
+    assert jobdw == ["#DW jobdw capacity=20GB access_mode=striped type=scratch"]
+    assert re.search(r"^#DW stage_in source=/global/cscratch1/\S+\.daq destination=\$DW_JOB_STRIPED/in/\S+ "
+                     r"type=file$", text, re.M)
+    assert "#DW stage_out source=$DW_JOB_STRIPED/out destination=/global/cscratch1/sd/starprod/reco/2019 " \
+           "type=directory" in text
+    assert "srun --overlap" in text and "shifter bash" in text
+    assert len(plan.scripts) == 40 and all(s.array is None for s in plan.scripts)
+    assert any("rounded up to the 20GB granularity" in n for n in plan.notes)
+
+
+def test_arrays_chunked_by_max_array_size(spec_factory, tmp_path, monkeypatch):
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    (prof / "small-arrays.yaml").write_text("name: small-arrays\nextends: local-test\nmax_array_size: 4\n"
+                                             "array_throttle: 2\n")
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
+    spec = spec_factory({"site": {"profile": "small-arrays"}}, inputs=10)
+    plan = load_plan(spec)
+    assert [s.array for s in plan.scripts] == ["0-3%2", "0-3%2", "0-1%2"]
+    out = write_plan(plan, tmp_path / "p").out_dir
+    text = (out / "jobs/array002.sbatch").read_text()
+    assert "HPCRUN_JOB_INDEX=$(( 4 + ${SLURM_ARRAY_TASK_ID:?" in text
+    rows = (out / "tasks.tsv").read_text().splitlines()
+    assert len(rows) == 10 and rows[4].startswith("4\ttest-campaign.00005\t2\t")
+
+
+def test_slurm_lua_always_writes_pool(spec_factory):
+    plan = load_plan(spec_factory({"burst_buffer": {"capacity": "10GB", "stage_inputs": False}}))
+    assert plan.scripts[0].bb_lines[0] == \
+        "#DW jobdw capacity=10GiB access_mode=striped type=scratch pool=wlm_pool"
+
+
+def test_site_template_override_is_searched_first(spec_factory, tmp_path, monkeypatch):
+    prof = tmp_path / "site"
+    (prof / "templates").mkdir(parents=True)
+    (prof / "mysite.yaml").write_text("name: mysite\nextends: local-test\ntemplate: mysite\n")
+    (prof / "templates" / "mysite.sh.j2").write_text(
+        '{% extends "slurm.sh.j2" %}\n{% block prologue %}\n# site prologue: load our tools\n'
+        'export SITE_TOOLS=1\n{% endblock %}\n')
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
+    plan = load_plan(spec_factory({"site": {"profile": "mysite"}}))
+    out = write_plan(plan, tmp_path / "p").out_dir
+    text = next((out / "jobs").glob("*.sbatch")).read_text()
+    assert "# site prologue: load our tools" in text
+    _lint(out, "DW")
+
+
+def test_template_typo_is_an_error_not_blank(spec_factory, tmp_path, monkeypatch):
+    prof = tmp_path / "site"
+    (prof / "templates").mkdir(parents=True)
+    (prof / "typo.yaml").write_text("name: typo\nextends: local-test\ntemplate: typo\n")
+    (prof / "templates" / "typo.sh.j2").write_text(
+        '{% extends "slurm.sh.j2" %}\n{% block prologue %}echo {{ campaing }}\n{% endblock %}\n')
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
+    plan = load_plan(spec_factory({"site": {"profile": "typo"}}))
+    import jinja2
+    with pytest.raises(jinja2.UndefinedError):
+        write_plan(plan, tmp_path / "p")
+    assert not (tmp_path / "p").exists()
