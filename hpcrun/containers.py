@@ -132,8 +132,8 @@ class Apptainer(Runtime):
         words = [quote(settings.command), "exec"]
         words += [quote(o) for o in settings.exec_options]
         words += [quote(o) for o in self.spec.options]
-        for bind in settings.binds:
-            words += ["-B", quote(bind)]
+        for site_bind in settings.binds:
+            words += ["-B", quote(site_bind)]
         for bind in self.binds:
             spec = f"{bind.source}:{bind.target}" + (":ro" if bind.read_only else "")
             words += ["-B", spec]

@@ -9,14 +9,14 @@ by blanks; at most one jobdw per job.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 CAPACITY_RE = re.compile(r"^[0-9]+(N|NODES?|K|KIB|M|MIB|G|GIB|T|TIB|P|PIB|KB|MB|GB|TB|PB)?$",
                          re.IGNORECASE)
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _BB_VAR = re.compile(r"^\$(\{)?(DW_JOB_STRIPED|DW_JOB_PRIVATE|DW_PERSISTENT_STRIPED_[A-Za-z0-9_]+)(?(1)\})(/.*)?$")
 
-VERBS: Dict[str, Dict[str, object]] = {
+VERBS: Dict[str, Dict[str, Set[str]]] = {
     "jobdw": {"required": {"capacity", "access_mode", "type"}, "optional": {"pool", "pfs"}},
     "persistentdw": {"required": {"name"}, "optional": set()},
     "stage_in": {"required": {"source", "destination", "type"}, "optional": set()},
@@ -52,10 +52,10 @@ def check_line(line: str, prefix: str = "#DW") -> Optional[str]:
     if (verb in BB_VERBS) != bb:
         return f"'{verb}' belongs under {'#BB' if verb in BB_VERBS else prefix}"
     spec = VERBS[verb]
-    missing = set(spec["required"]) - set(fields)  # type: ignore[arg-type]
+    missing = spec["required"] - set(fields)
     if missing:
         return f"{verb} needs {', '.join(sorted(missing))}"
-    unknown = set(fields) - set(spec["required"]) - set(spec["optional"])  # type: ignore[operator]
+    unknown = set(fields) - spec["required"] - spec["optional"]
     if unknown:
         return f"{verb} does not take {', '.join(sorted(unknown))}"
     if "capacity" in fields and not CAPACITY_RE.match(fields["capacity"]):

@@ -6,7 +6,7 @@ import glob as globmod
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .errors import InputError, Problem
 from .spec import InputFile, InputsSpec
@@ -47,8 +47,8 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
     if spec.list_file:
         raw.extend(_read_list(spec.list_file, src, spec_dir, problems))
     items: List[InputItem] = []
-    seen = {}
-    stems = {}
+    seen: Dict[str, bool] = {}
+    stems: Dict[str, str] = {}
     for path, size, events, where in raw:
         key = ".".join(str(p) for p in where)
         if path in seen:
@@ -56,6 +56,11 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
             problems.append(Problem(file, line, key, f"input '{path}' is listed twice"))
             continue
         seen[path] = True
+        if any(c in path for c in "\t\n\r\0"):
+            file, line = src.where(where)
+            problems.append(Problem(file, line, key, (
+                f"input path {path!r} contains a tab, newline or NUL byte; rename the file")))
+            continue
         if size is None:
             try:
                 size = os.stat(path).st_size

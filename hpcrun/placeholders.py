@@ -2,9 +2,9 @@
 
 Literal text is single-quoted; each placeholder becomes a double-quoted
 ``${HPCRUN_...}`` expansion, so no value from YAML or from the data can inject
-shell code. ``{{`` and ``}}`` stand for literal braces; ``{env:NAME}`` reads an environment variable at run time. Unknown
-placeholders are
-errors (never silently kept or dropped).
+shell code. ``{{`` and ``}}`` stand for literal braces; ``{env:NAME}`` reads an
+environment variable at run time. Unknown placeholders are errors (never silently
+kept or dropped).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def to_shell(args: Sequence[str]) -> str:
 
 def expand_pattern(pattern: str, **values: str) -> str:
     """Fill an output-name pattern at plan time (e.g. ``{stem}.MuDst.root``)."""
-    def sub(m: "re.Match[str]") -> str:
+    def sub(m: re.Match[str]) -> str:
         if m.group(0) == "{{":
             return "{"
         if m.group(0) == "}}":

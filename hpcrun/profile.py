@@ -94,7 +94,7 @@ class BurstBufferSettings(Strict):
         "path prefixes that stage-in may read from (empty: anywhere)"))
 
     @model_validator(mode="after")
-    def _pools(self) -> "BurstBufferSettings":
+    def _pools(self) -> BurstBufferSettings:
         if self.system == "none" and self.pools:
             raise ValueError("pools are listed but the burst-buffer system is 'none'")
         if self.system != "none" and not self.pools:

@@ -47,7 +47,7 @@ class ContainerSpec(Strict):
     modules: List[Name] = Field(default_factory=list, description="Shifter modules (--module)")
 
     @model_validator(mode="after")
-    def _image_needed(self) -> "ContainerSpec":
+    def _image_needed(self) -> ContainerSpec:
         if self.runtime != "none" and not self.image:
             raise ValueError(f"container runtime '{self.runtime}' needs an 'image'")
         if self.runtime == "none" and self.image:
@@ -90,7 +90,7 @@ class InputsSpec(Strict):
     events: Optional[int] = Field(None, ge=0, description="events per file when not listed")
 
     @model_validator(mode="after")
-    def _some(self) -> "InputsSpec":
+    def _some(self) -> InputsSpec:
         if not self.files and not self.glob and not self.list_file:
             raise ValueError("give at least one of 'files', 'glob' or 'list_file'")
         return self
@@ -117,7 +117,7 @@ class JobsSpec(Strict):
         return value
 
     @model_validator(mode="after")
-    def _auto_needs_bytes(self) -> "JobsSpec":
+    def _auto_needs_bytes(self) -> JobsSpec:
         if self.chains_per_node == "auto" and not self.bytes_per_chain:
             raise ValueError("chains_per_node: auto needs bytes_per_chain (e.g. 1GB)")
         return self

@@ -13,11 +13,8 @@ from click.testing import CliRunner, Result
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
-try:  # the cluster plugin is optional until tests/cluster exists
-    import tests.cluster.pytest_cluster  # noqa: F401
+if (REPO / "tests" / "cluster" / "pytest_cluster.py").exists():
     pytest_plugins = ["tests.cluster.pytest_cluster"]
-except ImportError:  # pragma: no cover
-    pass
 
 
 @pytest.fixture

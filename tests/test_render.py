@@ -38,7 +38,8 @@ def _lint(plan_dir: Path, directive: str) -> None:
     for f in files:
         subprocess.run(["bash", "-n", str(f)], check=True)
     for start in range(0, len(files), 50):
-        proc = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "style"] + [str(f) for f in files[start:start + 50]],
+        batch = [str(f) for f in files[start:start + 50]]
+        proc = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "style"] + batch,
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
     for f in sorted((plan_dir / "jobs").glob("*.sbatch")):

@@ -1,0 +1,58 @@
+"""The wheel carries templates and site profiles, and works outside the source tree."""
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    build_dir = tmp_path_factory.mktemp("build")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "-w", str(dist), str(REPO)], capture_output=True, text=True,
+                          cwd=build_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [whl] = dist.glob("hpcrun-*.whl")
+    return whl
+
+
+def test_wheel_contents(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for required in ("hpcrun/templates/base.sh.j2", "hpcrun/templates/slurm.sh.j2",
+                     "hpcrun/templates/hpcrun-db.sh.j2", "hpcrun/templates/hpcrun-chain.sh.j2",
+                     "hpcrun/site_profiles/nersc-cori-haswell.yaml",
+                     "hpcrun/site_profiles/local-test.yaml", "hpcrun/cli.py"):
+        assert required in names, required
+    shipped = {p.name for p in (REPO / "site-profiles").glob("*.yaml")}
+    assert shipped <= {Path(n).name for n in names if n.startswith("hpcrun/site_profiles/")}
+
+
+@pytest.mark.slow
+def test_wheel_in_fresh_venv(wheel, tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    proc = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(wheel)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hpcrun = env_dir / "bin" / "hpcrun"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    listed = subprocess.run([str(hpcrun), "profiles", "list"], cwd=outside, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    assert "nersc-cori-haswell" in listed.stdout and str(REPO) not in listed.stdout
+    example = REPO / "examples" / "star-cori"
+    for f in ("campaign.yaml", "raw-files.txt"):
+        (outside / f).write_text((example / f).read_text())
+    planned = subprocess.run([str(hpcrun), "plan", "campaign.yaml", "--out", "plan"], cwd=outside,
+                             capture_output=True, text=True)
+    assert planned.returncode == 0, planned.stderr
+    assert (outside / "plan" / "jobs" / "job00001.sbatch").is_file()
+    assert "core-hours" in planned.stdout

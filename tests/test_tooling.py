@@ -1,0 +1,23 @@
+"""Lint and type checks are part of the suite, so CI enforces them."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+
+def test_ruff_clean():
+    if shutil.which("ruff") is None:
+        pytest.fail("ruff is not installed; pip install -e '.[test]'")
+    proc = subprocess.run(["ruff", "check", "hpcrun", "tests", "benchmarks"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_mypy_clean():
+    proc = subprocess.run([sys.executable, "-m", "mypy", "hpcrun"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout
