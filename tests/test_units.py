@@ -1,7 +1,14 @@
 import pytest
 
-from hpcrun.units import (UnitError, format_binary_suffix, format_capacity, format_duration,
-                          parse_duration, parse_size, round_up)
+from hpcrun.units import (
+    UnitError,
+    format_binary_suffix,
+    format_capacity,
+    format_duration,
+    parse_duration,
+    parse_size,
+    round_up,
+)
 
 
 @pytest.mark.parametrize("text,expected", [
