@@ -77,6 +77,49 @@ def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool
             out.print("no changes against the previous plan")
 
 
+@main.command("submit")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--dry-run", is_flag=True, help="show what would be submitted")
+@reported
+def submit_cmd(plan_dir: Path, dry_run: bool) -> None:
+    """Submit the scripts of PLAN_DIR that have not been submitted yet."""
+    from .submit import submit
+
+    def show(sub):  # type: ignore[no-untyped-def]
+        what = f"array {sub.array}" if sub.array else "job"
+        out.print(f"{'would submit' if dry_run else 'submitted'} {sub.script} ({what}): {sub.job_id}",
+                  highlight=False)
+    new = submit(plan_dir, dry_run=dry_run, progress=show)
+    if not new:
+        out.print("nothing to submit: every script of this plan has a recorded job id")
+
+
+@main.command("status")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--wait", "wait_", is_flag=True, help="poll until every job has ended")
+@click.option("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+@click.option("--json", "as_json", is_flag=True)
+@reported
+def status_cmd(plan_dir: Path, wait_: bool, timeout: Optional[float], as_json: bool) -> None:
+    """Slurm state, exit code and failure reason of every job of PLAN_DIR."""
+    from rich.table import Table
+
+    from .status import collect, wait
+
+    rows = wait(plan_dir, timeout=timeout) if wait_ else collect(plan_dir)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in rows], indent=1))
+        return
+    table = Table("job", "slurm id", "state", "exit", "elapsed", "reason")
+    for r in rows:
+        table.add_row(r.job, r.slurm_id, r.state, r.exit_code, r.elapsed, r.reason)
+    out.print(table)
+    counts: dict = {}
+    for r in rows:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    out.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs submitted yet")
+
+
 @main.group()
 def profiles() -> None:
     """List, show and validate site profiles."""
