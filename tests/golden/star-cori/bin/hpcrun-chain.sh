@@ -1,0 +1,55 @@
+#!/bin/bash
+# hpcrun 0.1.0: one chain (one srun task) of campaign star-reco-2019.
+# Runs inside the container; processes its slice of the events of every input of the job.
+set -uo pipefail
+chain=${SLURM_PROCID:?run me under srun}
+nchains=${SLURM_NTASKS:?run me under srun}
+export HPCRUN_CHAIN=$chain HPCRUN_NCHAINS=$nchains
+db_cache=/dbcache
+export HPCRUN_DB_SOCKET="$db_cache/mysqld.sock"
+log="$HPCRUN_RUNDIR/chains/$chain.log"
+timeline="$HPCRUN_RUNDIR/chains/$chain.timeline"
+rc=0
+child=""
+stopping=0
+# shellcheck disable=SC2329  # trap handler: pass srun's SIGTERM on to the running program
+on_term() {
+  stopping=1
+  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+}
+trap on_term TERM INT
+printf 'start %s %s\n' "$(date +%s.%N)" "${SLURMD_NODENAME:-$(hostname)}" >> "$timeline"
+while IFS=$'\t' read -r _index _name _chains path events stem _output; do
+  export HPCRUN_STEM=$stem
+  export HPCRUN_INPUT=$path
+  [ -z "$HPCRUN_INPUT_DIR" ] || HPCRUN_INPUT="$HPCRUN_INPUT_DIR/${path##*/}"
+  if [ "$events" != "-" ]; then
+    first=$(( chain * events / nchains ))
+    next=$(( (chain + 1) * events / nchains ))
+    export HPCRUN_FIRST_EVENT=$first HPCRUN_NEVENTS=$(( next - first )) HPCRUN_LAST_EVENT=$(( next - 1 ))
+  fi
+  export HPCRUN_OUTPUT="$HPCRUN_WORKDIR/$stem.part$chain"
+  printf 'begin %s %s\n' "$(date +%s.%N)" "$stem" >> "$timeline"
+  root4star -b -q 'bfc.C('"${HPCRUN_FIRST_EVENT}","${HPCRUN_LAST_EVENT}"',"P2019a,StiCA,BAna,PicoVtxDefault","'"${HPCRUN_INPUT}"'","'"${HPCRUN_OUTPUT}"'")' >> "$log" 2>&1 &
+  child=$!
+  step=0
+  wait "$child" || step=$?
+  while kill -0 "$child" 2>/dev/null; do
+    step=0
+    wait "$child" || step=$?
+  done
+  child=""
+  printf 'end %s %s %s\n' "$(date +%s.%N)" "$stem" "$step" >> "$timeline"
+  if [ "$stopping" -eq 1 ]; then
+    printf 'chain %s stopped by a signal during %s\n' "$chain" "$stem" >> "$log"
+    rc=143
+    break
+  fi
+  if [ "$step" -ne 0 ]; then
+    rc=$step
+    printf 'chain %s failed on %s with exit code %s\n' "$chain" "$stem" "$step" >> "$log"
+  fi
+done < "$HPCRUN_RUNDIR/inputs.tsv"
+printf 'stop %s %s\n' "$(date +%s.%N)" "$rc" >> "$timeline"
+printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
+exit "$rc"
