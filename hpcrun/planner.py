@@ -377,6 +377,19 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     else:
         runtime = runtime_for(campaign.container, profile)
 
+    if rt_name == "apptainer" and profile.containers.apptainer:
+        drops_env = {"--cleanenv", "-e", "--containall", "-C", "--compat"}
+        opts = list(profile.containers.apptainer.exec_options)
+        for i, opt in enumerate(opts):
+            if opt in drops_env:
+                checks.profile_error(("containers", "apptainer", "exec_options", i), (
+                    f"'{opt}' clears the environment, but hpcrun passes each task its input, "
+                    "slice and database socket through HPCRUN_* variables; remove it."))
+        for i, opt in enumerate(campaign.container.options):
+            if opt in drops_env:
+                checks.spec_error(("container", "options", i), (
+                    f"'{opt}' clears the environment, but hpcrun passes each task its input, "
+                    "slice and database socket through HPCRUN_* variables; remove it."))
     if rt_name == "shifter":
         shifter = profile.containers.shifter
         if db_plan and shifter and not shifter.per_node_cache and profile.node_local is None:

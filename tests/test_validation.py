@@ -68,6 +68,8 @@ CASES = [
     ("db-too-big-shifter", {"container": {"runtime": "shifter", "image": "docker:a:b"},
                             "database": {"payload": "/nonexistent/p", "size": "100GB"}},
      "database.size", "perNodeCache"),
+    ("cleanenv", {"container": {"runtime": "apptainer", "image": "/x.sif", "options": ["--cleanenv"]}},
+     "container.options.0", "clears the environment"),
     ("port-socket", {"database": {"payload": "/nonexistent/p", "size": "1MB"},
                      "chain": {"command": ["reco", "{db_port}"]}}, "chain.command", "networking"),
 ]
