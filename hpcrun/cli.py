@@ -154,10 +154,10 @@ def profiles_show(name: str, resolved: bool) -> None:
     if not resolved:
         click.echo(locate(name).read_text(encoding="utf-8"), nl=False)
         return
-    loaded = load_profile(name)
-    data = loaded.profile.model_dump(mode="json", by_alias=True, exclude_none=True)
+    loaded = load_profile(name)  # validates the merged result
     click.echo(f"# {name} resolved from: " + " <- ".join(str(p) for p in loaded.files))
-    click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    click.echo("# values as written (sizes and durations keep their units)")
+    click.echo(yaml.safe_dump(loaded.source.data, sort_keys=False), nl=False)
 
 
 @profiles.command("validate")

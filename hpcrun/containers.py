@@ -31,6 +31,7 @@ class Runtime:
     profile: SiteProfile
     node_cache_size: int = 0          # bytes for the per-node payload cache (0: no DB)
     binds: List[Bind] = field(default_factory=list)
+    env_names: List[str] = field(default_factory=list)   # variables set by the spec/profile
 
     name: ClassVar[str] = ""
 
@@ -154,7 +155,7 @@ class PodmanHpc(Runtime):
         words = [quote(settings.command), "run", "--rm"]
         words += [quote(o) for o in settings.run_options]
         words += [quote(o) for o in self.spec.options]
-        for pattern in ("HPCRUN_*", "SLURM_*", "DW_*"):
+        for pattern in ("HPCRUN_*", "SLURM_*", "DW_*", *self.env_names):
             words += ["-e", quote(pattern)]
         for bind in self.binds:
             spec = f"{bind.source}:{bind.target}" + (":ro" if bind.read_only else "")

@@ -80,8 +80,8 @@ def check_line(line: str, prefix: str = "#DW") -> Optional[str]:
     return None
 
 
-def check_script(lines: List[str], prefix: str = "#DW") -> List[str]:
-    """Problems with the directive block: placement and grammar, one jobdw at most."""
+def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True) -> List[str]:
+    """Problems with the directive block: placement and (DataWarp) grammar, one jobdw at most."""
     problems: List[str] = []
     jobdw = 0
     in_header = True
@@ -101,7 +101,7 @@ def check_script(lines: List[str], prefix: str = "#DW") -> List[str]:
         if not line.startswith("#"):
             problems.append(f"line {n}: directive not at column 0")
             continue
-        if line.startswith("#SBATCH"):
+        if line.startswith("#SBATCH") or not grammar:
             continue
         why = check_line(line, prefix)
         if why:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, List, Union
+from typing import Any, Dict, List, Union
 
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from typing_extensions import Annotated
@@ -35,9 +35,9 @@ Size = Annotated[
 Duration = Annotated[
     int,
     BeforeValidator(_duration),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1, "description": "minutes"},
-                              {"type": "string"}],
-                    "description": "Slurm time (HH:MM:SS, D-HH:MM:SS, MM) or 90s/30m/12h/2d"}),
+    WithJsonSchema({"type": "string",
+                    "description": "Slurm time (HH:MM:SS, D-HH:MM:SS) or 90s/30m/12h/2d; "
+                                   "bare numbers are refused as ambiguous"}),
 ]
 
 
@@ -97,6 +97,19 @@ def _one_line(value: str) -> str:
 
 
 Line = Annotated[str, AfterValidator(_one_line)]
+
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_names(value: Dict[str, str]) -> Dict[str, str]:
+    for key in value:
+        if not _ENV_RE.match(key):
+            raise ValueError(f"'{key}' is not a valid environment variable name "
+                             "(letters, digits and '_', not starting with a digit)")
+    return value
+
+
+EnvVars = Annotated[Dict[str, Line], AfterValidator(_env_names)]
 
 AutoInt = Annotated[
     Union[int, str],

@@ -45,7 +45,7 @@ def used(args: Sequence[str]) -> Set[str]:
     return {m.group(1) for a in args for m in _TOKEN.finditer(a) if m.group(1)}
 
 
-def check(args: Sequence[str], allowed: Set[str]) -> Optional[str]:
+def check(args: Sequence[str], allowed: Set[str], allow_env: bool = True) -> Optional[str]:
     """An error message for the first bad placeholder, or None."""
     for arg in args:
         for m in _TOKEN.finditer(arg):
@@ -54,7 +54,9 @@ def check(args: Sequence[str], allowed: Set[str]) -> Optional[str]:
                 return (f"unbalanced '{text}' in argument {arg!r}; write '{{{{' or '}}}}' for a "
                         "literal brace")
             if name and name.startswith("env:"):
-                continue
+                if allow_env:
+                    continue
+                return f"{{{name}}} is not available here: this value is fixed when the plan is made"
             if name and name not in allowed:
                 hint = did_you_mean(name, allowed)
                 return (f"unknown placeholder {{{name}}}.{hint} Valid here: "

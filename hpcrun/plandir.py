@@ -39,9 +39,10 @@ class WriteResult:
 
 def _check_rendered(plan: Plan, files: List[RenderedFile]) -> None:
     prefix = "#" + plan.profile.burst_buffer.directive
+    grammar = plan.profile.burst_buffer.system in ("datawarp", "slurm-lua")
     for f in files:
         if f.path.startswith("jobs/"):
-            problems = check_script(f.text.splitlines(), prefix)
+            problems = check_script(f.text.splitlines(), prefix, grammar)
             if problems:
                 raise InternalError(f"rendered {f.path} has invalid directives: {problems}; "
                                     "this is a bug in hpcrun or a site template")
@@ -115,12 +116,20 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
                 target.chmod(0o755)
         (tmp / MANIFEST).write_text(manifest, encoding="utf-8")
         if out_dir.exists():
+            # job logs and run records of the previous plan are kept, not thrown away
+            for keep in ("logs", "run"):
+                if (out_dir / keep).is_dir():
+                    (tmp / keep).rmdir()
+                    os.rename(out_dir / keep, tmp / keep)
             os.rename(out_dir, old)
         os.rename(tmp, out_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
         if old.exists() and not out_dir.exists():
             os.rename(old, out_dir)
+        for keep in ("logs", "run"):
+            if (tmp / keep).is_dir() and out_dir.is_dir() and not (out_dir / keep).exists():
+                os.rename(tmp / keep, out_dir / keep)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
     return WriteResult(out_dir, files, diff, json.loads(manifest))

@@ -230,7 +230,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                  campaign.qa.count_events, ph.COUNT)
     if campaign.qa and campaign.qa.command:
         _command(checks, commands, "qa", ("qa", "command"), campaign.qa.command, ph.QA)
-    bad = ph.check([campaign.outputs.pattern], ph.PATTERN)
+    bad = ph.check([campaign.outputs.pattern], ph.PATTERN, allow_env=False)
     if bad:
         checks.spec_error(("outputs", "pattern"), bad)
     elif "/" in ph.expand_pattern(campaign.outputs.pattern, stem="x", name="x"):
@@ -255,6 +255,10 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
             "more than one chain writes parts of each output, so a 'merge' command is needed."))
     if campaign.qa and campaign.qa.count_events is None and campaign.qa.command is None:
         checks.spec_error(("qa",), "qa needs count_events (for min_event_fraction) or a command.")
+    if campaign.qa and campaign.qa.command and campaign.qa.count_events is None and (
+            ph.used(campaign.qa.command) & {"events_in", "events_out"}):
+        checks.spec_error(("qa", "command"), (
+            "{events_in} and {events_out} are counted with qa.count_events, which is not given."))
 
     # ---- burst buffer ----------------------------------------------------------------------
     bbspec = campaign.burst_buffer
@@ -419,8 +423,9 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         needed = capacity = None
         if writer and bbspec and pool:
             if bbspec.capacity == "auto":
-                needed = int(math.ceil((in_bytes + in_bytes * campaign.outputs.size_ratio)
-                                       * bbspec.safety_factor))
+                # inputs + chain parts + merged outputs (parts stay until the job ends)
+                out_bytes = in_bytes * campaign.outputs.size_ratio
+                needed = int(math.ceil((in_bytes + 2 * out_bytes) * bbspec.safety_factor))
             else:
                 needed = int(bbspec.capacity)
             needed = max(needed, 1)
@@ -429,7 +434,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 rounded += 1
                 rounding_example = rounding_example or (
                     f"{format_size(needed, binary=False)} -> {format_capacity(capacity)}")
-            if pool.max_per_job and capacity > pool.max_per_job:
+            limit = min(x for x in (pool.max_per_job, pool.total, 2**63) if x)
+            if capacity > limit:
                 too_big.append(f"job {index + 1} needs {format_capacity(capacity)}")
         jobs.append(Job(index, f"{campaign.name}.{index + 1:0{width}d}", group, outputs, chains,
                         needed, capacity))
@@ -440,8 +446,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     if too_big and pool:
         checks.spec_error(("burst_buffer", "capacity"), (
             f"{too_big[0]} ({len(too_big)} job(s) in all), more than the "
-            f"{format_capacity(pool.max_per_job or 0)} per job that pool '{pool.name}' allows; "
-            "use fewer files_per_job or a smaller safety_factor."))
+            f"{format_capacity(min(x for x in (pool.max_per_job, pool.total, 2**63) if x))} per job "
+            f"that pool '{pool.name}' allows; use fewer files_per_job or a smaller safety_factor."))
     if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
         notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")
     checks.raise_if_any()
@@ -457,10 +463,13 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         input_dir, work_dir, out_dir = "", quote(workdir) + '/"${HPCRUN_JOB}"', out_loc
 
     runtime.binds = _binds(campaign, profile, items, db_plan, root_var, workdir)
+    runtime.env_names = sorted(set(profile.prologue.env) | set(campaign.software.env)
+                               | set(campaign.chain.env))
 
     # ---- scripts: arrays unless each job needs its own stage lines -----------------------
     per_job_lines = bool(writer and bbspec and bbspec.stage_inputs)
-    use_arrays = js.array == "always" or (js.array == "auto" and not per_job_lines and len(jobs) > 1)
+    use_arrays = js.array == "always" or (js.array == "auto" and not per_job_lines and len(jobs) > 1
+                                          and profile.max_array_size > 0)
     if js.array == "always" and per_job_lines:
         checks.spec_error(("jobs", "array"), (
             "job arrays share one script, but burst_buffer.stage_inputs needs per-job #DW "
@@ -482,6 +491,9 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         if any(j.bb_capacity for j in jobs) and len({j.bb_capacity for j in jobs}) > 1:
             notes.append("array tasks share one #DW jobdw line sized for the largest task.")
     else:
+        if js.throttle and len(jobs) > 1:
+            notes.append(f"jobs.throttle ({js.throttle}) applies to job arrays; these {len(jobs)} "
+                         "jobs have their own scripts, so Slurm's queue limits apply instead.")
         for job in jobs:
             bb_lines = _bb_lines(writer, bbspec, pool, campaign, job, root_var, job.bb_capacity or 0)
             scripts.append(ScriptPlan(f"job{job.index + 1:0{width}d}", (job,), None, tuple(bb_lines)))

@@ -10,7 +10,7 @@ from typing import Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .fields import AbsPath, Duration, Line, Name, Size
+from .fields import AbsPath, Duration, EnvVars, Line, Name, Size
 
 
 class Strict(BaseModel):
@@ -124,7 +124,7 @@ class Launcher(Strict):
 
 class Prologue(Strict):
     modules: List[Line] = Field(default_factory=list)
-    env: Dict[str, Line] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
 
 
 class ToolPaths(Strict):
@@ -153,7 +153,8 @@ class SiteProfile(Strict):
     array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
     signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
     template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)")
-    db_port_base: int = Field(20000, ge=1024, le=60000)
+    db_port_base: int = Field(20000, ge=1024, le=55535, description=(
+        "TCP database servers listen on db_port_base + (job id mod 10000)"))
 
     @field_validator("default_partition")
     @classmethod

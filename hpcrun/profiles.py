@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import InputError, Problem, did_you_mean
 from .profile import SiteProfile
-from .resources import profile_search_path
+from .resources import profile_search_path, site_template_dirs
 from .validate import build
 from .yamlsrc import KeyPath, Located, load_yaml
 
@@ -111,4 +111,13 @@ def load_profile(name: str, origin: Optional[Tuple[str, Optional[int], str]] = N
     """Resolve and validate a profile and its ``extends`` chain."""
     path = locate(name, origin, relative_to)
     src, files = resolve_raw(path)
-    return LoadedProfile(build(SiteProfile, src), src, files)
+    profile = build(SiteProfile, src)
+    if profile.template:
+        dirs = site_template_dirs(files)
+        if not any((d / f"{profile.template}.sh.j2").is_file() for d in dirs):
+            file, line = src.where(("template",))
+            raise InputError([Problem(file, line, "template", (
+                f"template '{profile.template}.sh.j2' was not found in "
+                + ", ".join(str(d) for d in dirs) + "; put it in a templates/ directory beside "
+                "the profile or in HPCRUN_TEMPLATE_PATH"))])
+    return LoadedProfile(profile, src, files)

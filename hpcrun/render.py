@@ -16,10 +16,9 @@ import jinja2
 
 from . import __version__
 from .planner import Plan, ScriptPlan
+from .resources import site_template_dirs
 from .shell import quote, sbatch_value
 from .units import format_capacity, format_duration
-
-SITE_TEMPLATE_DIR = "templates"
 
 
 @dataclass(frozen=True)
@@ -42,9 +41,7 @@ def environment(search: Iterable[Path]) -> jinja2.Environment:
 
 def template_dirs(plan: Plan) -> List[Path]:
     """Site overrides first: a templates/ directory beside each profile file (child first)."""
-    from .resources import template_search_path
-    extra = [Path(f).parent / SITE_TEMPLATE_DIR for f in plan.profile_files]
-    return template_search_path([p for p in extra if p.is_dir()])
+    return site_template_dirs(plan.profile_files)
 
 
 def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[str]:
@@ -123,6 +120,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     prefix = plan.runtime.prefix()
     overcommit = c.jobs.overcommit and any(j.chains_per_node > plan.partition.cpus for j in plan.jobs)
     return {
+        "chain_env": sorted(c.chain.env.items()),
         "version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
         "profile_name": plan.profile.name, "plan_dir": plan_dir,
         "release": c.software.release or "", "env": env, "modules": modules,

@@ -46,3 +46,13 @@ def template_search_path(extra: List[Path]) -> List[Path]:
     paths += [Path(p) for p in os.environ.get("HPCRUN_TEMPLATE_PATH", "").split(os.pathsep) if p]
     paths.append(templates_dir())
     return paths
+
+
+SITE_TEMPLATE_DIR = "templates"
+
+
+def site_template_dirs(profile_files: List[Path]) -> List[Path]:
+    """Template directories in search order: beside each profile file (child first), then
+    HPCRUN_TEMPLATE_PATH, then the built-in templates."""
+    extra = [Path(f).parent / SITE_TEMPLATE_DIR for f in profile_files]
+    return template_search_path([p for p in extra if p.is_dir()])

@@ -6,11 +6,23 @@ typo is reported with a did-you-mean instead of being ignored.
 
 from __future__ import annotations
 
-from typing import Dict, List, Literal, Optional, Union
+from typing import List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .fields import AbsPath, AutoInt, Command, Duration, Line, Name, Size
+from .fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
+
+# sbatch options hpcrun writes itself; setting them through extra_sbatch would bypass checks
+MANAGED_SBATCH = {
+    "--job-name": "name", "--partition": "site.partition", "--qos": "site.qos",
+    "--account": "site.account", "--reservation": "site.reservation", "--time": "walltime",
+    "--nodes": "jobs.nodes", "--array": "jobs.array and jobs.throttle", "--output": "(the plan)",
+    "--signal": "the site profile's signal_before_timeout", "--comment": "(the campaign tag)",
+    "--image": "container.image", "--volume": "the database payload cache",
+    "--module": "container.modules", "--exclusive": "the partition's exclusive setting",
+    "--ntasks-per-node": "jobs.chains_per_node", "--constraint": "the partition's constraint",
+    "--bb": "burst_buffer", "--bbf": "burst_buffer",
+}
 
 
 class Strict(BaseModel):
@@ -20,7 +32,8 @@ class Strict(BaseModel):
 class SiteRef(Strict):
     """Where the campaign runs: a site profile and the Slurm account settings."""
 
-    profile: Name = Field(description="site profile name (see `hpcrun profiles list`) or a path")
+    profile: Line = Field(description=(
+        "site profile name (see `hpcrun profiles list`) or a path to a profile .yaml file"))
     partition: Optional[Name] = Field(None, description="partition; default: the profile's default")
     qos: Optional[Name] = Field(None, description="QOS; must be allowed on the partition")
     account: Optional[Name] = Field(None, description="account to charge (sbatch --account)")
@@ -28,12 +41,27 @@ class SiteRef(Strict):
     extra_sbatch: List[Line] = Field(default_factory=list, description=(
         "extra sbatch options (e.g. '--exclude=nid00012'), each emitted as its own #SBATCH line"))
 
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, value: str) -> str:
+        import re
+        if not (re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", value) or value.endswith((".yaml", ".yml"))):
+            raise ValueError(f"'{value}' is neither a profile name nor a path to a .yaml file")
+        return value
+
     @field_validator("extra_sbatch")
     @classmethod
     def _options(cls, value: List[str]) -> List[str]:
         for opt in value:
-            if not opt.startswith("--") or " " in opt.split("=", 1)[0]:
+            name = opt.split("=", 1)[0]
+            if not opt.startswith("--") or " " in name:
                 raise ValueError(f"'{opt}' is not a long sbatch option; write it as --name=value")
+            if '"' in opt:
+                raise ValueError(f"'{opt}' contains a double quote, which cannot be written into an "
+                                 "#SBATCH line")
+            if name in MANAGED_SBATCH:
+                raise ValueError(f"'{name}' is written by hpcrun from {MANAGED_SBATCH[name]}; set it "
+                                 "there so that it is checked against the site profile")
         return value
 
 
@@ -61,16 +89,7 @@ class ContainerSpec(Strict):
 class SoftwareSpec(Strict):
     release: Optional[Line] = Field(None, description="software release, exported as HPCRUN_RELEASE")
     modules: List[Line] = Field(default_factory=list, description="environment modules to load")
-    env: Dict[str, Line] = Field(default_factory=dict, description="environment variables")
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: Dict[str, str]) -> Dict[str, str]:
-        import re
-        for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"'{key}' is not a valid environment variable name")
-        return value
+    env: EnvVars = Field(default_factory=dict, description="environment variables")
 
 
 class InputFile(Strict):
@@ -103,7 +122,7 @@ class JobsSpec(Strict):
     nodes: int = Field(1, ge=1)
     chains_per_node: AutoInt = Field(1, description="chains per node, or 'auto'")
     bytes_per_chain: Optional[Size] = Field(None, description=(
-        "with chains_per_node: auto, one chain per this many input bytes (1..cores)"))
+        "with chains_per_node: auto, one chain per this many input bytes (1..CPUs per node)"))
     overcommit: bool = Field(False, description="allow more chains than CPUs per node")
     array: Literal["auto", "always", "never"] = Field("auto", description=(
         "auto: job arrays unless each job needs its own #DW stage lines"))
@@ -131,7 +150,7 @@ class RestartPolicy(Strict):
 class DatabaseSpec(Strict):
     """Conditions-DB payload served by one DB server per node."""
 
-    payload: AbsPath = Field(description="directory holding the server's data directory")
+    payload: AbsPath = Field(description="the server's data directory, copied to node-local storage")
     size: Optional[Size] = Field(None, description="payload size; measured when the path exists")
     engine: Literal["mysql", "mariadb"] = "mariadb"
     server: Optional[Line] = Field(None, description="server binary (default mariadbd or mysqld)")
@@ -156,6 +175,14 @@ class BurstBufferSpec(Strict):
     safety_factor: float = Field(1.5, ge=1.0)
     access_mode: Literal["striped", "private", "striped,private"] = "striped"
     type: Literal["scratch", "cache"] = "scratch"
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        if value == "cache":
+            raise ValueError("type 'cache' (a transparent cache over the parallel filesystem, "
+                             "$DW_JOB_STRIPED_CACHE) is not supported yet; use 'scratch' with staging")
+        return value
     pool: Optional[Name] = None
     stage_inputs: bool = Field(True, description="stage each job's input files in")
     stage_outputs: bool = Field(True, description="stage merged outputs out to outputs.location")
@@ -177,7 +204,7 @@ class ChainSpec(Strict):
     command: Command = Field(description=(
         "argv with placeholders {input} {output} {chain} {nchains} {first_event} {nevents} "
         "{db_socket} {db_port} {workdir} {release}"))
-    env: Dict[str, Line] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict, description="variables exported for the chains")
 
 
 class MergeSpec(Strict):

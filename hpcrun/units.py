@@ -105,22 +105,27 @@ def round_up(nbytes: int, granularity: int) -> int:
 _DUR_COLON = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _DUR_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)\s*$", re.IGNORECASE)
 VALID_DURATION_HELP = (
-    "Slurm time syntax (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) or a number with "
+    "quoted Slurm time syntax (MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) or a number with "
     "a unit s, m, h or d (e.g. 90s, 30m, 12h)"
 )
 
 
 def parse_duration(value: Union[str, int]) -> int:
-    """Return seconds. Integers are minutes, like ``sbatch --time``."""
+    """Return seconds from text with a unit or Slurm's colon syntax.
+
+    Bare numbers are refused: ``300`` could mean seconds or minutes, and YAML reads an
+    unquoted ``8:00:00`` as the base-60 integer 28800.
+    """
     if isinstance(value, bool):
         raise UnitError(f"expected a duration; use {VALID_DURATION_HELP}")
     if isinstance(value, int):
-        if value <= 0:
-            raise UnitError("a duration must be positive")
-        return value * 60
+        raise UnitError(f"{value} has no unit; write e.g. '{value}s' or '{value}m', and quote "
+                        "colon times ('08:00:00': YAML reads an unquoted 8:00:00 as a number)")
     if not isinstance(value, str):
         raise UnitError(f"expected a duration; use {VALID_DURATION_HELP}")
     text = value.strip()
+    if text.isdigit():
+        raise UnitError(f"'{text}' has no unit; write e.g. '{text}s' or '{text}m'")
     m = _DUR_UNIT.match(text)
     if m:
         mult = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[m.group(2).lower()]

@@ -119,7 +119,7 @@ def test_profiles_list_and_show(cli):
     data = yaml.safe_load(resolved.output)
     assert data["partitions"]["regular"]["cores_per_node"] == 68      # from the child
     assert data["burst_buffer"]["system"] == "datawarp"                # from the parent
-    assert data["containers"]["shifter"]["per_node_cache_max"] == 200 * 2**30
+    assert data["containers"]["shifter"]["per_node_cache_max"] == "200GiB"  # units kept
     assert "nersc-cori-knl.yaml <- " in resolved.output
 
 

@@ -113,7 +113,7 @@ def test_hostile_environment_values_exported_exactly(spec_factory, tmp_path):
 
 
 def test_sbatch_values_cannot_break_the_directive_block(spec_factory, tmp_path):
-    spec = spec_factory({"site": {"extra_sbatch": ["--comment=a b $(x)", "--mail-user=me@x.org"]}})
+    spec = spec_factory({"site": {"extra_sbatch": ["--mail-type=a b $(x)", "--mail-user=me@x.org"]}})
     text = next((write_plan(load_plan(spec), tmp_path / "p").out_dir / "jobs").glob("*")).read_text()
-    assert '#SBATCH --comment="a b $(x)"' in text
+    assert '#SBATCH --mail-type="a b $(x)"' in text
     assert "#SBATCH --mail-user=me@x.org" in text

@@ -172,3 +172,59 @@ def test_template_typo_is_an_error_not_blank(spec_factory, tmp_path, monkeypatch
     with pytest.raises(jinja2.UndefinedError):
         write_plan(plan, tmp_path / "p")
     assert not (tmp_path / "p").exists()
+
+
+def _site(tmp_path, monkeypatch, name, text):
+    prof = tmp_path / "site"
+    prof.mkdir(exist_ok=True)
+    (prof / f"{name}.yaml").write_text(text)
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
+
+
+def test_rabbit_directives(spec_factory, tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch, "rabbit-site",
+          "name: rabbit-site\nextends: local-test\nburst_buffer:\n  system: rabbit\n  directive: DW\n")
+    plan = load_plan(spec_factory({"site": {"profile": "rabbit-site"},
+                                   "burst_buffer": {"capacity": "10GB", "stage_inputs": False}}))
+    out = write_plan(plan, tmp_path / "p").out_dir
+    text = next((out / "jobs").glob("*.sbatch")).read_text()
+    assert "#DW jobdw type=xfs capacity=10GiB name=hpcrun" in text
+    assert "#DW copy_out source=$DW_JOB_hpcrun/out destination=" in text
+    assert 'HPCRUN_OUTDIR="${DW_JOB_hpcrun%/}"/out' in text
+
+
+def test_no_arrays_site_falls_back_to_job_scripts(spec_factory, tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch, "noarrays", "name: noarrays\nextends: local-test\nmax_array_size: 0\n")
+    plan = load_plan(spec_factory({"site": {"profile": "noarrays"}}, inputs=3))
+    assert [s.array for s in plan.scripts] == [None, None, None]
+
+
+def test_missing_site_template_is_a_profile_error(spec_factory, tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch, "notemplate", "name: notemplate\nextends: local-test\ntemplate: nope\n")
+    with pytest.raises(InputError) as exc:
+        load_plan(spec_factory({"site": {"profile": "notemplate"}}))
+    [p] = exc.value.problems
+    assert p.key == "template" and p.line == 3 and "nope.sh.j2' was not found" in p.message
+
+
+def test_podman_passes_spec_variables_and_chain_env(spec_factory, tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch, "podsite",
+          "name: podsite\nextends: local-test\ncontainers:\n  podman-hpc: {command: podman-hpc}\n")
+    plan = load_plan(spec_factory({"site": {"profile": "podsite"},
+                                   "container": {"runtime": "podman-hpc", "image": "img:1"},
+                                   "software": {"env": {"TRAIN_CONFIG": "/c.yaml"}},
+                                   "chain": {"env": {"OMP_NUM_THREADS": "1"}}}))
+    out = write_plan(plan, tmp_path / "p").out_dir
+    job = next((out / "jobs").glob("*.sbatch")).read_text()
+    assert "-e 'HPCRUN_*' -e 'SLURM_*' -e 'DW_*' -e OMP_NUM_THREADS -e TRAIN_CONFIG" in job
+    assert "export OMP_NUM_THREADS=1" in (out / "bin/hpcrun-chain.sh").read_text()
+
+
+def test_replan_keeps_logs_and_run_records(spec_factory, tmp_path):
+    out = tmp_path / "p"
+    write_plan(load_plan(spec_factory()), out)
+    (out / "logs" / "old.out").write_text("log")
+    (out / "run" / "job" / "1").mkdir(parents=True)
+    write_plan(load_plan(spec_factory({"walltime": "00:20:00"})), out)
+    assert (out / "logs" / "old.out").read_text() == "log"
+    assert (out / "run" / "job" / "1").is_dir()
