@@ -514,9 +514,13 @@ def _binds(campaign: Campaign, profile: SiteProfile, items: List[InputItem],
         binds.append(Bind(quote(db_plan.payload), quote(db_plan.payload), read_only=True))
         if profile.node_local is not None and db_plan.cache_dir.startswith(quote(profile.node_local.path)):
             binds.append(Bind(quote(profile.node_local.path), quote(profile.node_local.path)))
-    for path in (campaign.outputs.location, workdir):
-        binds.append(Bind(quote(path), quote(path)))
     bb = campaign.burst_buffer
+    # the job creates these before any container starts; only bind what the job uses
+    used = [] if root_var else [workdir]
+    if not (root_var and bb and bb.stage_outputs):
+        used.append(campaign.outputs.location)
+    for path in used:
+        binds.append(Bind(quote(path), quote(path)))
     if root_var:
         var = f'"${{{root_var}}}"'
         binds.append(Bind(var, var))

@@ -1,0 +1,274 @@
+"""The shipped detector-reco-local campaign, planned, submitted and followed with hpcrun on
+the real Slurm test cluster, as the unprivileged test user. Then every failure path.
+
+hpcrun runs from a virtualenv the test user can read (DIR/venv, built once per source
+version); jobs, burst buffer stage-in/out (the Lua DataWarp emulator), the per-node
+MariaDB and the h5py programs are all real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parent.parent.parent
+EXAMPLE = REPO / "examples" / "detector-reco-local"
+PY = "/usr/bin/python3"
+
+
+def _source_digest() -> str:
+    h = hashlib.sha256()
+    for base in ("hpcrun", "templates", "site-profiles"):
+        for p in sorted((REPO / base).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(REPO)).encode())
+                h.update(p.read_bytes())
+    h.update((REPO / "setup.cfg").read_bytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def hpcrun_bin(slurm_cluster) -> str:
+    """hpcrun installed (non-editable) in a venv the test user can run."""
+    venv = slurm_cluster.dir / "venv"
+    stamp = venv / "hpcrun-source.digest"
+    digest = _source_digest()
+    if not (stamp.exists() and stamp.read_text() == digest):
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([PY, "-m", "venv", str(venv)], check=True)
+        src = slurm_cluster.dir / "hpcrun-src"
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "*.plan", "__pycache__",
+                                                                  "build", "*.egg-info"))
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(src)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        stamp.write_text(digest)
+    return str(venv / "bin" / "hpcrun")
+
+
+@pytest.fixture(scope="module")
+def example_root(slurm_cluster) -> Path:
+    """The example prepared by the test user where its campaign.yaml expects it."""
+    root = slurm_cluster.pfs_root / "detector-reco"
+    copy = slurm_cluster.dir / "example-src"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(EXAMPLE, copy)
+    slurm_cluster.chown(copy)
+    shutil.rmtree(root, ignore_errors=True)
+    proc = slurm_cluster.run_as_user([PY, str(copy / "prepare.py"), "--root", str(root),
+                                      "--files", "2", "--events", "1500"], cwd=str(copy))
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+class Campaign:
+    """One variant of the example campaign in its own directory, driven through hpcrun."""
+
+    def __init__(self, cluster, hpcrun: str, root: Path, name: str, chain_extra=(), **changes):
+        self.cluster, self.hpcrun = cluster, hpcrun
+        data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text())
+        data["name"] = f"e2e-{name}"
+        data["chain"]["command"] += list(chain_extra)
+        for key, value in changes.items():
+            section, _, field = key.partition("__")
+            if field:
+                data.setdefault(section, {})[field] = value
+            else:
+                data[section] = value
+        self.out = root / "out" / name
+        data["outputs"]["location"] = str(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        cluster.chown(self.out)
+        self.dir = cluster.workdir
+        self.spec = cluster.write(self.dir / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
+        self.plan = self.dir / "plan"
+
+    def hp(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return self.cluster.run_as_user([self.hpcrun, *args], cwd=str(self.dir), timeout=timeout,
+                                        env={"COLUMNS": "200"})
+
+    def plan_and_submit(self) -> list:
+        proc = self.hp("plan", str(self.spec), "--out", str(self.plan))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = self.hp("submit", str(self.plan))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads((self.plan / "submitted.json").read_text())["submissions"]
+
+    def status(self, wait: bool = True, timeout: float = 240) -> list:
+        args = ["status", str(self.plan), "--json"] + (["--wait", "--timeout", str(timeout)] if wait else [])
+        proc = self.hp(*args, timeout=timeout + 60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    def rundir(self, row: dict) -> Path:
+        raw = self.cluster.sacct(row["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
+        return self.plan / "run" / row["job"] / raw
+
+
+def _events(cluster, job_id: str) -> list:
+    return [e["function"] for e in cluster.bb_events(job_id)]
+
+
+def _epoch(ts: str) -> float:
+    return time.mktime(time.strptime(ts, "%Y-%m-%dT%H:%M:%S"))
+
+
+def _count_events(path: Path) -> int:
+    return int(subprocess.run([PY, "-c", "import h5py,sys; print(len(h5py.File(sys.argv[1])['event_id']))",
+                               str(path)], capture_output=True, text=True, check=True).stdout)
+
+
+def test_campaign_end_to_end(slurm_cluster, hpcrun_bin, example_root):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "ok", chain_extra=["--cpu-seconds", "2"])
+    subs = c.plan_and_submit()
+    assert len(subs) == 2  # one script per input: each stages its own raw file in
+    again = c.hp("submit", str(c.plan))
+    assert "nothing to submit" in again.stdout
+    rows = c.status()
+    assert [r["state"] for r in rows] == ["COMPLETED", "COMPLETED"], rows
+    for row, raw in zip(rows, sorted((example_root / "raw").glob("*.h5"))):
+        job_id = row["slurm_id"]
+        acct = slurm_cluster.sacct(job_id, fields="State,ExitCode,Start,End")[0]
+        assert (acct["State"], acct["ExitCode"]) == ("COMPLETED", "0:0")
+        # burst buffer: stage-in done before the job started, stage-out after it ended
+        slurm_cluster.wait_until(lambda: "teardown" in _events(slurm_cluster, job_id),
+                                 timeout=30, what="teardown")
+        ev = slurm_cluster.bb_events(job_id)
+        funcs = [e["function"] for e in ev]
+        assert funcs.index("data_in") < funcs.index("pre_run") \
+            < funcs.index("post_run") < funcs.index("data_out")
+        data_in = next(e["epoch"] for e in ev if e["function"] == "data_in")
+        data_out = next(e["epoch"] for e in ev if e["function"] == "data_out")
+        assert data_in <= _epoch(acct["Start"]) and data_out >= _epoch(acct["End"])
+        assert all(e["status"] == "OK" for e in ev), ev
+        # the database ran from the node-local copy, answered before the chains, stopped cleanly
+        run = c.rundir(row)
+        node = slurm_cluster.nodes[0]
+        db_log = (run / "db" / f"{node}.log").read_text()
+        assert f"/tmp/hpcrun.{run.name}.{node}/data" in db_log
+        ready = float((run / "db" / f"{node}.ready").read_text())
+        timelines = [(run / "chains" / f"{k}.timeline").read_text().split("\n") for k in range(4)]
+        begins = [float(line.split()[1]) for t in timelines for line in t if line.startswith("begin")]
+        ends = [float(line.split()[1]) for t in timelines for line in t if line.startswith("end")]
+        assert len(begins) == 4 and ready < min(begins)
+        assert max(begins) < min(ends), "the 4 chains did not run at the same time"
+        assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
+        assert "Shutdown complete" in (run / "db" / f"{node}.err").read_text()
+        assert not Path(f"/tmp/hpcrun.{run.name}.{node}").exists()
+        # every event reached the merged output, QA passed, output staged out to the "PFS"
+        out = c.out / f"{raw.stem}.reco.h5"
+        assert _count_events(out) == _count_events(raw) == 1500
+        assert (run / "qa.tsv").read_text().split() == [raw.stem, "1500", "1500", "pass"]
+        assert not (slurm_cluster.bb_job_dir / run.name).exists(), "burst buffer not torn down"
+
+
+def test_stage_in_source_missing_holds_the_job(slurm_cluster, hpcrun_bin, example_root):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "nostage",
+                 inputs={"files": [{"path": str(example_root / "raw" / "absent.h5"), "size": "1MB"}]})
+    [sub] = c.plan_and_submit()
+    rows = c.status(timeout=60)
+    try:
+        assert rows[0]["state"] == "PENDING"
+        assert "slurm_bb_data_in" in rows[0]["reason"] and "absent.h5" in rows[0]["reason"]
+        table = c.hp("status", str(c.plan))
+        assert "slurm_bb_data_in" in table.stdout.replace("\n", "")
+    finally:
+        slurm_cluster.scancel(sub["job_id"])
+
+
+def test_chain_failure_reports_the_chain_and_stages_out(slurm_cluster, hpcrun_bin, example_root):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "chainfail", chain_extra=["--fail-chain", "1"],
+                 inputs={"glob": str(example_root / "raw" / "run1000.h5")})
+    [sub] = c.plan_and_submit()
+    [row] = c.status()
+    assert (row["state"], row["exit_code"]) == ("FAILED", "7:0")
+    assert "chain(s) failed: 1(rc=3)" in row["reason"]
+    slurm_cluster.wait_until(lambda: "data_out" in _events(slurm_cluster, sub["job_id"]),
+                             timeout=30, what="stage-out after the failure")
+
+
+def test_db_killed_mid_job_is_restarted(slurm_cluster, hpcrun_bin, example_root):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "dbkill",
+                 chain_extra=["--cpu-seconds", "8", "--refresh", "50"],
+                 inputs={"glob": str(example_root / "raw" / "run1000.h5")})
+    [sub] = c.plan_and_submit()
+
+    def server_pid():
+        out = subprocess.run(["pgrep", "-u", slurm_cluster.user, "-f", f"mariadbd.*hpcrun.{sub['job_id']}."],
+                             capture_output=True, text=True).stdout.split()
+        chains = list(c.plan.glob("run/*/*/chains/0.timeline"))
+        return out and chains and "begin" in chains[0].read_text() and out
+    pid = slurm_cluster.wait_until(server_pid, timeout=90, what="chains running")
+    os.kill(int(pid[0]), signal.SIGKILL)
+    [row] = c.status()
+    assert row["state"] == "COMPLETED", row
+    run = c.rundir(row)
+    restarts = (run / "db" / f"{slurm_cluster.nodes[0]}.restarts").read_text().splitlines()
+    assert len(restarts) == 1
+    assert (run / "qa.tsv").read_text().split()[-1] == "pass"
+
+
+def test_db_never_ready_fails_fast(slurm_cluster, hpcrun_bin, example_root):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "notready",
+                 database__options=["--skip-grant-tables", "--no-such-option"],
+                 inputs={"glob": str(example_root / "raw" / "run1000.h5")})
+    c.plan_and_submit()
+    [row] = c.status(timeout=120)
+    assert (row["state"], row["exit_code"]) == ("FAILED", "5:0")
+    assert "did not become ready" in row["reason"]
+
+
+def test_time_limit_stops_db_cleanly_and_stages_out(slurm_cluster, hpcrun_bin, example_root):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "timelimit", chain_extra=["--cpu-seconds", "600"],
+                 walltime="00:02:00", inputs={"glob": str(example_root / "raw" / "run1000.h5")})
+    [sub] = c.plan_and_submit()
+    [row] = c.status(timeout=200)
+    assert row["state"] in ("FAILED", "TIMEOUT"), row
+    assert "time limit" in row["reason"]
+    run = c.rundir(row)
+    assert (run / "db" / f"{slurm_cluster.nodes[0]}.stopped").read_text().strip() == "0"
+    assert "Shutdown complete" in (run / "db" / f"{slurm_cluster.nodes[0]}.err").read_text()
+    slurm_cluster.wait_until(lambda: "data_out" in _events(slurm_cluster, sub["job_id"]),
+                             timeout=30, what="stage-out after the time limit")
+
+
+def c_dir(call):
+    return ""
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "shifter"])
+def test_campaign_in_container_standins(slurm_cluster, hpcrun_bin, example_root, runtime):
+    image = "docker:hpcrun/detector-reco:1" if runtime == "shifter" else str(example_root / "reco.sif")
+    if runtime == "apptainer":
+        Path(image).write_bytes(b"")
+        slurm_cluster.chown(Path(image))
+    else:
+        shutil.rmtree("/tmp/hpcrun-pnc", ignore_errors=True)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, f"in-{runtime}",
+                 container={"runtime": runtime, "image": image},
+                 inputs={"glob": str(example_root / "raw" / "run1001.h5")})
+    c.plan_and_submit()
+    script = next((c.plan / "jobs").glob("*.sbatch")).read_text()
+    [row] = c.status()
+    assert row["state"] == "COMPLETED", row
+    calls = [json.loads(line) for line in slurm_cluster.containers_log.read_text().splitlines()]
+    mine = [c for c in calls if c["tool"] == runtime and str(c.get("cwd", "")).startswith(str(c_dir(c)))]
+    assert any(call["ok"] and "hpcrun-db.sh" in " ".join(call["argv"]) for call in mine), mine[-3:]
+    assert any(call["ok"] and "hpcrun-chain.sh" in " ".join(call["argv"]) for call in mine)
+    if runtime == "shifter":
+        # sbatch accepted the SPANK options (the stub rejects malformed ones)
+        assert "#SBATCH --image=docker:hpcrun/detector-reco:1" in script
+        assert "#SBATCH --volume=/tmp:/tmp/hpcrun-pnc:perNodeCache=size=" in script
+    assert _count_events(c.out / "run1001.reco.h5") == 1500
