@@ -43,7 +43,8 @@ def make_payload(payload: Path) -> None:
     with tempfile.TemporaryFile("w+") as f:
         f.write(sql)
         f.seek(0)
-        subprocess.run(["mariadbd", "--no-defaults", f"--datadir={payload}", "--bootstrap",
+        server = shutil.which("mariadbd") or "/usr/sbin/mariadbd"  # sbin is not on users' PATH
+        subprocess.run([server, "--no-defaults", f"--datadir={payload}", "--bootstrap",
                         "--skip-grant-tables", "--log-error=/dev/null"], stdin=f, check=True)
 
 
