@@ -446,8 +446,9 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     if too_big and pool:
         checks.spec_error(("burst_buffer", "capacity"), (
             f"{too_big[0]} ({len(too_big)} job(s) in all), more than the "
-            f"{format_capacity(min(x for x in (pool.max_per_job, pool.total, 2**63) if x))} per job "
-            f"that pool '{pool.name}' allows; use fewer files_per_job or a smaller safety_factor."))
+            f"{format_capacity(min(x for x in (pool.max_per_job, pool.total, 2**63) if x))} that pool "
+            f"'{pool.name}' can give one job (its max_per_job and total); use fewer files_per_job or "
+            "a smaller safety_factor."))
     if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
         notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")
     checks.raise_if_any()

@@ -21,6 +21,9 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"}
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm temporarily unable",
              "Resource temporarily unavailable", "Connection refused")
+# for sbatch only errors that prove the controller never took the job: after a timeout the job
+# may exist, and submitting again would duplicate it
+NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
 
 
 class SlurmError(HpcrunError):
@@ -51,7 +54,8 @@ def _env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
 
 
-def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
+         transient: Sequence[str] = TRANSIENT) -> subprocess.CompletedProcess:
     """Run a Slurm command, retrying transient controller errors with backoff."""
     delay = 1.0
     for attempt in range(retries + 1):
@@ -62,7 +66,7 @@ def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None) -> s
             raise SlurmError(f"'{argv[0]}' was not found: is Slurm installed and on PATH?") from None
         except subprocess.TimeoutExpired:
             proc = subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} timed out after 120 s")
-        if proc.returncode == 0 or not any(t in proc.stderr for t in TRANSIENT) or attempt == retries:
+        if proc.returncode == 0 or not any(t in proc.stderr for t in transient) or attempt == retries:
             return proc
         time.sleep(delay)
         delay *= 2
@@ -71,7 +75,7 @@ def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None) -> s
 
 def sbatch(script: Path, extra: Iterable[str] = ()) -> str:
     """Submit a script; return its job id. sbatch's rejection is shown verbatim."""
-    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent)
+    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED)
     if proc.returncode != 0:
         raise SlurmError(f"sbatch rejected {script}:\n{proc.stderr.strip() or proc.stdout.strip()}")
     job_id = proc.stdout.strip().split(";")[0]

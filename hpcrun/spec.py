@@ -59,9 +59,11 @@ class SiteRef(Strict):
             if '"' in opt:
                 raise ValueError(f"'{opt}' contains a double quote, which cannot be written into an "
                                  "#SBATCH line")
-            if name in MANAGED_SBATCH:
-                raise ValueError(f"'{name}' is written by hpcrun from {MANAGED_SBATCH[name]}; set it "
-                                 "there so that it is checked against the site profile")
+            # sbatch accepts unambiguous abbreviations (--tim= is --time=)
+            managed = [m for m in MANAGED_SBATCH if m == name or (len(name) > 3 and m.startswith(name))]
+            if managed:
+                raise ValueError(f"'{managed[0]}' is written by hpcrun from {MANAGED_SBATCH[managed[0]]}; "
+                                 "set it there so that it is checked against the site profile")
         return value
 
 

@@ -55,6 +55,14 @@ def collect(plan_dir: Path) -> List[JobStatus]:
             job = names.get(sub.first_job + k, f"#{sub.first_job + k}")
             key = f"{sub.job_id}_{k}" if sub.array else sub.job_id
             st = states.get(key) or (states.get(sub.job_id) if sub.array else None)
+            if st is None and sub.array:
+                # tasks that have not started yet are one row: 123_[0-9%2]
+                st = next((s for sid, s in states.items() if sid.startswith(f"{sub.job_id}_[")), None)
+                if st is not None:
+                    bracket = st.job_id
+                    out.append(JobStatus(job, key, st.state, st.exit_code, st.elapsed,
+                                         reasons.get(bracket) or reasons.get(key) or st.reason))
+                    continue
             if st is None:
                 out.append(JobStatus(job, key, "UNKNOWN" if not reasons.get(key) else "PENDING", "",
                                      "", reasons.get(key, "not yet in accounting")))

@@ -140,10 +140,8 @@ def parse_duration(value: Union[str, int]) -> int:
             h, mi, s = int(a), int(b or 0), int(c or 0)
         elif c is not None:  # HH:MM:SS
             h, mi, s = int(a), int(b), int(c)
-        elif b is not None:  # MM:SS
+        else:  # MM:SS (a bare MM was refused above)
             h, mi, s = 0, int(a), int(b)
-        else:  # MM
-            h, mi, s = 0, int(a), 0
         if mi >= 60 and (days is not None or c is not None) or s >= 60:
             raise UnitError(f"{value!r} has minutes or seconds >= 60")
         seconds = ((d * 24 + h) * 60 + mi) * 60 + s

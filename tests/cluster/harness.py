@@ -304,7 +304,8 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 TaskPlugin=task/none
 ProctrackType=proctrack/linuxproc
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=5
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2

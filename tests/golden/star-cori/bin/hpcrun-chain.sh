@@ -20,6 +20,10 @@ on_term() {
 trap on_term TERM INT
 printf 'start %s %s\n' "$(date +%s.%N)" "${SLURMD_NODENAME:-$(hostname)}" >> "$timeline"
 while IFS=$'\t' read -r _index _name _chains path events stem _output; do
+  if [ "$stopping" -eq 1 ]; then
+    rc=143
+    break
+  fi
   export HPCRUN_STEM=$stem
   export HPCRUN_INPUT=$path
   [ -z "$HPCRUN_INPUT_DIR" ] || HPCRUN_INPUT="$HPCRUN_INPUT_DIR/${path##*/}"
