@@ -85,6 +85,8 @@ class Campaign:
             section, _, field = key.partition("__")
             if field:
                 data.setdefault(section, {})[field] = value
+            elif value is None:
+                data.pop(section, None)
             else:
                 data[section] = value
         self.out = root / "out" / name
@@ -268,3 +270,19 @@ def test_campaign_in_container_standins(slurm_cluster, hpcrun_bin, example_root,
         assert "#SBATCH --image=docker:hpcrun/detector-reco:1" in script
         assert "#SBATCH --volume=/tmp:/tmp/hpcrun-pnc:perNodeCache=size=" in script
     assert _count_events(c.out / "run1001.reco.h5") == 1500
+
+
+def test_array_campaign_status_counts_pending_tasks(slurm_cluster, hpcrun_bin, example_root):
+    """Without per-job staging the jobs go out as one throttled array; status follows each task."""
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "array", chain_extra=["--cpu-seconds", "3"],
+                 burst_buffer=None, jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": 1})
+    [sub] = c.plan_and_submit()
+    assert sub["array"] == "0-1%1"
+    early = c.status(wait=False)
+    assert [r["job"] for r in early] == ["e2e-array.00001", "e2e-array.00002"]
+    assert all(r["state"] in ("PENDING", "RUNNING", "COMPLETED") for r in early), early
+    rows = c.status()
+    assert [r["state"] for r in rows] == ["COMPLETED", "COMPLETED"], rows
+    assert [r["slurm_id"] for r in rows] == [f"{sub['job_id']}_0", f"{sub['job_id']}_1"]
+    for raw in sorted((example_root / "raw").glob("*.h5")):
+        assert _count_events(c.out / f"{raw.stem}.reco.h5") == 1500
