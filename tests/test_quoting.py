@@ -26,7 +26,7 @@ HOSTILE = [
     "# not a comment", "back\\slash", "tab\there", "é✓ unicode", "--opt=1", "-", "", "%j %x",
     "{", "}", "'$(touch PWNED)'", "\"$(touch PWNED)\"",
 ]
-MULTILINE = ["two\nlines", "a\n$(touch PWNED)\n"]
+MULTILINE = ["two\nlines", "a\n$(touch PWNED)\n", "trailing\n", "x;\n"]
 
 
 @pytest.mark.parametrize("value", HOSTILE + MULTILINE)
