@@ -102,7 +102,11 @@ def test_afterok_dependency_sees_staged_out_files(slurm_cluster):
 echo staged > "$DW_JOB_STRIPED/r.txt"
 """)
     out = c.workdir / "second.out"
-    second = c.write("second.sh", f"#!/bin/bash\n#SBATCH -o {out}\ncat {pfs}/r.txt\n")
+    # afterok waits for the first job's stage-out only when the dependent job also has a
+    # burst buffer (hpc-reference 1.8); without one it races the stage-out
+    second = c.write("second.sh", f"#!/bin/bash\n#SBATCH -o {out}\n"
+                     "#DW jobdw capacity=1GiB access_mode=striped type=scratch\n"
+                     f"cat {pfs}/r.txt\n")
     j1 = c.sbatch(first)
     j2 = c.sbatch(second, f"--dependency=afterok:{j1}")
     assert c.wait_job(j2).state == "COMPLETED"
