@@ -65,17 +65,7 @@ def render_plan(plan: Plan, out_dir: Path) -> tuple:
 def _diff(old_dir: Path, files: List[RenderedFile], manifest: str) -> str:
     new: Dict[str, str] = {f.path: f.text for f in files}
     new[MANIFEST] = manifest
-    old: Dict[str, str] = {}
-    for root, _dirs, names in os.walk(old_dir):
-        rel_root = Path(root).relative_to(old_dir)
-        if rel_root.parts and rel_root.parts[0] in ("logs", "run"):
-            continue
-        for name in names:
-            rel = str(rel_root / name) if rel_root.parts else name
-            try:
-                old[rel] = (Path(root) / name).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                old[rel] = ""
+    old = _read_tree(old_dir)
     chunks: List[str] = []
     for rel in sorted(set(old) | set(new)):
         a, b = old.get(rel), new.get(rel)
