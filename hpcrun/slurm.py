@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .errors import HpcrunError
 
@@ -112,17 +112,18 @@ def sacct(job_ids: Sequence[str], since: str = "now-30days") -> List[JobState]:
     return parse_sacct(proc.stdout)
 
 
-def squeue_reasons(job_ids: Sequence[str]) -> Dict[str, str]:
-    """Pending reasons (e.g. a burst-buffer stage-in failure text), keyed by job id."""
+def squeue_states(job_ids: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+    """State and reason (e.g. a burst-buffer stage-in failure text) of queued jobs, keyed by
+    job id as squeue prints it (pending array tasks as ``123_[0-9%2]``)."""
     if not job_ids:
         return {}
     proc = _run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%R"])
-    out: Dict[str, str] = {}
+    out: Dict[str, Tuple[str, str]] = {}
     if proc.returncode != 0:
         return out
     for line in proc.stdout.splitlines():
-        job_id, _state, reason = (line.split("|", 2) + ["", ""])[:3]
-        out[job_id.strip()] = reason.strip()
+        job_id, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        out[job_id.strip()] = (state.strip(), reason.strip())
     return out
 
 

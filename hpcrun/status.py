@@ -47,7 +47,8 @@ def collect(plan_dir: Path) -> List[JobStatus]:
     names = _job_names(manifest)
     states = {s.job_id: s for s in slurm.sacct([s.job_id for s in subs])}
     pending = [sid for sid, s in states.items() if s.state == "PENDING"]
-    reasons = slurm.squeue_reasons([s.job_id for s in subs]) if pending or not states else {}
+    queued = slurm.squeue_states([s.job_id for s in subs]) if pending or len(states) < len(subs) else {}
+    reasons = {sid: reason for sid, (_state, reason) in queued.items()}
     out: List[JobStatus] = []
     for sub in subs:
         count = sub.last_job - sub.first_job + 1
@@ -64,8 +65,11 @@ def collect(plan_dir: Path) -> List[JobStatus]:
                                          reasons.get(bracket) or reasons.get(key) or st.reason))
                     continue
             if st is None:
-                out.append(JobStatus(job, key, "UNKNOWN" if not reasons.get(key) else "PENDING", "",
-                                     "", reasons.get(key, "not yet in accounting")))
+                # not in accounting yet: squeue knows it (a pending array is one 123_[...] row)
+                q = queued.get(key) or next((v for sid, v in queued.items()
+                                             if sid.startswith(f"{sub.job_id}_[")), None)
+                state, reason = q if q else ("UNKNOWN", "not yet in accounting")
+                out.append(JobStatus(job, key, state, "", "", reason))
                 continue
             reason = _run_reason(plan_dir, job, st.raw_id) if st.state != "PENDING" else ""
             if not reason:
