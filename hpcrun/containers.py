@@ -46,10 +46,6 @@ class Runtime:
         """Where the payload cache lives as seen inside the container (None: use node-local)."""
         return None
 
-    def env_passthrough(self) -> List[str]:
-        """Notes for the reader about which variables reach the container."""
-        return []
-
 
 _REGISTRY: Dict[str, Type[Runtime]] = {}
 
@@ -115,9 +111,6 @@ class Shifter(Runtime):
     def node_cache_dir(self) -> Optional[str]:
         return self.settings.cache_mount if self.uses_per_node_cache() else None
 
-    def env_passthrough(self) -> List[str]:
-        return ["Shifter passes the environment except LD_*, RTLD_* and TMPDIR"]
-
 
 @register
 @dataclass
@@ -126,6 +119,8 @@ class Apptainer(Runtime):
     payload is copied to node-local storage bound into the container)."""
 
     name: ClassVar[str] = "apptainer"
+    # options that drop the host environment, through which hpcrun passes HPCRUN_* to tasks
+    CLEARS_ENV: ClassVar[frozenset] = frozenset({"--cleanenv", "-e", "--containall", "-C", "--compat"})
 
     def prefix(self) -> str:
         settings = self.profile.containers.apptainer

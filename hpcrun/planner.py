@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import placeholders as ph
 from .burstbuffer import BufferRequest, Stage, Writer, writer_for
-from .containers import Bind, Runtime, runtime_for
+from .containers import Apptainer, Bind, Runtime, runtime_for
 from .errors import InputError, Problem
 from .inputs import InputItem, expand
 from .profile import Partition, Pool, SiteProfile
@@ -384,7 +384,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         runtime = runtime_for(campaign.container, profile)
 
     if rt_name == "apptainer" and profile.containers.apptainer:
-        drops_env = {"--cleanenv", "-e", "--containall", "-C", "--compat"}
+        drops_env = Apptainer.CLEARS_ENV
         opts = list(profile.containers.apptainer.exec_options)
         for i, opt in enumerate(opts):
             if opt in drops_env:
