@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import click
 import yaml
@@ -77,47 +77,164 @@ def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool
             out.print("no changes against the previous plan")
 
 
+DB_OPTION = click.option("--db", envvar="HPCRUN_STATE_DB", default=None, metavar="URL",
+                         help="campaign state database URL (default: PLAN_DIR/state.db; env HPCRUN_STATE_DB)")
+
+
+def _show_batch(dry_run: bool) -> Callable[[Any], None]:
+    def show(batch: Any) -> None:
+        what = f"array tasks {batch.array_spec}" if batch.array_spec else "job"
+        word = "would submit" if dry_run else "submitted"
+        ident = f": {batch.job_id} (name {batch.tag})" if batch.job_id else ""
+        out.print(f"{word} {batch.script.path} {what}, {batch.tasks} plan job(s){ident}", highlight=False)
+    return show
+
+
+def _submit_summary(report: Any) -> None:
+    for tag, job_id in report.recovered:
+        out.print(f"recovered job {job_id} ({tag}) submitted by a run that stopped before recording it",
+                  highlight=False)
+    for tag in report.released:
+        out.print(f"released claim {tag}: Slurm never got it, its jobs are pending again", highlight=False)
+    if report.queue:
+        out.print(f"queue: {report.queue[0]} of at most {report.queue[1]} jobs queued for this user", highlight=False)
+    if not report.batches:
+        out.print("nothing to submit: every job of this plan is done, in flight or parked"
+                  if not report.left_pending else "nothing submitted now", highlight=False)
+    if report.left_pending:
+        out.print(f"{report.left_pending} job(s) left pending (queue limit or --limit); run submit again "
+                  "or use --follow", highlight=False)
+
+
+def _batch_json(report: Any) -> Dict[str, Any]:
+    return {"campaign": report.campaign, "store": report.store, "dry_run": report.dry_run,
+            "submitted": [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec, "tag": b.tag,
+                           "jobs": b.jobs} for b in report.batches],
+            "recovered": [{"tag": t, "job_id": j} for t, j in report.recovered], "released": report.released,
+            "left_pending": report.left_pending}
+
+
 @main.command("submit")
 @click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--dry-run", is_flag=True, help="show what would be submitted")
+@DB_OPTION
+@click.option("--dry-run", is_flag=True, help="show what would be submitted; change nothing")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="submit at most this many plan jobs")
+@click.option("--follow", is_flag=True, help="keep submitting as the queue drains until all work is submitted")
+@click.option("--interval", type=float, default=60.0, show_default=True, help="seconds between --follow rounds")
+@click.option("--lock-timeout", type=float, default=600.0, show_default=True,
+              help="seconds to wait for another submit of this campaign to finish")
+@click.option("--json", "as_json", is_flag=True)
 @reported
-def submit_cmd(plan_dir: Path, dry_run: bool) -> None:
-    """Submit the scripts of PLAN_DIR that have not been submitted yet."""
+def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional[int], follow: bool,
+               interval: float, lock_timeout: float, as_json: bool) -> None:
+    """Submit the work of PLAN_DIR that is neither done nor in flight, and record it."""
+    from .submit import follow as follow_submit
     from .submit import submit
 
-    def show(sub):  # type: ignore[no-untyped-def]
-        what = f"array {sub.array}" if sub.array else "job"
-        out.print(f"{'would submit' if dry_run else 'submitted'} {sub.script} ({what}): {sub.job_id}",
-                  highlight=False)
-    new = submit(plan_dir, dry_run=dry_run, progress=show)
-    if not new:
-        out.print("nothing to submit: every script of this plan has a recorded job id")
+    show = None if as_json else _show_batch(dry_run)
+    if follow and not dry_run:
+        reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=show)
+        report = reports[-1]
+        report.batches = [b for r in reports for b in r.batches]
+    else:
+        def waiting(holder: str) -> None:
+            err.print(f"waiting for the submit lock held by {holder}", highlight=False)
+        report = submit(plan_dir, db=db, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
+                        on_batch=show, on_wait=None if as_json else waiting)
+        if dry_run and show:
+            for b in report.batches:
+                show(b)
+    if as_json:
+        click.echo(json.dumps(_batch_json(report), indent=1))
+    else:
+        _submit_summary(report)
+
+
+def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
+    from rich.table import Table
+
+    counts = Table("state", "jobs", "inputs", title=f"campaign {report.campaign}")
+    for state, n in report.counts.items():
+        counts.add_row(state, str(n), str(report.inputs.get(state, 0)))
+    out.print(counts)
+    rows = report.jobs if show_all else [j for j in report.jobs if j.status not in ("done", "pending")]
+    if not rows:
+        return
+    table = Table("job", "status", "slurm id", "slurm state", "exit", "elapsed", "attempts", "reason")
+    for r in rows[: None if show_all else max_rows]:
+        table.add_row(r.job, r.status, r.slurm_id, r.state, r.exit_code, r.elapsed, str(r.attempts), r.reason)
+    out.print(table)
+    if not show_all and len(rows) > max_rows:
+        out.print(f"... {len(rows) - max_rows} more; --all shows every job", highlight=False)
 
 
 @main.command("status")
 @click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--wait", "wait_", is_flag=True, help="poll until every job has ended")
+@DB_OPTION
+@click.option("--wait", "wait_", is_flag=True, help="poll until nothing is in flight")
+@click.option("--watch", is_flag=True, help="like --wait, with a live progress bar")
 @click.option("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+@click.option("--interval", type=float, default=None, help="seconds between polls (default 2, --watch 10)")
+@click.option("--all", "show_all", is_flag=True, help="list every job, not only those not done")
 @click.option("--json", "as_json", is_flag=True)
 @reported
-def status_cmd(plan_dir: Path, wait_: bool, timeout: Optional[float], as_json: bool) -> None:
-    """Slurm state, exit code and failure reason of every job of PLAN_DIR."""
-    from rich.table import Table
+def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, timeout: Optional[float],
+               interval: Optional[float], show_all: bool, as_json: bool) -> None:
+    """Poll Slurm once for every job in flight, record what changed, and summarise PLAN_DIR's campaign."""
+    from .status import poll
+    from .status import watch as watch_status
 
-    from .status import collect, wait
+    if watch and not as_json:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    rows = wait(plan_dir, timeout=timeout) if wait_ else collect(plan_dir)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=out) as bar:
+            task = bar.add_task("jobs finished", total=None)
+
+            def tick(rep: Any) -> None:
+                bar.update(task, total=len(rep.jobs), completed=rep.finished,
+                           description=", ".join(f"{n} {s}" for s, n in rep.counts.items() if n))
+            report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 10.0, on_poll=tick)
+    elif wait_ or watch:
+        report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 2.0)
+    else:
+        report = poll(plan_dir, db=db)
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in rows], indent=1))
+        click.echo(json.dumps(report.as_dict(), indent=1))
         return
-    table = Table("job", "slurm id", "state", "exit", "elapsed", "reason")
-    for r in rows:
-        table.add_row(r.job, r.slurm_id, r.state, r.exit_code, r.elapsed, r.reason)
-    out.print(table)
-    counts: dict = {}
-    for r in rows:
-        counts[r.state] = counts.get(r.state, 0) + 1
-    out.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs submitted yet")
+    _status_table(report, show_all)
+
+
+@main.command("retry")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@DB_OPTION
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="override the spec's retry.max_attempts")
+@click.option("--cancelled/--no-cancelled", default=None, help="also retry cancelled jobs (default: the spec's)")
+@click.option("--job", "jobs", multiple=True, help="only this plan job (repeatable)")
+@click.option("--unpark", is_flag=True, help="give parked jobs (all, or --job) a fresh set of attempts")
+@click.option("--dry-run", is_flag=True, help="show what would be retried or parked; change nothing")
+@click.option("--json", "as_json", is_flag=True)
+@reported
+def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], cancelled: Optional[bool],
+              jobs: tuple, unpark: bool, dry_run: bool, as_json: bool) -> None:
+    """Resubmit failed, timed-out and node-failed jobs of PLAN_DIR; park those out of attempts."""
+    from .retry import retry
+
+    report = retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
+                   dry_run=dry_run, on_batch=None if as_json else _show_batch(False))
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=1))
+        return
+    verb = "would retry" if dry_run else "retried"
+    out.print(f"{verb} {len(report.requeued)} job(s)" + (f": {', '.join(report.requeued[:20])}" if report.requeued
+                                                           else ""), highlight=False)
+    if report.unparked:
+        out.print(f"unparked {len(report.unparked)} job(s): {', '.join(report.unparked[:20])}", highlight=False)
+    if report.parked:
+        out.print(f"{'would park' if dry_run else 'parked'} {len(report.parked)} job(s) out of attempts: "
+                  f"{', '.join(report.parked[:20])}; `hpcrun status` shows why, `hpcrun retry --unpark` "
+                  "gives them new attempts", highlight=False)
 
 
 @main.group()

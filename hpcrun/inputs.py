@@ -23,7 +23,7 @@ class InputItem:
     stem: str
 
 
-def _stem(path: str) -> str:
+def stem_of(path: str) -> str:
     name = os.path.basename(path)
     return name.split(".", 1)[0] if not name.startswith(".") else name
 
@@ -72,7 +72,7 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
                 f"the size of '{path}' is unknown: the file does not exist here and no size is "
                 "given; give inputs.size, a size in the list file, or {path:, size:}")))
             continue
-        stem = _stem(path)
+        stem = stem_of(path)
         if stem in stems:
             file, line = src.where(where)
             problems.append(Problem(file, line, key, (

@@ -151,6 +151,11 @@ class SiteProfile(Strict):
     tools: ToolPaths = Field(default_factory=ToolPaths)
     max_array_size: int = Field(1001, ge=0, description="Slurm MaxArraySize (0: no arrays)")
     array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
+    max_queued_jobs: Optional[int] = Field(None, ge=1, description=(
+        "per-user limit on queued jobs (MaxSubmitJobs; array tasks count one each): "
+        "hpcrun submit leaves the rest pending for a later submit"))
+    accounting: bool = Field(True, description=(
+        "the site runs slurmdbd, so sacct knows finished jobs; false: status follows squeue only"))
     signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
     template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)")
     db_port_base: int = Field(20000, ge=1024, le=55535, description=(

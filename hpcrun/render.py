@@ -7,10 +7,11 @@ filter (single-quote) unless Python already produced shell words.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import jinja2
 
@@ -167,6 +168,17 @@ def tasks_table(plan: Plan) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _file_digest(paths: Sequence[Path]) -> str:
+    """sha256 over the files a plan was made from: the state store refuses a changed campaign."""
+    h = hashlib.sha256()
+    for path in paths:
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(str(path).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
 def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
     c = plan.campaign
     return {
@@ -185,13 +197,20 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
             "stage_out_bytes": plan.stage_out_bytes,
         },
         "notes": plan.notes,
+        "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
+        "submit": {
+            "throttle": c.jobs.throttle or plan.profile.array_throttle,
+            "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
+            "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.profile.accounting,
+        },
         "scripts": [
             {"name": s.name, "path": f"jobs/{s.name}.sbatch", "array": s.array,
              "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[f"jobs/{s.name}.sbatch"]}
             for s in plan.scripts],
         "jobs": [
             {"index": j.index, "name": j.name, "chains_per_node": j.chains_per_node,
-             "inputs": [i.path for i in j.inputs], "input_bytes": j.input_bytes,
+             "inputs": [i.path for i in j.inputs], "input_sizes": [i.size for i in j.inputs],
+             "input_events": [i.events for i in j.inputs], "input_bytes": j.input_bytes,
              "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
             for j in plan.jobs],
     }

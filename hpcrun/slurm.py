@@ -7,6 +7,7 @@ from sbatch's environment because they silently override the script's own
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import subprocess
@@ -30,6 +31,10 @@ class SlurmError(HpcrunError):
     """A Slurm command failed; the message carries its output verbatim."""
 
     exit_code = 3
+
+
+class SbatchUncertain(SlurmError):
+    """sbatch timed out or lost the controller mid-call: the job may or may not exist."""
 
 
 @dataclass
@@ -74,10 +79,17 @@ def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
 
 
 def sbatch(script: Path, extra: Iterable[str] = ()) -> str:
-    """Submit a script; return its job id. sbatch's rejection is shown verbatim."""
+    """Submit a script; return its job id. sbatch's rejection is shown verbatim.
+
+    Raises SbatchUncertain when the outcome is unknown (timeout, controller lost after the
+    request went out): the caller must look for the job under its tag before trying again.
+    """
     proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED)
     if proc.returncode != 0:
-        raise SlurmError(f"sbatch rejected {script}:\n{proc.stderr.strip() or proc.stdout.strip()}")
+        text = proc.stderr.strip() or proc.stdout.strip()
+        if proc.returncode == 124 or (any(t in text for t in TRANSIENT) and not any(t in text for t in NOT_REACHED)):
+            raise SbatchUncertain(f"sbatch of {script} did not finish cleanly; the job may exist:\n{text}")
+        raise SlurmError(f"sbatch rejected {script}:\n{text}")
     job_id = proc.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch printed no job id for {script}: {proc.stdout!r}")
@@ -135,3 +147,151 @@ def scontrol_job(job_id: str) -> Dict[str, str]:
     for m in re.finditer(r"(\w+)=(.*?)(?= \w+=|$)", proc.stdout.strip()):
         fields[m.group(1)] = m.group(2)
     return fields
+
+
+# ---- campaign-level queries: tags, accounting records, queue size -------------------------
+
+ACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Reason", "ElapsedRaw", "TotalCPU",
+               "AllocCPUS", "NodeList", "Start", "End", "MaxRSS")
+
+
+@dataclass
+class AcctRecord:
+    """One job or array task as sacct reports it, with its steps folded in (MaxRSS is per step)."""
+
+    job_id: str            # 123, 123_4, or a pending array's 123_[5-9%2]
+    raw_id: str
+    name: str
+    state: str
+    exit_code: str
+    reason: str
+    elapsed_s: Optional[float]
+    cpu_s: Optional[float]
+    alloc_cpus: Optional[int]
+    nodes: str
+    start: Optional[str]
+    end: Optional[str]
+    max_rss_bytes: Optional[int] = None
+
+
+_CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+_MEM = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
+
+
+def parse_cpu_time(text: str) -> Optional[float]:
+    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]`` -> seconds."""
+    m = _CPU_TIME.match(text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = m.groups()
+    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def parse_mem(text: str) -> Optional[int]:
+    """sacct's MaxRSS (``1234K``, ``2.5G``, ``0``) -> bytes."""
+    m = re.match(r"^(\d+(?:\.\d+)?)([KMGTP]?)$", text.strip())
+    return int(float(m.group(1)) * _MEM[m.group(2)]) if m else None
+
+
+def _time_or_none(text: str) -> Optional[str]:
+    return None if text in ("", "Unknown", "None") else text
+
+
+def since_text(moment: _dt.datetime, slack_s: float = 300.0) -> str:
+    """A sacct -S value a little before ``moment`` (in local time, as sacct reads it; slack for clock skew)."""
+    return (moment - _dt.timedelta(seconds=slack_s)).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
+    """sacct's local ISO time -> an aware UTC datetime (None for Unknown)."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text).astimezone(_dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def parse_acct(text: str) -> Dict[str, AcctRecord]:
+    """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id."""
+    jobs: Dict[str, AcctRecord] = {}
+    rss: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(ACCT_FIELDS):
+            continue
+        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, max_rss = parts
+        if "." in job_id:  # a step: 123.batch, 123_4.0 - only its memory matters here
+            mem = parse_mem(max_rss)
+            owner = job_id.split(".", 1)[0]
+            if mem is not None:
+                rss[owner] = max(rss.get(owner, 0), mem)
+            continue
+        jobs[job_id] = AcctRecord(
+            job_id, raw, name, state.split(" ")[0].rstrip("+"), exit_code, reason,
+            float(elapsed) if elapsed.isdigit() else None, parse_cpu_time(cpu),
+            int(alloc) if alloc.isdigit() else None, nodes, _time_or_none(start), _time_or_none(end))
+    for owner, mem in rss.items():
+        if owner in jobs:
+            jobs[owner].max_rss_bytes = mem
+    return jobs
+
+
+def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = ()) -> Dict[str, AcctRecord]:
+    """One sacct call over these jobs (arrays by their array id) or job names, since ``since``."""
+    if not job_ids and not names:
+        return {}
+    argv = ["sacct", "-n", "-P", "-S", since, "-E", "now", "-o", ",".join(ACCT_FIELDS)]
+    if job_ids:
+        argv += ["-j", ",".join(job_ids)]
+    if names:
+        argv += ["--name", ",".join(names)]
+    proc = _run(argv)
+    if proc.returncode != 0:
+        raise SlurmError(f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return parse_acct(proc.stdout)
+
+
+@dataclass
+class QueuedJob:
+    job_id: str          # as squeue -r prints it: 123 or 123_4
+    array_job_id: str    # 123 for both
+    name: str
+    state: str
+    reason: str
+
+
+def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
+                expand: bool = True, ended: bool = False) -> List[QueuedJob]:
+    """Jobs in the queue, array tasks one per line (``-r``) unless ``expand`` is False.
+
+    ``ended`` adds jobs that ended in the last MinJobAge seconds (``--states=all``).
+    """
+    argv = ["squeue", "-h", "-o", "%i|%F|%j|%T|%R"]
+    if expand:
+        argv.append("-r")
+    if ended:
+        argv.append("--states=all")
+    if job_ids:
+        argv += ["-j", ",".join(job_ids)]
+    if names:
+        argv += ["--name", ",".join(names)]
+    if user:
+        argv += ["-u", user]
+    proc = _run(argv)
+    if proc.returncode != 0:
+        text = proc.stderr.strip()
+        if "Invalid job id" in text:  # every id already left the queue
+            return []
+        raise SlurmError(f"squeue failed: {text}")
+    out = []
+    for line in proc.stdout.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) == 5:
+            out.append(QueuedJob(*(p.strip() for p in parts)))
+    return out
+
+
+def queued_count(user: str) -> int:
+    """How many jobs and array tasks this user has queued or running (what MaxSubmitJobs counts)."""
+    return len(squeue_jobs(user=user))

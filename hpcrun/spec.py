@@ -144,6 +144,14 @@ class JobsSpec(Strict):
         return self
 
 
+class RetrySpec(Strict):
+    """How often ``hpcrun retry`` resubmits a job's inputs before parking them for a human."""
+
+    max_attempts: int = Field(3, ge=1, description="submissions per input, the first one included")
+    cancelled: bool = Field(False, description=(
+        "also retry jobs that were cancelled (normally an operator's decision, so not retried)"))
+
+
 class RestartPolicy(Strict):
     max_restarts: int = Field(3, ge=0, description="restarts of a dead DB server before the job fails")
     backoff: Duration = Field(5, description="wait before each restart")
@@ -240,6 +248,7 @@ class Campaign(Strict):
     software: SoftwareSpec = Field(default_factory=SoftwareSpec)
     inputs: InputsSpec
     jobs: JobsSpec = Field(default_factory=JobsSpec)
+    retry: RetrySpec = Field(default_factory=RetrySpec)
     database: Optional[DatabaseSpec] = None
     burst_buffer: Optional[BurstBufferSpec] = None
     chain: ChainSpec

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from sqlalchemy import create_engine, event, func, insert, select, update
+from sqlalchemy import bindparam, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
@@ -64,7 +64,7 @@ SLURM_TO_INPUT = {
                      "RESIZING"), "running"),
     "COMPLETED": "done",
     **dict.fromkeys(("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-                     "PREEMPTED", "REVOKED"), "failed"),
+                     "PREEMPTED", "REVOKED", "LOST"), "failed"),
 }
 
 _IN_CHUNK = 900  # bound parameters per IN (...) list: below every backend's limit
@@ -195,6 +195,8 @@ class NewInput:
     size: Optional[int] = None
     checksum: Optional[str] = None
     checksum_algo: Optional[str] = None
+    job_index: Optional[int] = None      # the plan job that processes it
+    events: Optional[int] = None
 
     def __post_init__(self) -> None:
         if (self.checksum is None) != (self.checksum_algo is None):
@@ -214,6 +216,9 @@ class InputRecord:
     last_reason: Optional[str]
     claim_token: Optional[str]
     last_submission_id: Optional[int]
+    job_index: Optional[int]
+    events: Optional[int]
+    claimed_at: Optional[dt.datetime]
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,48 @@ class NewStateChange:
     cpu_s: Optional[float] = None
     max_rss_bytes: Optional[int] = None
     reason: Optional[str] = None
+    alloc_cpus: Optional[int] = None
+    started_at: Optional[dt.datetime] = None
+    ended_at: Optional[dt.datetime] = None
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A plan job as the store sees it (its inputs share one state)."""
+
+    job_index: int
+    state: str
+    attempts: int
+    last_reason: Optional[str]
+    slurm_job_id: Optional[str]
+    array_index: Optional[int]
+    slurm_state: Optional[str]
+    inputs: int
+    input_bytes: Optional[int]
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    elapsed_s: Optional[float] = None
+    slurm_reason: Optional[str] = None
+
+    @property
+    def slurm_id(self) -> Optional[str]:
+        if self.slurm_job_id is None:
+            return None
+        return self.slurm_job_id if self.array_index is None else f"{self.slurm_job_id}_{self.array_index}"
+
+
+@dataclass(frozen=True)
+class ActiveSubmission:
+    id: int
+    job_id: str
+    array_index: Optional[int]
+    last_state: Optional[str]
+    submitted_at: dt.datetime
+    job_index: Optional[int]
+
+    @property
+    def slurm_id(self) -> str:
+        return self.job_id if self.array_index is None else f"{self.job_id}_{self.array_index}"
 
 
 @dataclass(frozen=True)
@@ -324,7 +371,7 @@ def _whoami() -> str:
 
 _INPUT_COLUMNS = [schema.input_file.c[name] for name in (
     "id", "campaign_id", "path", "size", "checksum", "checksum_algo", "state", "attempts", "last_reason",
-    "claim_token", "last_submission_id")]
+    "claim_token", "last_submission_id", "job_index", "events", "claimed_at")]
 
 
 def _failure_reason(state: str, exit_code: Optional[int], signal: Optional[int], reason: Optional[str]) -> str:
@@ -585,11 +632,23 @@ class StateStore:
             if key not in rows:
                 rows[key] = {"campaign_id": campaign_id, "path": item.path, "path_key": key, "size": item.size,
                              "checksum": item.checksum, "checksum_algo": item.checksum_algo, "state": "pending",
-                             "attempts": 0, "updated_at": now}
+                             "attempts": 0, "updated_at": now, "job_index": item.job_index, "events": item.events}
         with self._write() as conn:
-            existing = conn.scalars(select(t.c.path_key).where(t.c.campaign_id == campaign_id))
-            for key in existing:
-                rows.pop(key, None)
+            existing = conn.execute(select(t.c.id, t.c.path_key, t.c.job_index, t.c.checksum)
+                                    .where(t.c.campaign_id == campaign_id))
+            moved: List[Dict[str, Any]] = []
+            for iid, key, job_index, checksum in existing:
+                row = rows.pop(key, None)
+                # a re-plan may give a known input another job; a checksum is recorded once, when first known
+                if row is not None and (row["job_index"] != job_index or (checksum is None and row["checksum"])):
+                    moved.append({"b_id": iid, "b_job": row["job_index"],
+                                  "b_sum": checksum or row["checksum"],
+                                  "b_algo": row["checksum_algo"] if checksum is None else None})
+            if moved:
+                stmt = (update(t).where(t.c.id == bindparam("b_id"))
+                        .values(job_index=bindparam("b_job"), checksum=bindparam("b_sum"),
+                                checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo"))))
+                conn.execute(stmt, moved)
             if rows:
                 conn.execute(insert(t), list(rows.values()))
         return len(rows)
@@ -651,6 +710,155 @@ class StateStore:
                 .values(state="pending", claim_token=None, claimed_by=None, claimed_at=None,
                         last_reason=reason, updated_at=_now()))
             return int(result.rowcount)
+
+    # -- plan jobs: the unit of submission -------------------------------------------------
+    # Every input of a plan job is submitted in the same Slurm job, so the inputs of a job
+    # always share one state; the methods below claim, retry and park whole jobs.
+
+    def pending_jobs(self, campaign_id: int) -> List[int]:
+        """Plan jobs with work neither done nor in flight, in plan order."""
+        t = schema.input_file
+        query = (select(t.c.job_index).where(t.c.campaign_id == campaign_id, t.c.state == "pending",
+                                             t.c.job_index.is_not(None))
+                 .group_by(t.c.job_index).order_by(t.c.job_index))
+        with self._read() as conn:
+            return [int(j) for j in conn.scalars(query)]
+
+    def claim_jobs(self, campaign_id: int, job_indices: Sequence[int], *, claimed_by: Optional[str] = None,
+                   token: Optional[str] = None) -> Claim:
+        """Atomically move the pending inputs of these plan jobs to submitted under one claim token.
+
+        Jobs another submitter claimed meanwhile are simply not in the result (the claim
+        only takes rows still pending, inside one write transaction).
+        """
+        t = schema.input_file
+        token = token or uuid.uuid4().hex
+        who = (claimed_by or _whoami())[:255]
+        now = _now()
+        with self._write() as conn:
+            claim = (update(t).where(t.c.campaign_id == campaign_id, t.c.state == "pending")
+                     .values(state="submitted", claim_token=token, claimed_by=who, claimed_at=now,
+                             last_submission_id=None, updated_at=now))
+            for chunk in _chunks(list(job_indices)):
+                conn.execute(claim.where(t.c.job_index.in_(chunk)))
+            rows = conn.execute(select(*_INPUT_COLUMNS).where(t.c.claim_token == token).order_by(t.c.id)).all()
+        return Claim(token, who, tuple(InputRecord(*r) for r in rows))
+
+    def unresolved_claims(self, campaign_id: int) -> List[Claim]:
+        """Claims whose inputs have no recorded submission: the submitter stopped between claim and record.
+
+        The caller must hold the campaign's submit lock (no live submitter is between the two
+        steps) and settle each claim with Slurm: record the job found under its tag, or release it.
+        """
+        t = schema.input_file
+        query = (select(t.c.claimed_by, *_INPUT_COLUMNS)
+                 .where(t.c.campaign_id == campaign_id, t.c.state == "submitted",
+                        t.c.last_submission_id.is_(None), t.c.claim_token.is_not(None))
+                 .order_by(t.c.claim_token, t.c.id))
+        claims: Dict[str, Tuple[str, List[InputRecord]]] = {}
+        with self._read() as conn:
+            for row in conn.execute(query):
+                rec = InputRecord(*row[1:])
+                assert rec.claim_token is not None
+                claims.setdefault(rec.claim_token, (row[0] or "?", []))[1].append(rec)
+        return [Claim(token, who, tuple(recs)) for token, (who, recs) in claims.items()]
+
+    def requeue_failed(self, campaign_id: int, max_attempts: int, *, retry_cancelled: bool = False,
+                       job_indices: Optional[Sequence[int]] = None,
+                       dry_run: bool = False) -> Tuple[List[int], List[int]]:
+        """Failed jobs back to pending, or parked once they used ``max_attempts``; returns (requeued, parked).
+
+        Cancelled jobs stay failed unless ``retry_cancelled``: a cancel is usually an
+        operator's decision. The reason of the last failure is kept on every input.
+        """
+        t, s = schema.input_file, schema.submission
+        now = _now()
+        query = (select(t.c.job_index, func.max(t.c.attempts), func.max(s.c.last_state), func.max(t.c.last_reason))
+                 .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id))
+                 .where(t.c.campaign_id == campaign_id, t.c.state == "failed", t.c.job_index.is_not(None))
+                 .group_by(t.c.job_index).order_by(t.c.job_index))
+        requeue: List[int] = []
+        park: Dict[str, List[int]] = {}
+        with self._write() as conn:
+            for job_index, attempts, last_state, reason in conn.execute(query):
+                if job_indices is not None and job_index not in job_indices:
+                    continue
+                if last_state == "CANCELLED" and not retry_cancelled:
+                    continue
+                if int(attempts or 0) >= max_attempts:
+                    why = f"parked after {attempts} attempt(s): {reason or last_state or 'failed'}"
+                    park.setdefault(why, []).append(int(job_index))
+                else:
+                    requeue.append(int(job_index))
+            if dry_run:
+                return requeue, sorted(j for jobs in park.values() for j in jobs)
+            base = update(t).where(t.c.campaign_id == campaign_id, t.c.state == "failed")
+            for chunk in _chunks(requeue):
+                conn.execute(base.where(t.c.job_index.in_(chunk))
+                             .values(state="pending", claim_token=None, claimed_by=None, claimed_at=None,
+                                     updated_at=now))
+            for why, jobs in park.items():
+                for chunk in _chunks(jobs):
+                    conn.execute(base.where(t.c.job_index.in_(chunk))
+                                 .values(state="parked", last_reason=why, updated_at=now))
+        return requeue, sorted(j for jobs in park.values() for j in jobs)
+
+    def unpark(self, campaign_id: int, job_indices: Optional[Sequence[int]] = None) -> List[int]:
+        """Parked jobs (all, or these) back to pending with a fresh attempt count, for a human's second try."""
+        t = schema.input_file
+        now = _now()
+        with self._write() as conn:
+            query = select(t.c.job_index).where(t.c.campaign_id == campaign_id, t.c.state == "parked").distinct()
+            found = sorted(int(j) for j in conn.scalars(query) if job_indices is None or j in job_indices)
+            for chunk in _chunks(found):
+                conn.execute(update(t).where(t.c.campaign_id == campaign_id, t.c.state == "parked",
+                                             t.c.job_index.in_(chunk))
+                             .values(state="pending", attempts=0, claim_token=None, claimed_by=None,
+                                     claimed_at=None, updated_at=now))
+        return found
+
+    def job_states(self, campaign_id: int) -> List[JobState]:
+        """One row per plan job: its state, attempts, last reason, latest submission and its last observation."""
+        t, s, sc = schema.input_file, schema.submission, schema.state_change
+        latest = (select(sc.c.submission_id, func.max(sc.c.id).label("change_id"))
+                  .join(s, s.c.id == sc.c.submission_id).where(s.c.campaign_id == campaign_id)
+                  .group_by(sc.c.submission_id).subquery())
+        last = sc.alias("last_change")
+        query = (select(t.c.job_index, func.min(t.c.state), func.max(t.c.attempts), func.max(t.c.last_reason),
+                        func.max(s.c.job_id), func.max(s.c.array_index), func.max(s.c.last_state),
+                        func.count(), func.sum(t.c.size), func.max(last.c.exit_code), func.max(last.c.signal),
+                        func.max(last.c.elapsed_s), func.max(last.c.reason))
+                 .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id)
+                              .outerjoin(latest, latest.c.submission_id == s.c.id)
+                              .outerjoin(last, last.c.id == latest.c.change_id))
+                 .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None))
+                 .group_by(t.c.job_index).order_by(t.c.job_index))
+        with self._read() as conn:
+            return [JobState(int(r[0]), r[1], int(r[2] or 0), r[3], r[4], r[5], r[6], int(r[7]), r[8],
+                             r[9], r[10], r[11], r[12])
+                    for r in conn.execute(query)]
+
+    def submission_inputs(self, submission_ids: Sequence[int]) -> Dict[int, List[Tuple[int, str]]]:
+        """(input id, path) of each submission's inputs."""
+        t, link = schema.input_file, schema.submission_input
+        query = select(link.c.submission_id, t.c.id, t.c.path).join(t, t.c.id == link.c.input_id)
+        out: Dict[int, List[Tuple[int, str]]] = {}
+        with self._read() as conn:
+            for sid, iid, path in self._rows_in(conn, query, link.c.submission_id, list(submission_ids)):
+                out.setdefault(int(sid), []).append((int(iid), path))
+        return out
+
+    def active_submissions(self, campaign_id: int) -> List[ActiveSubmission]:
+        """The latest submission of every job in flight (inputs submitted or running), for a status poll."""
+        t, s = schema.input_file, schema.submission
+        query = (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at,
+                        func.min(t.c.job_index))
+                 .select_from(s.join(t, t.c.last_submission_id == s.c.id))
+                 .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running")))
+                 .group_by(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at)
+                 .order_by(s.c.id))
+        with self._read() as conn:
+            return [ActiveSubmission(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in conn.execute(query)]
 
     def record_submission(self, campaign_id: int, sub: NewSubmission) -> int:
         return self.record_submissions(campaign_id, [sub])[0]
@@ -758,7 +966,8 @@ class StateStore:
                 at = c.observed_at or now
                 rows.append({"submission_id": c.submission_id, "observed_at": at, "slurm_state": state,
                              "exit_code": c.exit_code, "signal": c.signal, "node": c.node, "elapsed_s": c.elapsed_s,
-                             "cpu_s": c.cpu_s, "max_rss_bytes": c.max_rss_bytes, "reason": c.reason})
+                             "cpu_s": c.cpu_s, "max_rss_bytes": c.max_rss_bytes, "reason": c.reason,
+                             "alloc_cpus": c.alloc_cpus, "started_at": c.started_at, "ended_at": c.ended_at})
                 latest[c.submission_id] = (state, at)
                 target = SLURM_TO_INPUT.get(state)
                 if target is not None:

@@ -38,6 +38,7 @@ from sqlalchemy import (
     insert,
     insert_sentinel,
     select,
+    text,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Dialect
@@ -183,9 +184,34 @@ def _v1_tables(md: MetaData) -> Dict[str, Table]:
                                 qa_outcome)}
 
 
+def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:
+    """Columns version 2 adds: where an input sits in the plan, and what sacct says of a run."""
+    return {
+        "hpcrun_input": (
+            Column("job_index", Integer, nullable=True),       # the plan job that processes it
+            Column("events", BigInteger, nullable=True),       # events in the file, when the spec gives them
+        ),
+        "hpcrun_state_change": (
+            Column("alloc_cpus", Integer, nullable=True),
+            Column("started_at", UTCDateTime, nullable=True),
+            Column("ended_at", UTCDateTime, nullable=True),
+        ),
+    }
+
+
+def _current_tables(md: MetaData) -> Dict[str, Table]:
+    tables = _v1_tables(md)
+    for name, columns in _v2_columns().items():
+        for column in columns:
+            tables[name].append_column(column)
+    Index("ix_hpcrun_input_campaign_id_job_index", tables["hpcrun_input"].c.campaign_id,
+          tables["hpcrun_input"].c.job_index)
+    return tables
+
+
 # The current schema, used by the queries in hpcrun/state.py.
 metadata = MetaData(naming_convention=NAMING)
-_tables = _v1_tables(metadata)
+_tables = _current_tables(metadata)
 schema_version = _tables["hpcrun_schema_version"]
 campaign = _tables["hpcrun_campaign"]
 input_file = _tables["hpcrun_input"]
@@ -210,8 +236,26 @@ def _v1(conn: Connection) -> None:
     md.create_all(conn, tables=[t for name, t in tables.items() if name != "hpcrun_schema_version"])
 
 
+def _add_column(conn: Connection, table: str, column: Column[Any]) -> None:
+    """ALTER TABLE ... ADD COLUMN with the column type compiled for this backend (nullable only)."""
+    assert column.nullable, "a column added to a live table must be nullable"
+    preparer = conn.dialect.identifier_preparer
+    type_sql = column.type.compile(dialect=conn.dialect)
+    conn.execute(text(f"ALTER TABLE {preparer.quote(table)} ADD COLUMN {preparer.quote(column.name)} {type_sql}"))
+
+
+def _v2(conn: Connection) -> None:
+    for table, columns in _v2_columns().items():
+        for column in columns:
+            _add_column(conn, table, column)
+    md = MetaData(naming_convention=NAMING)
+    inputs = Table("hpcrun_input", md, Column("campaign_id", Integer), Column("job_index", Integer))
+    Index("ix_hpcrun_input_campaign_id_job_index", inputs.c.campaign_id, inputs.c.job_index).create(conn)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
+    Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
 )
 
 

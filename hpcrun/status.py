@@ -1,97 +1,291 @@
-"""Where each job of a submitted plan stands: Slurm's view joined with the job's own record.
+"""Follow a campaign: one Slurm poll, recorded in the state store, summarised by state.
 
-A generated job writes its failure reason (which chain failed, why the DB did not
-answer) to ``run/<job>/<slurm id>/reason``; Slurm supplies state, exit code and the
-pending reason (e.g. a burst-buffer stage-in error while the job is held).
+A poll makes one ``sacct`` call for every job in flight (by their job and array ids,
+with an explicit start time), plus one ``squeue`` call when some are pending (Slurm puts
+the reason a job waits, e.g. a burst-buffer stage-in error, there). Sites without
+accounting (``accounting: false`` in the profile) are followed with ``squeue`` alone.
+Only transitions are stored, so polling is idempotent. A finished job's own record in
+``run/<job>/<slurm id>/`` adds its failure reason and its QA outcome per output.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import slurm
-from .submit import read_manifest, read_record
+from .inputs import stem_of
+from .state import (
+    INPUT_STATES,
+    ActiveSubmission,
+    NewStateChange,
+    QaResult,
+    StateStore,
+    StateStoreError,
+    normalize_slurm_state,
+)
+from .submit import open_plan_store, read_manifest
+
+IN_FLIGHT = ("submitted", "running")
+LOST_AFTER_S = 60.0  # a job neither squeue nor sacct knows this long after sbatch is gone
+_WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
+                 "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
+_BRACKET = re.compile(r"^(\d+)_\[(.*)\]$")
 
 
 @dataclass
-class JobStatus:
-    job: str          # hpcrun job name
-    slurm_id: str     # 123 or 123_4
-    state: str
+class JobRow:
+    job: str                # the plan job's name
+    index: int
+    status: str             # the store's state: pending submitted running done failed parked
+    state: str              # Slurm's last state ("" before submission)
+    slurm_id: str
     exit_code: str
     elapsed: str
+    attempts: int
     reason: str
 
     def as_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
 
-def _job_names(manifest: Dict[str, Any]) -> Dict[int, str]:
-    return {j["index"]: j["name"] for j in manifest["jobs"]}
+@dataclass
+class StatusReport:
+    campaign: str
+    store: str
+    jobs: List[JobRow] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=dict)        # plan jobs per store state
+    inputs: Dict[str, int] = field(default_factory=dict)        # inputs per store state
+    observed: int = 0                                           # transitions recorded by this poll
+    sacct_seconds: float = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.counts.get(s, 0) for s in IN_FLIGHT)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.get(s, 0) for s in ("done", "failed", "parked"))
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
+                "in_flight": self.in_flight, "jobs": [j.as_dict() for j in self.jobs]}
 
 
-def _run_reason(plan_dir: Path, job: str, raw_id: str) -> str:
-    path = plan_dir / "run" / job / raw_id / "reason"
+def _in_bracket(spec: str, index: int) -> bool:
+    """Is array task ``index`` in squeue/sacct's ``0-3,7,9-12%2`` list?"""
+    for part in spec.split("%", 1)[0].split(","):
+        lo, _, hi = part.partition("-")
+        try:
+            if int(lo) <= index <= int(hi or lo):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8").strip()
+        return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return ""
 
 
-def collect(plan_dir: Path) -> List[JobStatus]:
-    manifest = read_manifest(plan_dir)
-    subs = read_record(plan_dir)
-    names = _job_names(manifest)
-    states = {s.job_id: s for s in slurm.sacct([s.job_id for s in subs])}
-    pending = [sid for sid, s in states.items() if s.state == "PENDING"]
-    queued = slurm.squeue_states([s.job_id for s in subs]) if pending or len(states) < len(subs) else {}
-    reasons = {sid: reason for sid, (_state, reason) in queued.items()}
-    out: List[JobStatus] = []
-    for sub in subs:
-        count = sub.last_job - sub.first_job + 1
-        for k in range(count):
-            job = names.get(sub.first_job + k, f"#{sub.first_job + k}")
-            key = f"{sub.job_id}_{k}" if sub.array else sub.job_id
-            st = states.get(key) or (states.get(sub.job_id) if sub.array else None)
-            if st is None and sub.array:
-                # tasks that have not started yet are one row: 123_[0-9%2]
-                st = next((s for sid, s in states.items() if sid.startswith(f"{sub.job_id}_[")), None)
-                if st is not None:
-                    bracket = st.job_id
-                    out.append(JobStatus(job, key, st.state, st.exit_code, st.elapsed,
-                                         reasons.get(bracket) or reasons.get(key) or st.reason))
+def _fmt_elapsed(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class Poller:
+    """Observes the submissions in flight and records what changed."""
+
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any]):
+        self.plan_dir = plan_dir
+        self.store = store
+        self.manifest = manifest
+        self.names = {j["index"]: j["name"] for j in manifest["jobs"]}
+        self.accounting = bool(manifest["submit"].get("accounting", True))
+
+    def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> Path:
+        name = self.names.get(sub.job_index, "?") if sub.job_index is not None else "?"
+        return self.plan_dir / "run" / name / raw_id
+
+    def observe(self, active: Sequence[ActiveSubmission]
+                ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
+        """Observations of these submissions; also (submission, raw id) of those that just ended."""
+        if not active:
+            return [], [], 0.0
+        ids = sorted({a.job_id for a in active}, key=lambda j: int(j) if j.isdigit() else 0)
+        since = slurm.since_text(min(a.submitted_at for a in active))
+        records: Dict[str, slurm.AcctRecord] = {}
+        t0 = time.monotonic()
+        if self.accounting:
+            records = slurm.sacct_records(ids, since)
+        sacct_s = time.monotonic() - t0
+        brackets: Dict[str, List[Tuple[str, slurm.AcctRecord]]] = {}
+        for key, record in records.items():
+            m = _BRACKET.match(key)
+            if m:
+                brackets.setdefault(m.group(1), []).append((m.group(2), record))
+        found: Dict[int, slurm.AcctRecord] = {}
+        for a in active:
+            hit = records.get(a.slurm_id)
+            if hit is None and a.array_index is not None:
+                hit = next((r for spec, r in brackets.get(a.job_id, []) if _in_bracket(spec, a.array_index)), None)
+            if hit is not None:
+                found[a.id] = hit
+        need_queue = [a for a in active if a.id not in found or found[a.id].state == "PENDING"]
+        queued: Dict[str, slurm.QueuedJob] = {}
+        if need_queue:
+            for row in slurm.squeue_jobs(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
+                queued[row.job_id] = row
+        now = dt.datetime.now(dt.timezone.utc)
+        changes: List[NewStateChange] = []
+        ended: List[Tuple[ActiveSubmission, str]] = []
+        for a in active:
+            rec: Optional[slurm.AcctRecord] = found.get(a.id)
+            q: Optional[slurm.QueuedJob] = queued.get(a.slurm_id)
+            if rec is None and q is None:
+                if self.accounting:
+                    # not visible yet (accounting lags the controller by a moment), or gone without a record
+                    # (e.g. an array task cancelled before it was ever eligible)
+                    if (now - a.submitted_at).total_seconds() > LOST_AFTER_S:
+                        changes.append(NewStateChange(a.id, "LOST", now, reason=(
+                            "the job left the queue and accounting has no record of it (cancelled before it "
+                            "was eligible to run?)")))
+                        ended.append((a, ""))
                     continue
-            if st is None:
-                # not in accounting yet: squeue knows it (a pending array is one 123_[...] row)
-                q = queued.get(key) or next((v for sid, v in queued.items()
-                                             if sid.startswith(f"{sub.job_id}_[")), None)
-                state, reason = q if q else ("UNKNOWN", "not yet in accounting")
-                out.append(JobStatus(job, key, state, "", "", reason))
+                if a.last_state is None:
+                    continue
+                # no accounting and gone from the queue: the job's own record is all there is
+                raw = a.slurm_id if a.array_index is None else ""
+                reason = _read(self._job_dir(a, raw) / "reason") if raw else ""
+                state = "FAILED" if reason else "COMPLETED"
+                changes.append(NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"))
+                ended.append((a, raw))
                 continue
-            reason = _run_reason(plan_dir, job, st.raw_id) if st.state != "PENDING" else ""
-            if not reason:
-                reason = reasons.get(st.job_id) or reasons.get(sub.job_id) or ""
-            if not reason and st.reason not in ("None", ""):
-                reason = st.reason
-            out.append(JobStatus(job, st.job_id, st.state, st.exit_code, st.elapsed, reason))
-    return out
+            if rec is None or (rec.state == "PENDING" and q is not None):
+                assert q is not None
+                state = normalize_slurm_state(q.state)
+                if state in slurm.TERMINAL and self.accounting and rec is None \
+                        and (now - a.submitted_at).total_seconds() <= LOST_AFTER_S:
+                    continue  # ended a moment ago: wait for accounting's record (CPU time, exit code)
+                changes.append(NewStateChange(a.id, state, now, reason=q.reason.strip("()")))
+                if state in slurm.TERMINAL:
+                    ended.append((a, ""))
+                continue
+            code, sig = _exit(rec.exit_code)
+            reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
+            if rec.state in slurm.TERMINAL:
+                # sacct keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
+                if reason.startswith(_WAIT_REASONS):
+                    reason = ""
+                reason = _read(self._job_dir(a, rec.raw_id) / "reason") or reason
+            changes.append(NewStateChange(
+                a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
+                rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
+                slurm.parse_time(rec.start), slurm.parse_time(rec.end)))
+            if rec.state in slurm.TERMINAL and a.last_state not in slurm.TERMINAL:
+                ended.append((a, rec.raw_id))
+        return changes, ended, sacct_s
+
+    def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
+        """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict)."""
+        if not ended:
+            return []
+        inputs = self.store.submission_inputs([a.id for a, _ in ended])
+        results = []
+        for a, raw in ended:
+            by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}
+            job = next((j for j in self.manifest["jobs"] if j["index"] == a.job_index), None)
+            outputs = dict(zip((stem_of(p) for p in job["inputs"]), job["outputs"])) if job else {}
+            for line in _read(self._job_dir(a, raw) / "qa.tsv").splitlines() if raw else []:
+                parts = line.split("\t")
+                if len(parts) != 4 or parts[0] not in by_stem:
+                    continue
+                stem, ev_in, ev_out, verdict = parts
+                results.append(QaResult(by_stem[stem], outputs.get(stem, stem), verdict == "pass",
+                                        int(ev_in) if ev_in.isdigit() else None,
+                                        int(ev_out) if ev_out.isdigit() else None, a.id))
+        return results
 
 
-def needs_attention(status: JobStatus) -> bool:
-    """A pending job that Slurm holds because of a burst-buffer failure will not start."""
-    return status.state == "PENDING" and "burst_buffer" in status.reason
+def _exit(text: str) -> Tuple[Optional[int], Optional[int]]:
+    code, _, sig = text.partition(":")
+    try:
+        return int(code), int(sig or 0)
+    except ValueError:
+        return None, None
 
 
-def wait(plan_dir: Path, timeout: Optional[float] = None, interval: float = 2.0) -> List[JobStatus]:
-    """Poll until every job ended or is held for a human; returns the last statuses."""
+def _report(location: str, store: Optional[StateStore], manifest: Dict[str, Any],
+            campaign_id: Optional[int]) -> StatusReport:
+    report = StatusReport(manifest["campaign"], location)
+    names = {j["index"]: j["name"] for j in manifest["jobs"]}
+    counts = {s: 0 for s in INPUT_STATES}
+    if store is None or campaign_id is None:
+        counts["pending"] = len(manifest["jobs"])
+        report.jobs = [JobRow(names[i], i, "pending", "", "", "", "", 0, "") for i in sorted(names)]
+        report.inputs = {s: 0 for s in INPUT_STATES}
+        report.inputs["pending"] = sum(len(j["inputs"]) for j in manifest["jobs"])
+    else:
+        for js in store.job_states(campaign_id):
+            counts[js.state] = counts.get(js.state, 0) + 1
+            exit_code = "" if js.exit_code is None else f"{js.exit_code}:{js.signal or 0}"
+            reason = js.last_reason if js.state in ("failed", "parked") else (js.slurm_reason or "")
+            report.jobs.append(JobRow(names.get(js.job_index, f"#{js.job_index}"), js.job_index, js.state,
+                                      js.slurm_state or "", js.slurm_id or "", exit_code,
+                                      _fmt_elapsed(js.elapsed_s), js.attempts, reason or ""))
+        report.inputs = store.counts_by_state(campaign_id)
+    report.counts = counts
+    return report
+
+
+def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None) -> StatusReport:
+    """Observe every job in flight once, record the changes, and summarise the campaign."""
+    plan_dir = Path(plan_dir).resolve()
+    manifest = read_manifest(plan_dir)
+    if db is None and not (plan_dir / "state.db").exists():
+        return _report(str(plan_dir / "state.db"), None, manifest, None)  # nothing submitted: create no store
+    with open_plan_store(plan_dir, db) as store:
+        try:
+            campaign = store.get_campaign(manifest["campaign"])
+        except StateStoreError:
+            return _report(store.location, None, manifest, None)
+        poller = Poller(plan_dir, store, manifest)
+        changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id))
+        observed = store.record_state_changes(campaign.id, changes)
+        qa = poller.qa_outcomes(ended)
+        if qa:
+            store.record_qa(qa)
+        report = _report(store.location, store, manifest, campaign.id)
+        report.observed = observed
+        report.sacct_seconds = sacct_s
+        return report
+
+
+def needs_attention(row: JobRow) -> bool:
+    """A pending job that Slurm holds because of a burst-buffer failure will not start by itself."""
+    return row.state == "PENDING" and "burst_buffer" in row.reason
+
+
+def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Optional[float] = None,
+          interval: float = 2.0, on_poll: Optional[Callable[[StatusReport], None]] = None) -> StatusReport:
+    """Poll until nothing is in flight (or what is left is held for a human); returns the last report."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        rows = collect(plan_dir)
-        if rows and all(r.state in slurm.TERMINAL or needs_attention(r) for r in rows):
-            return rows
+        report = poll(plan_dir, db=db)
+        if on_poll:
+            on_poll(report)
+        live = [j for j in report.jobs if j.status in IN_FLIGHT and not needs_attention(j)]
+        if not live:
+            return report
         if deadline is not None and time.monotonic() > deadline:
-            return rows
+            return report
         time.sleep(interval)

@@ -1,84 +1,337 @@
-"""Submit a plan directory to Slurm and record each job id as soon as sbatch returns.
+"""Submit a plan's outstanding work to Slurm, recording every job in the campaign state store.
 
-The record (``submitted.json`` in the plan directory) is rewritten atomically after
-every submission, so an interruption loses at most the job being submitted at
-that moment; scripts already recorded are never submitted twice.
+Each submission is three steps: claim the plan jobs in the store (their inputs become
+``submitted`` under a fresh claim token), ``sbatch`` them with the job name
+``<campaign>.<token[:12]>`` (the *tag*), and record the job id. A process killed between
+any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
+submit lock, so no live submitter is mid-way) looks for the tag in ``squeue`` and
+``sacct`` and records the job it finds, or returns the claim to pending when Slurm never
+got it. Nothing is submitted twice and nothing is lost.
+
+Job arrays go out as one ``sbatch --array=<pending task ids>%N`` per array script, so a
+retry resubmits exactly the failed tasks of the same script.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
 import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import slurm
 from .errors import InputError, Problem
+from .state import Campaign, Claim, NewInput, NewSubmission, StateStore, open_store
+from .statelock import submit_lock
 
-RECORD = "submitted.json"
-
-
-@dataclass
-class Submission:
-    script: str
-    job_id: str
-    array: Optional[str]
-    first_job: int
-    last_job: int
-    submitted_at: str
+DEFAULT_LOCK_TIMEOUT = 600.0
 
 
 def read_manifest(plan_dir: Path) -> Dict[str, Any]:
     path = plan_dir / "manifest.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data: Dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError([Problem(str(plan_dir), None, "", (
             "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None
     except (OSError, ValueError) as exc:
         raise InputError([Problem(str(path), None, "", f"cannot be read: {exc}")]) from None
+    if "digests" not in data or "submit" not in data:
+        raise InputError([Problem(str(path), None, "", (
+            f"was written by hpcrun {data.get('hpcrun_version', '?')}, which did not record what submit needs; "
+            "plan the campaign again with this hpcrun (`hpcrun plan SPEC --out DIR --force`)"))])
+    return data
 
 
-def read_record(plan_dir: Path) -> List[Submission]:
-    path = plan_dir / RECORD
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return [Submission(**s) for s in data["submissions"]]
+def tag_of(campaign: str, token: str) -> str:
+    """The Slurm job name that ties a job to its claim in the store."""
+    return f"{campaign}.{token[:12]}"
 
 
-def _write_record(plan_dir: Path, campaign: str, subs: List[Submission]) -> None:
-    data = {"campaign": campaign, "user": getpass.getuser(),
-            "submissions": [s.__dict__ for s in subs]}
-    tmp = plan_dir / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, plan_dir / RECORD)
+def compress_indices(indices: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (Slurm's --array syntax)."""
+    parts: List[str] = []
+    run: List[int] = []
+    for i in sorted(set(indices)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [i]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts)
 
 
-def submit(plan_dir: Path, dry_run: bool = False,
-           progress: Optional[Callable[[Submission], None]] = None) -> List[Submission]:
-    """Submit every script of the plan that has no recorded job id yet."""
+@dataclass(frozen=True)
+class ScriptInfo:
+    path: str          # relative to the plan directory
+    sha256: str
+    first: int
+    last: int
+    is_array: bool
+
+
+@dataclass
+class Batch:
+    """One sbatch call: a script and the plan jobs it runs."""
+
+    script: ScriptInfo
+    jobs: List[int]
+    array_spec: Optional[str] = None
+    job_id: Optional[str] = None
+    tag: Optional[str] = None
+
+    @property
+    def tasks(self) -> int:
+        return len(self.jobs)
+
+
+@dataclass
+class SubmitReport:
+    campaign: str
+    store: str
+    batches: List[Batch] = field(default_factory=list)
+    recovered: List[Tuple[str, str]] = field(default_factory=list)   # (tag, job id) found after a stop
+    released: List[str] = field(default_factory=list)                # tags Slurm never got: back to pending
+    left_pending: int = 0
+    queue: Optional[Tuple[int, int]] = None                          # (queued now, max_queued_jobs)
+    dry_run: bool = False
+
+    @property
+    def submitted_jobs(self) -> int:
+        return sum(b.tasks for b in self.batches if b.job_id)
+
+
+def scripts_of(manifest: Dict[str, Any]) -> List[ScriptInfo]:
+    return [ScriptInfo(s["path"], s["sha256"], s["jobs"][0], s["jobs"][1], s["array"] is not None)
+            for s in manifest["scripts"]]
+
+
+def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    if not text:
+        return None, None
+    algo, _, value = text.partition(":")
+    return value, algo
+
+
+def plan_inputs(manifest: Dict[str, Any]) -> List[NewInput]:
+    """Every input of the plan with the job that processes it, as the store registers them."""
+    out = []
+    for job in manifest["jobs"]:
+        n = len(job["inputs"])
+        sizes = job.get("input_sizes") or [None] * n
+        events = job.get("input_events") or [None] * n
+        sums = job.get("checksums") or [None] * n
+        for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
+            value, algo = _split_checksum(cs)
+            out.append(NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
+                                events=ev))
+    return out
+
+
+def register(store: StateStore, manifest: Dict[str, Any]) -> Campaign:
+    """The campaign and its inputs in the store (idempotent; new inputs of a re-plan are added)."""
+    campaign = store.register_campaign(manifest["campaign"], manifest["digests"]["spec"],
+                                       manifest["digests"]["profile"])
+    store.add_inputs(campaign.id, plan_inputs(manifest))
+    return campaign
+
+
+def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: Optional[int],
+                 throttle: Optional[int]) -> Tuple[List[Batch], int]:
+    """Group pending plan jobs by script, at most ``budget`` jobs in all; returns (batches, jobs left)."""
+    batches: List[Batch] = []
+    todo = sorted(pending)
+    left = budget if budget is not None else len(todo)
+    k = 0
+    for script in scripts:
+        jobs = []
+        while k < len(todo) and todo[k] <= script.last:
+            if todo[k] >= script.first:
+                jobs.append(todo[k])
+            k += 1
+        if not jobs or left <= 0:
+            continue
+        if script.is_array:
+            jobs = jobs[:left]
+            spec = compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
+            batches.append(Batch(script, jobs, spec))
+            left -= len(jobs)
+        else:
+            for j in jobs[:left]:
+                batches.append(Batch(script, [j]))
+            left -= min(left, len(jobs))
+    submitted = sum(b.tasks for b in batches)
+    return batches, len(todo) - submitted
+
+
+class Submitter:
+    """Claims, submits and records the batches of one plan; settles claims left by a stopped run."""
+
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign):
+        self.plan_dir = plan_dir
+        self.store = store
+        self.manifest = manifest
+        self.campaign = campaign
+        self.scripts = scripts_of(manifest)
+        self.accounting = bool(manifest["submit"].get("accounting", True))
+
+    def script_of(self, job_index: int) -> ScriptInfo:
+        for s in self.scripts:
+            if s.first <= job_index <= s.last:
+                return s
+        raise InputError([Problem(str(self.plan_dir / "manifest.json"), None, "", (
+            f"has no script for job {job_index} recorded in {self.store.location}; the plan changed after "
+            "submission. Plan the changed campaign into a new directory."))])
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    def submit_batch(self, batch: Batch) -> Optional[Batch]:
+        claim = self.store.claim_jobs(self.campaign.id, batch.jobs)
+        claimed = sorted({i.job_index for i in claim.inputs if i.job_index is not None})
+        if not claimed:
+            return None  # another submitter took them
+        if claimed != batch.jobs:
+            batch = Batch(batch.script, claimed, self._array_spec(batch.script, claimed) if batch.array_spec else None)
+        batch.tag = tag_of(self.campaign.name, claim.token)
+        extra = [f"--job-name={batch.tag}"]
+        if batch.array_spec:
+            extra.append(f"--array={batch.array_spec}")
+        try:
+            batch.job_id = slurm.sbatch(self.plan_dir / batch.script.path, extra)
+        except slurm.SbatchUncertain:
+            found, _released = self.settle([claim])
+            if not found:
+                raise
+            batch.job_id = found[0][1]
+            return batch
+        except slurm.SlurmError as exc:
+            self.store.release_claim(claim.token, reason=str(exc))
+            raise
+        self._record(claim, batch.job_id)
+        return batch
+
+    def _array_spec(self, script: ScriptInfo, jobs: Sequence[int]) -> str:
+        throttle = self.manifest["submit"].get("throttle")
+        return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
+
+    def _record(self, claim: Claim, job_id: str) -> None:
+        by_job: Dict[int, List[int]] = {}
+        for rec in claim.inputs:
+            assert rec.job_index is not None
+            by_job.setdefault(rec.job_index, []).append(rec.id)
+        subs = []
+        tag = tag_of(self.campaign.name, claim.token)
+        for job_index, input_ids in sorted(by_job.items()):
+            script = self.script_of(job_index)
+            subs.append(NewSubmission(job_id, script.path, script.sha256, tag, input_ids,
+                                      job_index - script.first if script.is_array else None, claim.token))
+        self.store.record_submissions(self.campaign.id, subs)
+
+    # -- claims left by a stopped submitter --------------------------------------------------
+
+    def settle(self, claims: Sequence[Claim]) -> Tuple[List[Tuple[str, str]], List[str]]:
+        """Record the Slurm job found under each claim's tag, or release the claim; returns (found, released)."""
+        if not claims:
+            return [], []
+        tags = {tag_of(self.campaign.name, c.token): c for c in claims}
+        ids: Dict[str, set] = {t: set() for t in tags}
+        for q in slurm.squeue_jobs(names=list(tags)):
+            if q.name in ids:
+                ids[q.name].add(q.array_job_id)
+        if self.accounting:
+            claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
+            since = slurm.since_text(min(claimed)) if claimed else "now-7days"
+            for rec in slurm.sacct_records((), since, names=list(tags)).values():
+                if rec.name in ids:
+                    ids[rec.name].add(rec.job_id.split("_", 1)[0])
+        found: List[Tuple[str, str]] = []
+        released: List[str] = []
+        for tag, claim in tags.items():
+            if ids[tag]:
+                job_id = min(ids[tag], key=lambda j: int(j) if j.isdigit() else 0)
+                self._record(claim, job_id)
+                found.append((tag, job_id))
+            else:
+                self.store.release_claim(claim.token, reason=(
+                    f"released: no Slurm job named {tag} (the submitter stopped before sbatch took it)"))
+                released.append(tag)
+        return found, released
+
+    def reconcile(self) -> Tuple[List[Tuple[str, str]], List[str]]:
+        return self.settle(self.store.unresolved_claims(self.campaign.id))
+
+
+def _queue_budget(manifest: Dict[str, Any], limit: Optional[int]) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    budget = limit
+    queue = None
+    max_queued = manifest["submit"].get("max_queued_jobs")
+    if max_queued:
+        queued = slurm.queued_count(getpass.getuser())
+        queue = (queued, int(max_queued))
+        room = max(0, int(max_queued) - queued)
+        budget = room if budget is None else min(budget, room)
+    return budget, queue
+
+
+def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) -> StateStore:
+    """The store of a plan: ``db`` (a URL) or ``<plan_dir>/state.db``."""
+    return open_store(db or plan_dir, **options)
+
+
+def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: bool = False,
+           limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           on_batch: Optional[Callable[[Batch], None]] = None,
+           on_wait: Optional[Callable[[str], None]] = None) -> SubmitReport:
+    """Submit every plan job that is neither done nor in flight (at most ``limit`` and the queue's room)."""
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir)
-    done = read_record(plan_dir)
-    recorded = {s.script for s in done}
-    new: List[Submission] = []
-    for script in manifest["scripts"]:
-        if script["path"] in recorded:
-            continue
-        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    throttle = manifest["submit"].get("throttle")
+    if dry_run and db is None and not (plan_dir / "state.db").exists():
+        # nothing recorded yet: everything is outstanding, and a dry run creates no store
+        budget, queue = _queue_budget(manifest, limit)
+        batches, left = plan_batches(scripts_of(manifest), [j["index"] for j in manifest["jobs"]], budget, throttle)
+        return SubmitReport(manifest["campaign"], str(plan_dir / "state.db"), batches, left_pending=left,
+                            queue=queue, dry_run=True)
+    with open_plan_store(plan_dir, db) as store:
+        campaign = register(store, manifest)
+        report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
         if dry_run:
-            job_id = "(dry-run)"
-        else:
-            job_id = slurm.sbatch(plan_dir / script["path"])
-        sub = Submission(script["path"], job_id, script["array"], script["jobs"][0], script["jobs"][1], now)
-        new.append(sub)
-        if not dry_run:
-            done.append(sub)
-            _write_record(plan_dir, manifest["campaign"], done)
-        if progress:
-            progress(sub)
-    return new
+            budget, report.queue = _queue_budget(manifest, limit)
+            report.batches, report.left_pending = plan_batches(
+                scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
+            return report
+        with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait):
+            submitter = Submitter(plan_dir, store, manifest, campaign)
+            report.recovered, report.released = submitter.reconcile()
+            budget, report.queue = _queue_budget(manifest, limit)
+            batches, report.left_pending = plan_batches(
+                submitter.scripts, store.pending_jobs(campaign.id), budget, throttle)
+            for batch in batches:
+                done = submitter.submit_batch(batch)
+                if done is not None:
+                    report.batches.append(done)
+                    if on_batch:
+                        on_batch(done)
+        return report
+
+
+def follow(plan_dir: Union[str, Path], *, interval: float = 60.0, db: Optional[str] = None,
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           on_batch: Optional[Callable[[Batch], None]] = None,
+           on_round: Optional[Callable[[SubmitReport], None]] = None) -> List[SubmitReport]:
+    """Keep submitting as the queue drains until no outstanding work is left to submit."""
+    reports = []
+    while True:
+        report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch)
+        reports.append(report)
+        if on_round:
+            on_round(report)
+        if report.left_pending == 0:
+            return reports
+        time.sleep(interval)

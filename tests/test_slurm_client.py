@@ -8,7 +8,8 @@ import pytest
 
 from hpcrun import slurm
 from hpcrun.errors import InputError
-from hpcrun.submit import read_record, submit
+from hpcrun.state import open_store
+from hpcrun.submit import ScriptInfo, compress_indices, plan_batches, submit
 
 SACCT = """\
 17_0|18|detector-reco-local|COMPLETED|0:0|None|00:00:04|2026-11-22T05:00:01|2026-11-22T05:00:05|localhost
@@ -55,24 +56,87 @@ def test_sbatch_env_drops_sbatch_variables(tmp_path, monkeypatch):
     assert (fake / "count").read_text().strip() == "0"
 
 
-def test_submit_records_each_job_and_is_repeatable(tmp_path, monkeypatch, spec_factory):
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
-    plan_dir = write_plan(load_plan(spec_factory({"jobs": {"array": "never"}}, inputs=3)),
-                          tmp_path / "plan").out_dir
+def _fake_sbatch(tmp_path, monkeypatch, body: str) -> Path:
     fake = tmp_path / "bin"
     fake.mkdir()
-    counter = fake / "n"
-    counter.write_text("100")
-    (fake / "sbatch").write_text(f"#!/bin/sh\nn=$(cat {counter}); echo $((n+1)) > {counter}; echo $n\n")
+    (fake / "sbatch").write_text("#!/bin/sh\n" + body)
     (fake / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
-    first = submit(plan_dir)
-    assert [s.job_id for s in first] == ["100", "101", "102"]
-    assert submit(plan_dir) == []
-    record = json.loads((plan_dir / "submitted.json").read_text())
-    assert [s["script"] for s in record["submissions"]] == [f"jobs/job0000{i}.sbatch" for i in (1, 2, 3)]
-    assert len(read_record(plan_dir)) == 3
+    return fake
+
+
+def _plan_dir(tmp_path, spec_factory, inputs=3):
+    from hpcrun.pipeline import load_plan
+    from hpcrun.plandir import write_plan
+    return write_plan(load_plan(spec_factory({"jobs": {"array": "never"}}, inputs=inputs)), tmp_path / "plan").out_dir
+
+
+def test_submit_names_each_job_by_its_claim_and_records_it(tmp_path, monkeypatch, spec_factory):
+    """Every sbatch gets --job-name=<campaign>.<claim>; the store links each job id to its inputs."""
+    plan_dir = _plan_dir(tmp_path, spec_factory)
+    fake = _fake_sbatch(tmp_path, monkeypatch,
+                        'n=$(cat "$(dirname "$0")/n" 2>/dev/null || echo 100); echo $((n+1)) > "$(dirname "$0")/n"\n'
+                        'echo "$@" >> "$(dirname "$0")/args"; echo "$n;cluster"\n')
+    report = submit(plan_dir)
+    assert [b.job_id for b in report.batches] == ["100", "101", "102"]
+    args = (fake / "args").read_text().splitlines()
+    assert [a.split()[0] for a in args] == [f"--parsable --job-name={b.tag}".split()[0] for b in report.batches]
+    assert all(f"--job-name={b.tag}" in line for b, line in zip(report.batches, args))
+    assert len({b.tag for b in report.batches}) == 3
+    with open_store(plan_dir) as store:
+        c = store.get_campaign(report.campaign)
+        jobs = store.job_states(c.id)
+    assert [(j.state, j.slurm_id, j.attempts) for j in jobs] == [("submitted", str(100 + i), 1) for i in range(3)]
+
+
+def test_submit_rejection_is_verbatim_and_releases_the_claim(tmp_path, monkeypatch, spec_factory):
+    plan_dir = _plan_dir(tmp_path, spec_factory, inputs=2)
+    _fake_sbatch(tmp_path, monkeypatch, "echo 'sbatch: error: Batch job submission failed: Invalid qos' >&2\nexit 1\n")
+    with pytest.raises(slurm.SlurmError) as exc:
+        submit(plan_dir)
+    assert "Invalid qos" in str(exc.value) and "jobs/job00001.sbatch" in str(exc.value)
+    with open_store(plan_dir) as store:
+        c = store.get_campaign(json.loads((plan_dir / "manifest.json").read_text())["campaign"])
+        states = store.job_states(c.id)
+    assert [j.state for j in states] == ["pending", "pending"]
+    assert "Invalid qos" in (states[0].last_reason or "")
+
+
+def test_submit_dry_run_creates_no_store(tmp_path, monkeypatch, spec_factory):
+    plan_dir = _plan_dir(tmp_path, spec_factory, inputs=2)
+    _fake_sbatch(tmp_path, monkeypatch, "exit 99\n")
+    report = submit(plan_dir, dry_run=True)
+    assert [b.script.path for b in report.batches] == ["jobs/job00001.sbatch", "jobs/job00002.sbatch"]
+    assert not (plan_dir / "state.db").exists()
+
+
+@pytest.mark.parametrize("indices, text", [([0, 1, 2, 5, 7, 8], "0-2,5,7-8"), ([3], "3"), ([], ""),
+                                           ([4, 2, 3, 3], "2-4")])
+def test_compress_indices(indices, text):
+    assert compress_indices(indices) == text
+
+
+def test_plan_batches_respects_budget_and_scripts():
+    scripts = [ScriptInfo("jobs/array001.sbatch", "x", 0, 9, True),
+               ScriptInfo("jobs/array002.sbatch", "y", 10, 14, True)]
+    batches, left = plan_batches(scripts, [1, 2, 3, 9, 10, 12], budget=5, throttle=2)
+    assert [(b.script.path, b.array_spec, b.jobs) for b in batches] == [
+        ("jobs/array001.sbatch", "1-3,9%2", [1, 2, 3, 9]), ("jobs/array002.sbatch", "0%2", [10])]
+    assert left == 1
+
+
+def test_parse_acct_folds_steps():
+    text = ("361|361|t.abc|COMPLETED|0:0|None|6|00:06.021|2|localhost|2026-11-22T07:51:42|2026-11-22T07:51:48|\n"
+            "361.batch|361.batch|batch|COMPLETED|0:0||6|00:03.012|2|localhost|2026-11-22T07:51:42|"
+            "2026-11-22T07:51:48|12516K\n"
+            "361.0|361.0|python3|COMPLETED|0:0||3|01:02:03.5|2|localhost|2026-11-22T07:51:45|2026-11-22T07:51:48|2.5G\n"
+            "362_[1-3%2]|362|t.def|PENDING|0:0|JobArrayTaskLimit|0|00:00:00|2|None assigned|Unknown|Unknown|\n")
+    recs = slurm.parse_acct(text)
+    assert set(recs) == {"361", "362_[1-3%2]"}
+    r = recs["361"]
+    assert (r.elapsed_s, r.cpu_s, r.alloc_cpus, r.max_rss_bytes) == (6.0, 6.021, 2, int(2.5 * 1024 ** 3))
+    assert recs["362_[1-3%2]"].start is None
+    assert slurm.parse_cpu_time("1-02:03:04") == 93784 and slurm.parse_cpu_time("bogus") is None
 
 
 def test_submit_needs_a_plan(tmp_path):

@@ -8,7 +8,6 @@ MariaDB and the h5py programs are all real.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,106 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+
+from .campaigns import PY, Campaign
 
 pytestmark = pytest.mark.cluster
-
-REPO = Path(__file__).resolve().parent.parent.parent
-EXAMPLE = REPO / "examples" / "detector-reco-local"
-PY = "/usr/bin/python3"
-
-
-def _source_digest() -> str:
-    h = hashlib.sha256()
-    for base in ("hpcrun", "templates", "site-profiles"):
-        for p in sorted((REPO / base).rglob("*")):
-            if p.is_file() and "__pycache__" not in p.parts:
-                h.update(str(p.relative_to(REPO)).encode())
-                h.update(p.read_bytes())
-    h.update((REPO / "setup.cfg").read_bytes())
-    return h.hexdigest()[:16]
-
-
-@pytest.fixture(scope="module")
-def hpcrun_bin(slurm_cluster) -> str:
-    """hpcrun installed (non-editable) in a venv the test user can run."""
-    venv = slurm_cluster.dir / "venv"
-    stamp = venv / "hpcrun-source.digest"
-    digest = _source_digest()
-    if not (stamp.exists() and stamp.read_text() == digest):
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([PY, "-m", "venv", str(venv)], check=True)
-        src = slurm_cluster.dir / "hpcrun-src"
-        shutil.rmtree(src, ignore_errors=True)
-        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "*.plan", "__pycache__",
-                                                                  "build", "*.egg-info"))
-        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(src)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        stamp.write_text(digest)
-    return str(venv / "bin" / "hpcrun")
-
-
-@pytest.fixture(scope="module")
-def example_root(slurm_cluster) -> Path:
-    """The example prepared by the test user where its campaign.yaml expects it."""
-    root = slurm_cluster.pfs_root / "detector-reco"
-    copy = slurm_cluster.dir / "example-src"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(EXAMPLE, copy)
-    slurm_cluster.chown(copy)
-    shutil.rmtree(root, ignore_errors=True)
-    proc = slurm_cluster.run_as_user([PY, str(copy / "prepare.py"), "--root", str(root),
-                                      "--files", "2", "--events", "1500"], cwd=str(copy))
-    assert proc.returncode == 0, proc.stderr
-    return root
-
-
-class Campaign:
-    """One variant of the example campaign in its own directory, driven through hpcrun."""
-
-    def __init__(self, cluster, hpcrun: str, root: Path, name: str, chain_extra=(), **changes):
-        self.cluster, self.hpcrun = cluster, hpcrun
-        data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text())
-        data["name"] = f"e2e-{name}"
-        data["chain"]["command"] += list(chain_extra)
-        for key, value in changes.items():
-            section, _, field = key.partition("__")
-            if field:
-                data.setdefault(section, {})[field] = value
-            elif value is None:
-                data.pop(section, None)
-            else:
-                data[section] = value
-        self.out = root / "out" / name
-        data["outputs"]["location"] = str(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        cluster.chown(self.out)
-        self.dir = cluster.workdir
-        self.spec = cluster.write(self.dir / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
-        self.plan = self.dir / "plan"
-
-    def hp(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return self.cluster.run_as_user([self.hpcrun, *args], cwd=str(self.dir), timeout=timeout,
-                                        env={"COLUMNS": "200"})
-
-    def plan_and_submit(self) -> list:
-        proc = self.hp("plan", str(self.spec), "--out", str(self.plan))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        proc = self.hp("submit", str(self.plan))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return json.loads((self.plan / "submitted.json").read_text())["submissions"]
-
-    def status(self, wait: bool = True, timeout: float = 240) -> list:
-        args = ["status", str(self.plan), "--json"] + (["--wait", "--timeout", str(timeout)] if wait else [])
-        proc = self.hp(*args, timeout=timeout + 60)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return json.loads(proc.stdout)
-
-    def rundir(self, row: dict) -> Path:
-        raw = self.cluster.sacct(row["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
-        return self.plan / "run" / row["job"] / raw
-
 
 def _events(cluster, job_id: str) -> list:
     return [e["function"] for e in cluster.bb_events(job_id)]

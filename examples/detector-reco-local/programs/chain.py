@@ -10,6 +10,7 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -49,11 +50,24 @@ def main() -> int:
     ap.add_argument("--refresh", type=int, default=200, help="re-read constants every N events")
     ap.add_argument("--cpu-seconds", type=float, default=0.0, help="CPU work per chain")
     ap.add_argument("--fail-chain", type=int, default=-1, help="test hook: this chain exits 3")
+    ap.add_argument("--fail-marked", type=Path, default=None, help=(
+        "test hook: exit 3 when DIR/<input file name>.fail exists (removed first if it says 'once')"))
     args = ap.parse_args()
     chain = args.chain
     if chain == args.fail_chain:
         print(f"chain {chain}: failing on purpose (--fail-chain)", file=sys.stderr)
         return 3
+    if args.fail_marked is not None:
+        marker = args.fail_marked / (Path(args.input).name + ".fail")
+        try:
+            once = marker.read_text().strip() == "once"
+        except OSError:
+            once = None
+        if once is not None:
+            if once:
+                marker.unlink(missing_ok=True)
+            print(f"chain {chain}: failing on purpose ({marker})", file=sys.stderr)
+            return 3
     with h5py.File(args.input, "r") as f:
         total = len(f["event_id"])
         first = chain * total // args.nchains

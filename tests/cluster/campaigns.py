@@ -1,0 +1,77 @@
+"""The detector-reco-local example as a campaign on the test cluster, driven through hpcrun as the
+test user: shared by the end-to-end tests and the campaign-state tests.
+
+The fixtures (`hpcrun_bin`, `example_root`) live in tests/cluster/conftest.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent.parent
+EXAMPLE = REPO / "examples" / "detector-reco-local"
+PY = "/usr/bin/python3"
+
+
+def source_digest() -> str:
+    h = hashlib.sha256()
+    for base in ("hpcrun", "templates", "site-profiles"):
+        for p in sorted((REPO / base).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(REPO)).encode())
+                h.update(p.read_bytes())
+    h.update((REPO / "setup.cfg").read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Campaign:
+    """One variant of the example campaign in its own directory, driven through hpcrun."""
+
+    def __init__(self, cluster, hpcrun: str, root: Path, name: str, chain_extra=(), **changes):
+        self.cluster, self.hpcrun = cluster, hpcrun
+        data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text())
+        data["name"] = self.name = f"e2e-{name}"
+        data["chain"]["command"] += list(chain_extra)
+        for key, value in changes.items():
+            section, _, field = key.partition("__")
+            if field:
+                data.setdefault(section, {})[field] = value
+            elif value is None:
+                data.pop(section, None)
+            else:
+                data[section] = value
+        self.out = root / "out" / name
+        data["outputs"]["location"] = str(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        cluster.chown(self.out)
+        self.dir = cluster.workdir
+        self.spec = cluster.write(self.dir / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
+        self.plan = self.dir / "plan"
+
+    def hp(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return self.cluster.run_as_user([self.hpcrun, *args], cwd=str(self.dir), timeout=timeout,
+                                        env={"COLUMNS": "200"})
+
+    def plan_and_submit(self) -> list:
+        proc = self.hp("plan", str(self.spec), "--out", str(self.plan))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = self.hp("submit", str(self.plan), "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)["submitted"]
+
+    def status(self, wait: bool = True, timeout: float = 240) -> list:
+        args = ["status", str(self.plan), "--json"] + (["--wait", "--timeout", str(timeout)] if wait else [])
+        proc = self.hp(*args, timeout=timeout + 60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)["jobs"]
+
+    def rundir(self, row: dict) -> Path:
+        raw = self.cluster.sacct(row["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
+        return self.plan / "run" / row["job"] / raw
+
+

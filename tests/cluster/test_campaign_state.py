@@ -1,0 +1,281 @@
+"""Campaign state on the real test cluster: submit at scale, kills and restarts, concurrent
+submitters, retry and parking.
+
+Kills use a wrapper around the real sbatch (first on PATH for the hpcrun under test): it
+counts calls, can SIGKILL hpcrun just before or just after the real sbatch (the window
+between sbatch returning and the record being written), and submits every job held
+(``--hold``) so that all of them stay visible in ``squeue -r`` for counting.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .campaigns import PY, Campaign
+
+pytestmark = pytest.mark.cluster
+
+WRAPPER = """#!/bin/bash
+# test stand-in around the real sbatch: holds every job and kills hpcrun at a chosen call
+counter=${HPCRUN_TEST_COUNTER:?}
+n=$(( $(cat "$counter" 2>/dev/null || echo 0) + 1 ))
+echo "$n" > "$counter"
+if [ "${HPCRUN_TEST_KILL:-}" = "before:$n" ]; then kill -9 "$PPID"; exit 1; fi
+out=$(/usr/bin/sbatch --hold "$@")
+rc=$?
+if [ "${HPCRUN_TEST_KILL:-}" = "after:$n" ]; then kill -9 "$PPID"; sleep 1; fi
+printf '%s\\n' "$out"
+exit "$rc"
+"""
+
+
+def make_raw(cluster, example_root: Path, raw: Path, files: int, events: int = 200) -> str:
+    """``files`` raw inputs in ``raw`` (written by the test user); returns their glob."""
+    src = cluster.dir / "example-src"
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from prepare import make_inputs; make_inputs(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))")
+    proc = cluster.run_as_user([PY, "-c", code, str(src), str(raw), str(files), str(events)])
+    assert proc.returncode == 0, proc.stderr
+    return str(raw / "*.h5")
+
+
+class Held:
+    """The sbatch wrapper and the view of what Slurm holds for one campaign."""
+
+    def __init__(self, cluster, campaign: Campaign):
+        self.cluster, self.c = cluster, campaign
+        bindir = cluster.workdir / "wrap-bin"
+        bindir.mkdir(exist_ok=True)
+        cluster.write(bindir / "sbatch", WRAPPER, mode=0o755)
+        cluster.chown(bindir)
+        self.counter = cluster.workdir / "sbatch-calls"
+        self.env = {"PATH": f"{bindir}:{cluster.user_env['PATH']}", "HPCRUN_TEST_COUNTER": str(self.counter)}
+        self.cancel_all()  # left over by an earlier, interrupted run of the same test
+
+    def submit(self, *args: str, kill: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+        env = dict(self.env, HPCRUN_TEST_KILL=kill, COLUMNS="200")
+        return self.cluster.run_as_user([self.c.hpcrun, "submit", str(self.c.plan), *args], cwd=str(self.c.dir),
+                                        env=env, timeout=timeout)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        env = dict(self.cluster.user_env, **self.env)
+        return subprocess.Popen([self.c.hpcrun, "submit", str(self.c.plan), *args], cwd=str(self.c.dir), env=env,
+                                user=self.cluster.uid, group=self.cluster.gid, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def queued(self) -> collections.Counter:
+        """(script, array task) of every job of this campaign in the queue, with multiplicity."""
+        proc = self.cluster.run(["squeue", "-h", "-r", "-u", self.cluster.user, "-o", "%i|%j|%o|%K"])
+        assert proc.returncode == 0, proc.stderr
+        seen: collections.Counter = collections.Counter()
+        for line in proc.stdout.splitlines():
+            _jid, name, command, task = line.split("|")
+            if name.startswith(self.c.name + "."):
+                seen[(Path(command).name, task)] += 1
+        return seen
+
+    def cancel_all(self) -> None:
+        proc = self.cluster.run(["squeue", "-h", "-u", self.cluster.user, "-o", "%F|%j"])
+        ids = {line.split("|")[0] for line in proc.stdout.splitlines() if line.split("|")[1].startswith(self.c.name)}
+        for job_id in ids:
+            self.cluster.scancel(job_id)
+
+
+def _expected_per_job(c: Campaign) -> collections.Counter:
+    manifest = json.loads((c.plan / "manifest.json").read_text())
+    want: collections.Counter = collections.Counter()
+    for s in manifest["scripts"]:
+        name = Path(s["path"]).name
+        if s["array"] is None:
+            want[(name, "N/A")] = 1
+        else:
+            for k in range(s["jobs"][1] - s["jobs"][0] + 1):
+                want[(name, str(k))] = 1
+    return want
+
+
+def _plan(c: Campaign) -> None:
+    proc = c.hp("plan", str(c.spec), "--out", str(c.plan))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _status(c: Campaign, *args: str, timeout: float = 300) -> dict:
+    proc = c.hp("status", str(c.plan), "--json", *args, timeout=timeout + 60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def raw8(slurm_cluster, example_root) -> str:
+    return make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 8)
+
+
+@pytest.mark.parametrize("kill", ["before:1", "after:1", "before:5", "after:5", "after:8"])
+def test_killed_submit_neither_duplicates_nor_loses(slurm_cluster, hpcrun_bin, example_root, raw8, kill):
+    """hpcrun is SIGKILLed at an sbatch call (before it, or after it returned but before the
+    record); a rerun recovers or releases that claim and submits the rest exactly once."""
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, f"kill-{kill.replace(':', '')}", inputs__glob=raw8)
+    _plan(c)
+    held = Held(slurm_cluster, c)
+    try:
+        first = held.submit(kill=kill)
+        assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
+        second = held.submit("--json")
+        assert second.returncode == 0, second.stdout + second.stderr
+        report = json.loads(second.stdout)
+        if kill.startswith("after"):
+            assert len(report["recovered"]) == 1 and not report["released"], report
+        else:
+            assert len(report["released"]) == 1 and not report["recovered"], report
+        assert held.queued() == _expected_per_job(c)
+        st = _status(c)
+        assert st["counts"]["submitted"] == 8 and st["counts"]["pending"] == 0, st["counts"]
+        again = held.submit()
+        assert again.returncode == 0 and "nothing to submit" in again.stdout, again.stdout
+        assert held.queued() == _expected_per_job(c)
+    finally:
+        held.cancel_all()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_submit_killed_at_a_random_moment(slurm_cluster, hpcrun_bin, example_root, raw8, seed):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, f"random-kill-{seed}", inputs__glob=raw8)
+    _plan(c)
+    held = Held(slurm_cluster, c)
+    try:
+        proc = held.popen()
+        time.sleep(random.Random(seed).uniform(0.3, 2.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        rerun = held.submit()
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        assert held.queued() == _expected_per_job(c)
+    finally:
+        held.cancel_all()
+
+
+def test_two_concurrent_submits_do_not_duplicate(slurm_cluster, hpcrun_bin, example_root, raw8):
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "concurrent", inputs__glob=raw8)
+    _plan(c)
+    held = Held(slurm_cluster, c)
+    try:
+        procs = [held.popen("--json"), held.popen("--json")]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        submitted = [len(json.loads(o)["submitted"]) for o, _ in outs]
+        assert sorted(submitted) == [0, 8], submitted  # the lock serialised them: the second found no work
+        assert held.queued() == _expected_per_job(c)
+    finally:
+        held.cancel_all()
+
+
+def test_array_campaign_of_20_files_runs_to_completion(slurm_cluster, hpcrun_bin, example_root):
+    """20 files through one throttled job array; the store agrees with sacct."""
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 20)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "array20", burst_buffer=None,
+                 inputs__glob=glob, jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": 3})
+    _plan(c)
+    proc = c.hp("submit", str(c.plan), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [batch] = json.loads(proc.stdout)["submitted"]
+    assert batch["array"] == "0-19%3" and len(batch["jobs"]) == 20
+    st = _status(c, "--wait", "--timeout", "400", timeout=400)
+    assert st["counts"]["done"] == 20, st["counts"]
+    assert st["inputs"]["done"] == 20
+    acct = slurm_cluster.sacct(batch["job_id"], fields="JobID,State,ElapsedRaw")
+    tasks = {r["JobID"]: r for r in acct if "." not in r["JobID"]}
+    assert len(tasks) == 20 and all(r["State"] == "COMPLETED" for r in tasks.values()), tasks
+    by_id = {j["slurm_id"]: j for j in st["jobs"]}
+    assert set(by_id) == set(tasks)
+    for jid, row in tasks.items():
+        h, m, s = (int(x) for x in by_id[jid]["elapsed"].split(":"))
+        assert h * 3600 + m * 60 + s == int(row["ElapsedRaw"])
+    for raw in sorted(Path(glob).parent.glob("*.h5")):
+        assert (c.out / f"{raw.stem}.reco.h5").exists()
+    again = c.hp("submit", str(c.plan))
+    assert "nothing to submit" in again.stdout
+
+
+def test_retry_resubmits_exactly_the_failed_and_parks_the_hopeless(slurm_cluster, hpcrun_bin, example_root):
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 6)
+    markers = slurm_cluster.pfs / "markers"
+    markers.mkdir()
+    (markers / "run1001.h5.fail").write_text("always\n")
+    (markers / "run1004.h5.fail").write_text("once\n")
+    slurm_cluster.chown(markers)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "retry", burst_buffer=None, inputs__glob=glob,
+                 chain_extra=["--fail-marked", str(markers)], retry={"max_attempts": 2},
+                 jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": 3})
+    _plan(c)
+    assert c.hp("submit", str(c.plan)).returncode == 0
+    st = _status(c, "--wait")
+    failed = sorted(j["job"] for j in st["jobs"] if j["status"] == "failed")
+    assert failed == ["e2e-retry.00002", "e2e-retry.00005"], st["jobs"]
+    assert all("chain(s) failed" in j["reason"] for j in st["jobs"] if j["status"] == "failed")
+
+    proc = c.hp("retry", str(c.plan), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = json.loads(proc.stdout)
+    assert first["requeued"] == failed and first["parked"] == []
+    [batch] = first["submitted"]
+    assert batch["array"] == "1,4%3"  # exactly the failed tasks of the same array script
+    st = _status(c, "--wait")
+    states = {j["job"]: (j["status"], j["attempts"]) for j in st["jobs"]}
+    assert states["e2e-retry.00005"] == ("done", 2)
+    assert states["e2e-retry.00002"] == ("failed", 2)
+    assert all(states[f"e2e-retry.0000{i}"] == ("done", 1) for i in (1, 3, 4, 6))
+
+    proc = c.hp("retry", str(c.plan), "--json")
+    second = json.loads(proc.stdout)
+    assert second["requeued"] == [] and second["parked"] == ["e2e-retry.00002"] and second["submitted"] == []
+    st = _status(c)
+    [parked] = [j for j in st["jobs"] if j["status"] == "parked"]
+    assert parked["job"] == "e2e-retry.00002"
+    assert "parked after 2 attempt(s)" in parked["reason"] and "chain(s) failed" in parked["reason"]
+    table = c.hp("status", str(c.plan))
+    assert "parked" in table.stdout and "e2e-retry.00002" in table.stdout
+
+
+def test_cancelled_jobs_are_retried_only_on_request(slurm_cluster, hpcrun_bin, example_root):
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 2)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "cancel", burst_buffer=None, inputs__glob=glob,
+                 chain_extra=["--cpu-seconds", "15"], jobs={"files_per_job": 1, "chains_per_node": 2})
+    _plan(c)
+    proc = c.hp("submit", str(c.plan), "--json")
+    [batch] = json.loads(proc.stdout)["submitted"]
+    task = f"{batch['job_id']}_1"
+    try:
+        slurm_cluster.wait_until(lambda: slurm_cluster.squeue_ids(task) and _running(slurm_cluster, task),
+                                 timeout=60)
+        slurm_cluster.scancel(task)
+        st = _status(c, "--wait")
+        rows = {j["job"]: j for j in st["jobs"]}
+        assert rows["e2e-cancel.00002"]["state"] == "CANCELLED" and rows["e2e-cancel.00002"]["status"] == "failed"
+        assert rows["e2e-cancel.00001"]["status"] == "done"
+        plain = json.loads(c.hp("retry", str(c.plan), "--json").stdout)
+        assert plain["requeued"] == [] and plain["submitted"] == []
+        asked = json.loads(c.hp("retry", str(c.plan), "--cancelled", "--json").stdout)
+        assert asked["requeued"] == ["e2e-cancel.00002"] and asked["submitted"][0]["array"] == "1"
+        st = _status(c, "--wait")
+        assert {j["status"] for j in st["jobs"]} == {"done"}
+        assert {j["attempts"] for j in st["jobs"]} == {1, 2}
+    finally:
+        slurm_cluster.run(["scancel", "-u", slurm_cluster.user, "-n", ",".join(_names(c))])
+
+
+def _running(cluster, job_id: str) -> bool:
+    proc = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    return proc.stdout.strip() == "RUNNING"
+
+
+def _names(c: Campaign) -> list:
+    proc = c.cluster.run(["squeue", "-h", "-u", c.cluster.user, "-o", "%j"])
+    return sorted({n for n in proc.stdout.split() if n.startswith(c.name + ".")}) or ["none"]
