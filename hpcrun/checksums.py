@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from .errors import Problem
+from .errors import Problem, dotted
 from .spec import InputFile, InputsSpec
 from .yamlsrc import Located
 
@@ -36,7 +36,7 @@ def syntax_error(value: str) -> Optional[str]:
                 "adler32:0a1b2c3d) or md5:<32 hex digits>")
     digits = HEX_DIGITS[algo]
     if not m or len(m.group(2)) != digits:
-        return f"'{value}' is not a {algo} checksum; write {algo}:<{digits} hex digits>"
+        return f"'{value}' is not an {algo} checksum; write {algo}:<{digits} hex digits>"
     return None
 
 
@@ -112,8 +112,8 @@ def _per_file(spec: InputsSpec, src: Located, algo: str) -> _Given:
         kind, _, digits = entry.checksum.partition(":")
         if algo != "none" and kind != algo:
             file, line = src.where(("inputs", "files", i, "checksum"))
-            out.problems.append(Problem(file, line, f"inputs.files.{i}.checksum", (
-                f"'{entry.checksum}' is a {kind} checksum but inputs.checksum is '{algo}'; "
+            out.problems.append(Problem(file, line, dotted(("inputs", "files", i, "checksum")), (
+                f"'{entry.checksum}' is an {kind} checksum but inputs.checksum is '{algo}'; "
                 f"give {algo}:<{HEX_DIGITS[algo]} hex digits>, or set inputs.checksum: {kind}.")))
             continue
         out.values[entry.path] = normalize(kind, digits)
@@ -147,7 +147,7 @@ def read_catalog(name: str, src: Located, spec_dir: Path, algo: str,
         hexdigits, listed = entry
         if len(hexdigits) != digits or not _HEX.match(hexdigits):
             problems.append(Problem(str(path), n, "", (
-                f"'{hexdigits}' is not a {algo} checksum ({digits} hex digits), as "
+                f"'{hexdigits}' is not an {algo} checksum ({digits} hex digits), as "
                 f"inputs.checksum is '{algo}'; each line is: HEX  PATH")))
             continue
         full = os.path.normpath(listed if listed.startswith("/") else os.path.join(base, listed))
