@@ -83,13 +83,22 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
     if spec.checksum_catalog:
         catalog = read_catalog(spec.checksum_catalog, src, spec_dir, algo, out.problems)
     unknown: List[str] = []
+    dirs: Dict[str, bool] = {}  # plans made away from the data: one stat per directory
     for path in paths:
-        value = given.values.get(path) or catalog.get(os.path.normpath(path))
+        value = given.values.get(path)
+        if value is None and catalog:
+            value = catalog.get(os.path.normpath(path))
         if value is None:
+            parent = os.path.dirname(path)
+            there = dirs.get(parent)
+            if there is None:
+                there = dirs[parent] = os.path.isdir(parent)
             try:
-                value = compute(path, algo)
+                value = compute(path, algo) if there else None
             except OSError:
-                unknown.append(path)
+                pass
+        if value is None:
+            unknown.append(path)
         out.values.append(value)
     if unknown:
         shown = ", ".join(unknown[:readable_limit]) + (" ..." if len(unknown) > readable_limit else "")
