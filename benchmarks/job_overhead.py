@@ -6,6 +6,8 @@ Measured in one run, as the unprivileged test user, with the detector-reco-local
     supervisor) vs a plain `cp -a` of the same payload by the same user, same node, same run
     (target <= 1.2x);
   * DB ready time: from the server start to the first successful probe;
+  * input checksum step: time the job took to verify its inputs' checksums (adler32 by
+    default) before starting anything, and the rate in MB/s, from the job's own log line;
   * chain CPU efficiency: TotalCPU of the chain step / (step elapsed x chains), from sacct,
     for a job whose chains (one per real core by default) each burn about --cpu-seconds of
     CPU (target >= 0.95).
@@ -47,6 +49,17 @@ def seconds(text: str) -> float:
         return float("nan")
     d, h, mi, s = m.groups()
     return ((int(d or 0) * 24 + int(h or 0)) * 60 + int(mi)) * 60 + float(s)
+
+
+def checksum_step(plan: Path, job_id: str, raw: Path):
+    """(milliseconds the job's checksum step took, bytes of input it read), from the job log
+    line 'verified the <algo> checksum of N input(s) in M ms'; (None, bytes) without one."""
+    input_bytes = sum(p.stat().st_size for p in raw.glob("*.h5"))
+    for log in plan.glob(f"logs/*-{job_id}.out"):
+        m = re.search(r"verified the \w+ checksum of \d+ input\(s\) in (\d+) ms", log.read_text())
+        if m:
+            return float(m.group(1)), input_bytes
+    return None, input_bytes
 
 
 def main() -> int:
@@ -122,6 +135,7 @@ def main() -> int:
     chain_step = steps[f"{job_id}.1"]
     elapsed, cpu, ntasks = float(chain_step[1]), seconds(chain_step[2]), int(chain_step[3])
     eff = cpu / (elapsed * ntasks) if elapsed else float("nan")
+    verify_ms, input_bytes = checksum_step(plan, job_id, root / "raw")
     result = {
         "payload_bytes": sum(p.stat().st_size for p in payload.rglob("*") if p.is_file()),
         "payload_copy_ms_job": copy_ms, "payload_copy_ms_plain_cp": round(cp_ms, 1),
@@ -129,6 +143,8 @@ def main() -> int:
         "db_ready_seconds_upper_bound": round(ready_epoch - start_epoch, 2),
         "chain_step_elapsed_s": elapsed, "chain_step_total_cpu_s": cpu, "chains": ntasks,
         "chain_cpu_efficiency": round(eff, 3),
+        "checksum_input_bytes": input_bytes, "checksum_step_ms": verify_ms,
+        "checksum_MB_per_s": round(input_bytes / 1e3 / verify_ms, 1) if verify_ms else None,
     }
     if args.json:
         print(json.dumps(result, indent=1))

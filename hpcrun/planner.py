@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import placeholders as ph
 from .burstbuffer import BufferRequest, Stage, Writer, writer_for
+from .checksums import assign as assign_checksums
 from .containers import Apptainer, Bind, Runtime, runtime_for
 from .errors import InputError, Problem
 from .inputs import InputItem, expand
@@ -38,6 +39,7 @@ class Job:
     chains_per_node: int
     bb_needed: Optional[int] = None   # bytes before rounding
     bb_capacity: Optional[int] = None  # bytes after rounding to the pool granularity
+    checksums: Tuple[Optional[str], ...] = ()  # "adler32:0a1b2c3d" or None, parallel to inputs
 
     @property
     def input_bytes(self) -> int:
@@ -75,6 +77,17 @@ class DatabasePlan:
     check_query: str
 
 
+@dataclass(frozen=True)
+class ChecksumPlan:
+    """How the job verifies its inputs: one algorithm per plan, one tool computing it."""
+
+    algo: str                      # adler32 or md5
+    tool: str                      # the program, for the job's "is it there" check
+    command: str                   # shell words; the file name is appended
+    helper: bool                   # bin/hpcrun-checksum.py is part of the plan
+    hint: str                      # where to fix a missing tool
+
+
 @dataclass
 class Plan:
     campaign: Campaign
@@ -95,6 +108,7 @@ class Plan:
     out_dir_expr: str              # shell text: where merged outputs are written
     notes: List[str] = field(default_factory=list)
     commands: Dict[str, str] = field(default_factory=dict)  # rendered shell words
+    checksum: Optional[ChecksumPlan] = None  # None: inputs.checksum is none
 
     @property
     def cores_per_job(self) -> int:
@@ -215,6 +229,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     except InputError as exc:
         checks.problems.extend(exc.problems)
         items = []
+    sums = assign_checksums(campaign.inputs, spec_src, spec_dir, [i.path for i in items])
+    checks.problems.extend(sums.problems)
     cpus = partition.cpus
     js = campaign.jobs
     if isinstance(js.chains_per_node, int) and js.chains_per_node > cpus and not js.overcommit:
@@ -440,8 +456,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
             if capacity > limit:
                 too_big.append(f"job {index + 1} needs {format_capacity(capacity)}")
         jobs.append(Job(index, f"{campaign.name}.{index + 1:0{width}d}", group, outputs, chains,
-                        needed, capacity))
-    notes: List[str] = []
+                        needed, capacity, tuple(sums.values[start:start + js.files_per_job])))
+    notes: List[str] = list(sums.notes)
     if rounded and pool:
         notes.append(f"burst-buffer capacity rounded up to the {format_capacity(pool.granularity)} "
                      f"granularity of pool '{pool.name}' for {rounded} job(s), e.g. {rounding_example}.")
@@ -505,7 +521,26 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 profile_files=profile_files, partition_name=pname, partition=partition, qos=qos,
                 runtime=runtime, bb=writer, pool=pool, jobs=jobs, scripts=scripts,
                 database=db_plan, input_dir_expr=input_dir, work_dir_expr=work_dir,
-                out_dir_expr=out_dir, notes=notes, commands=commands)
+                out_dir_expr=out_dir, notes=notes, commands=commands,
+                checksum=_checksum_plan(campaign.inputs.checksum, profile))
+
+
+def _checksum_plan(algo: str, profile: SiteProfile) -> Optional[ChecksumPlan]:
+    """md5sum for md5; for adler32 the profile's xrdadler32 when it names one, else the
+    plan's own bin/hpcrun-checksum.py run by the profile's Python."""
+    if algo == "none":
+        return None
+    if algo == "md5":
+        return ChecksumPlan("md5", "md5sum", "md5sum --", False,
+                            "md5sum (GNU coreutils) must be on PATH on the compute nodes")
+    if profile.tools.xrdadler32:
+        return ChecksumPlan("adler32", profile.tools.xrdadler32, quote(profile.tools.xrdadler32),
+                            False, "set tools.xrdadler32 in the site profile, or remove it to "
+                            "use Python")
+    python = profile.tools.python
+    return ChecksumPlan("adler32", python,
+                        f'{quote(python)} "$HPCRUN_PLAN_DIR/bin/hpcrun-checksum.py" adler32',
+                        True, "set tools.python in the site profile")
 
 
 def _binds(campaign: Campaign, profile: SiteProfile, items: List[InputItem],

@@ -128,6 +128,10 @@ class Prologue(Strict):
 
 
 class ToolPaths(Strict):
+    python: Line = Field("python3", description=(
+        "Python 3 on the compute nodes (runs bin/hpcrun-checksum.py for adler32 checksums)"))
+    xrdadler32: Optional[Line] = Field(None, description=(
+        "XRootD's xrdadler32; when set, jobs compute adler32 checksums with it instead of Python"))
     darshan_lib: Optional[AbsPath] = None
     darshan_module: Optional[Line] = None
     ior: Optional[Line] = None

@@ -133,7 +133,15 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "input_dir_expr": plan.input_dir_expr, "work_dir_expr": plan.work_dir_expr,
         "out_dir_expr": plan.out_dir_expr,
         "cleanup_workdir": plan.bb is None and plan.commands.get("merge") is not None,
+        "checksum": _checksum_context(plan),
     }
+
+
+def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
+    cs = plan.checksum
+    if cs is None or not any(v for j in plan.jobs for v in j.checksums):
+        return None  # nothing to verify: the job has no checksum step
+    return {"algo": cs.algo, "tool": cs.tool, "command": cs.command, "hint": cs.hint}
 
 
 def render_script(env: jinja2.Environment, template: str, plan: Plan, script: ScriptPlan,
@@ -161,10 +169,11 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
 def tasks_table(plan: Plan) -> str:
     rows = []
     for job in plan.jobs:
-        for item, output in zip(job.inputs, job.outputs):
+        sums = job.checksums or (None,) * len(job.inputs)
+        for item, output, checksum in zip(job.inputs, job.outputs, sums):
             events = "-" if item.events is None else str(item.events)
             rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{item.path}\t{events}"
-                        f"\t{item.stem}\t{output}")
+                        f"\t{item.stem}\t{output}\t{checksum or '-'}")
     return "\n".join(rows) + "\n"
 
 
@@ -187,6 +196,7 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
         "partition": plan.partition_name, "qos": plan.qos, "container": c.container.runtime,
         "burst_buffer": plan.profile.burst_buffer.system if plan.bb else "none",
         "walltime_seconds": c.walltime, "nodes_per_job": c.jobs.nodes,
+        "checksum": c.inputs.checksum,
         "totals": {
             "jobs": len(plan.jobs), "scripts": len(plan.scripts),
             "inputs": sum(len(j.inputs) for j in plan.jobs),
@@ -210,7 +220,8 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
         "jobs": [
             {"index": j.index, "name": j.name, "chains_per_node": j.chains_per_node,
              "inputs": [i.path for i in j.inputs], "input_sizes": [i.size for i in j.inputs],
-             "input_events": [i.events for i in j.inputs], "input_bytes": j.input_bytes,
+             "input_events": [i.events for i in j.inputs],
+             "checksums": list(j.checksums) or [None] * len(j.inputs), "input_bytes": j.input_bytes,
              "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
             for j in plan.jobs],
     }
@@ -231,6 +242,9 @@ def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     yield RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)
+    if plan.checksum and plan.checksum.helper and common["checksum"]:
+        yield RenderedFile("bin/hpcrun-checksum.py",
+                           env.get_template("hpcrun-checksum.py.j2").render(common), True)
     yield RenderedFile("tasks.tsv", tasks_table(plan))
 
 

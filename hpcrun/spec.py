@@ -98,6 +98,17 @@ class InputFile(Strict):
     path: AbsPath
     size: Optional[Size] = None
     events: Optional[int] = Field(None, ge=0)
+    checksum: Optional[Line] = Field(None, description=(
+        "the file's checksum: adler32:<8 hex digits> or md5:<32 hex digits>"))
+
+    @field_validator("checksum")
+    @classmethod
+    def _checksum(cls, value: Optional[str]) -> Optional[str]:
+        from .checksums import syntax_error
+        why = syntax_error(value) if value is not None else None
+        if why:
+            raise ValueError(why)
+        return value
 
 
 class InputsSpec(Strict):
@@ -109,6 +120,10 @@ class InputsSpec(Strict):
         "file with one input per line: PATH [SIZE [EVENTS]]; relative to the spec file"))
     size: Optional[Size] = Field(None, description="size of each file when it cannot be stat'ed")
     events: Optional[int] = Field(None, ge=0, description="events per file when not listed")
+    checksum: Literal["adler32", "md5", "none"] = Field("adler32", description=(
+        "checksum each job verifies before processing its inputs; none: no verification"))
+    checksum_catalog: Optional[Line] = Field(None, description=(
+        "file of '<hex>  <path>' lines as md5sum or xrdadler32 write them; relative to the spec file"))
 
     @model_validator(mode="after")
     def _some(self) -> InputsSpec:

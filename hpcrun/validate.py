@@ -60,6 +60,36 @@ def _inner_model(annotation: Any) -> Any:
     return None
 
 
+def _strip_union_tags(model: Type[BaseModel], loc: Sequence[Any]) -> List[Any]:
+    """Drop the member names pydantic puts into the location of an error inside a union
+    (``files.0.InputFile.checksum`` -> ``files.0.checksum``)."""
+    out: List[Any] = []
+    current: Any = model
+    for part in loc:
+        members = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if isinstance(part, str) and any(m.__name__ == part for m in members):
+            current = next(m for m in members if m.__name__ == part)
+            continue
+        out.append(part)
+        owner = _inner_model(current)
+        if owner is None:
+            current = None
+        elif isinstance(part, int):
+            current = _list_item(current)
+        else:
+            field = _field_by_key(owner, str(part))
+            current = field.annotation if field is not None else None
+    return out
+
+
+def _list_item(annotation: Any) -> Any:
+    """The item type of a List[...] (looking through Optional), else the annotation itself."""
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(arg) in (list, tuple):
+            return typing.get_args(arg)[0]
+    return annotation
+
+
 def _keys(model: Type[BaseModel]) -> List[str]:
     return [f.alias or n for n, f in model.model_fields.items()]
 
@@ -72,8 +102,16 @@ def _short(value: Any) -> str:
 def problems_from(exc: ValidationError, model: Type[BaseModel], src: Located,
                   prefix: Sequence[Any] = ()) -> List[Problem]:
     problems: List[Problem] = []
+    errors = []
     for err in exc.errors(include_url=False):
         loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+        errors.append((_strip_union_tags(model, loc), err))
+    # In a union (a path, or a mapping with a path), the branch whose type fits reports the
+    # real problem further down; drop the other branch's "expected text" at the same place.
+    deeper = {tuple(loc[:n]) for loc, _ in errors for n in range(len(loc))}
+    for loc, err in errors:
+        if err["type"] in _TYPE_WORDS and tuple(loc) in deeper:
+            continue
         path = tuple(prefix) + tuple(loc)
         file, line = src.where(path)
         kind = err["type"]

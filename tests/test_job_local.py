@@ -8,6 +8,7 @@ every failure path in seconds; tests/cluster/test_e2e.py runs the same job on re
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,9 @@ def test_job_runs_end_to_end(prepared):
     assert len(begins) == 4 and min(begins) > ready_at
     assert (run / "qa.tsv").read_text().split() == ["run1000", "1200", "1200", "pass"]
     assert (case / "bb" / "out" / "run1000.reco.h5").exists()
+    staged = case / "bb" / "in" / "run1000.h5"   # the checksum step read the staged copy
+    assert (run / "checksums.tsv").read_text().split("\t")[0] == str(staged)
+    assert "verified the adler32 checksum of 1 input(s)" in out
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
     _no_server_left("101")
 
@@ -195,3 +200,57 @@ def test_pre_timeout_signal_stops_cleanly(prepared):
     assert (run / "db" / "fakenode.stopped").read_text().strip() == "0"
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
     _no_server_left("106")
+
+
+def _checksum(path: Path, algo: str) -> str:
+    data = path.read_bytes()
+    if algo == "md5":
+        return "md5:" + hashlib.md5(data).hexdigest()
+    return f"adler32:{zlib.adler32(data) & 0xFFFFFFFF:08x}"
+
+
+@pytest.mark.parametrize("algo, job_id", [("adler32", "107"), ("md5", "108")])
+def test_corrupted_input_fails_before_anything_runs(prepared, algo, job_id):
+    case = _plan(prepared, f"corrupt-{algo}", inputs__checksum=algo)
+    staged = case / "bb" / "in" / "run1000.h5"
+    planned = _checksum(staged, algo)
+    data = bytearray(staged.read_bytes())      # one flipped byte after `hpcrun plan`
+    data[len(data) // 2] ^= 0x01
+    staged.write_bytes(bytes(data))
+    proc = _start(case, job_id)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 11, out
+    run = _rundir(case, job_id)
+    assert (run / "reason").read_text().strip() == (
+        f"input checksum mismatch: {staged}: expected {planned}, got {_checksum(staged, algo)}")
+    assert (run / "exit_code").read_text().strip() == "11"
+    assert not (run / "db").exists(), "the database was started"
+    assert not list((run / "chains").glob("*")), "a chain ran"
+
+
+def test_md5_untouched_input_passes(prepared):
+    case = _plan(prepared, "md5ok", inputs__checksum="md5")
+    proc = _start(case, "109")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert "verified the md5 checksum of 1 input(s)" in out
+    expected = _checksum(case / "bb" / "in" / "run1000.h5", "md5")
+    assert (_rundir(case, "109") / "checksums.tsv").read_text().split() == [
+        str(case / "bb" / "in" / "run1000.h5"), expected, expected]
+    _no_server_left("109")
+
+
+def test_unreadable_input_is_a_clear_checksum_failure(prepared):
+    """A staged copy the job can see but not read fully (here: a directory in its place
+    passes the -r check but cannot be checksummed)."""
+    case = _plan(prepared, "unreadable")
+    staged = case / "bb" / "in" / "run1000.h5"
+    staged.unlink()
+    staged.mkdir()
+    subprocess.run(["chown", USER, str(staged)], check=True)
+    proc = _start(case, "110")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 11, out
+    reason = (_rundir(case, "110") / "reason").read_text()
+    assert reason.startswith(f"input checksum could not be computed: {staged}: cannot read {staged}: "), reason
+    assert "Is a directory" in reason

@@ -27,6 +27,7 @@ def test_wheel_contents(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     for required in ("hpcrun/templates/base.sh.j2", "hpcrun/templates/slurm.sh.j2",
                      "hpcrun/templates/hpcrun-db.sh.j2", "hpcrun/templates/hpcrun-chain.sh.j2",
+                     "hpcrun/templates/hpcrun-checksum.py.j2",
                      "hpcrun/site_profiles/nersc-cori-haswell.yaml",
                      "hpcrun/site_profiles/local-test.yaml", "hpcrun/cli.py"):
         assert required in names, required
@@ -49,7 +50,7 @@ def test_wheel_in_fresh_venv(wheel, tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert "nersc-cori-haswell" in listed.stdout and str(REPO) not in listed.stdout
     example = REPO / "examples" / "star-cori"
-    for f in ("campaign.yaml", "raw-files.txt"):
+    for f in ("campaign.yaml", "raw-files.txt", "raw-files.md5"):
         (outside / f).write_text((example / f).read_text())
     planned = subprocess.run([str(hpcrun), "plan", "campaign.yaml", "--out", "plan"], cwd=outside,
                              capture_output=True, text=True)

@@ -43,8 +43,9 @@ def _materialize(example: Path, tmp_path: Path) -> dict:
 def _own(example: Path, tmp_path: Path) -> Path:
     out = tmp_path / "own.yaml"
     data = _materialize(example, tmp_path)
-    if data.get("inputs", {}).get("list_file"):
-        data["inputs"]["list_file"] = str(example.parent / data["inputs"]["list_file"])
+    for key in ("list_file", "checksum_catalog"):
+        if data.get("inputs", {}).get(key):
+            data["inputs"][key] = str(example.parent / data["inputs"][key])
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
 
@@ -53,8 +54,9 @@ def _variant(example: Path, profile: str, tmp_path: Path) -> Path:
     """The example retargeted at another profile (partition/QOS reset to that site's defaults)."""
     data = _materialize(example, tmp_path)
     data["site"] = {"profile": profile}
-    if data.get("inputs", {}).get("list_file"):
-        data["inputs"]["list_file"] = str(example.parent / data["inputs"]["list_file"])
+    for key in ("list_file", "checksum_catalog"):
+        if data.get("inputs", {}).get(key):
+            data["inputs"][key] = str(example.parent / data["inputs"][key])
     out = tmp_path / f"{example.parent.name}-{profile}.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out

@@ -19,7 +19,7 @@ on_term() {
 }
 trap on_term TERM INT
 printf 'start %s %s\n' "$(date +%s.%N)" "${SLURMD_NODENAME:-$(hostname)}" >> "$timeline"
-while IFS=$'\t' read -r _index _name _chains path events stem _output; do
+while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
   if [ "$stopping" -eq 1 ]; then
     rc=143
     break

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+# hpcrun 0.1.0: checksum of one input of campaign star-reco-2019-apptainer, for the job's
+# stage-in integrity check. Python 3, standard library only; runs on the host with the site profile's
+# tools.python. Usage: hpcrun-checksum.py adler32|md5 FILE
+# Prints 8 (adler32, as xrdadler32 does) or 32 (md5) lowercase hex digits.
+import hashlib
+import sys
+import zlib
+
+CHUNK = 8 * 1024 * 1024
+
+
+def checksum(algo, path):
+    with open(path, "rb") as f:
+        if algo == "adler32":
+            value = 1
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                value = zlib.adler32(chunk, value)
+            return format(value & 0xFFFFFFFF, "08x")
+        try:
+            digest = hashlib.md5(usedforsecurity=False)
+        except TypeError:  # Python before 3.9
+            digest = hashlib.md5()
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+        return digest.hexdigest()
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in ("adler32", "md5"):
+        sys.stderr.write("usage: hpcrun-checksum.py adler32|md5 FILE\n")
+        return 2
+    try:
+        print(checksum(argv[1], argv[2]))
+    except OSError as exc:
+        sys.stderr.write(f"cannot read {argv[2]}: {exc.strerror or exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
