@@ -131,7 +131,7 @@ def _matches_manifest(run: IorRun, row: Dict[str, str]) -> None:
 
 
 def test_every_manifest_configuration_has_been_checked():
-    ior = shared_data("ior")
+    shared_data("ior")
     rows = _manifest()
     assert len(rows) == 127
     with_twins = set(_twins())

@@ -255,7 +255,7 @@ def _open_failure(source: str, c_said: str) -> str:
             head = fh.read(2)
         size = os.path.getsize(source)
     except OSError:
-        head, size = b"", 0
+        return "PyDarshan cannot open it." + c_said
     if head == b"\x1f\x8b":
         return ("PyDarshan cannot open it: it is gzip-compressed, i.e. a Darshan 2.x log; Darshan 3 tools read only "
                 "3.x logs (formats 3.00 to 3.41)." + c_said)
