@@ -309,5 +309,64 @@ def schema(kind: str) -> None:
     click.echo(json.dumps(model.model_json_schema(by_alias=True), indent=1))
 
 
+def _transfer_size(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[int]:
+    from .units import UnitError, parse_size
+
+    if value is None:
+        return None
+    try:
+        size = parse_size(value)
+    except UnitError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if size <= 0:
+        raise click.BadParameter("a transfer size must be positive")
+    return size
+
+
+@main.group("iotune", invoke_without_command=True)
+@click.pass_context
+def iotune_group(ctx: click.Context) -> None:
+    """I/O tuning: summarise Darshan logs and compare them with the best transfer size."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@iotune_group.command("darshan")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print JSON (one object per log) instead of a table")
+@click.option("--best-transfer-size", "best", metavar="SIZE", callback=_transfer_size,
+              help="say when a log's most common access size is more than 4x away from SIZE (e.g. 1MiB, 4M)")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="seconds allowed to read one log (each log is read in its own process)")
+@reported
+def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: float) -> None:
+    """Summarise Darshan LOGs: bytes, access sizes, time in I/O, bandwidth, excluded paths.
+
+    Exit code 0 when every log was summarised, 1 when some could not be read.
+    """
+    from .iotune.darshan import DarshanLogError, DarshanSummary, advise, summarise_many
+    from .iotune.darshan_report import darshan_details, darshan_json, darshan_table
+
+    results = summarise_many([str(p) for p in logs], timeout=timeout)
+    failed = [r for r in results if isinstance(r, DarshanLogError)]
+    if as_json:
+        click.echo(json.dumps(darshan_json(results, best), indent=1))
+    else:
+        good = [r for r in results if isinstance(r, DarshanSummary)]
+        if good:
+            out.print(darshan_table(good))
+        for s in good:
+            out.print(darshan_details(s), highlight=False, soft_wrap=True)
+            for warning in s.warnings:
+                out.print(f"[yellow]warning:[/] {s.source}: {warning}", highlight=False, soft_wrap=True)
+            tip = advise(s, best) if best else None
+            if tip:
+                out.print(f"[cyan]advice:[/] {tip}", highlight=False, soft_wrap=True)
+    for exc in failed:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    if failed:
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,9 @@
+"""``hpcrun iotune``: I/O tuning helpers.
+
+Small modules with one job each:
+
+* :mod:`hpcrun.iotune.ior` reads IOR 4.0 result files (JSON summary or text output);
+* :mod:`hpcrun.iotune.iorcmd` builds IOR command lines and checks them against IOR 4.0's option grammar;
+* :mod:`hpcrun.iotune.darshan` summarises Darshan logs (read in a child process by
+  :mod:`hpcrun.iotune.darshan_worker`) and compares access sizes with a best transfer size.
+"""
