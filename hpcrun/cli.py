@@ -237,6 +237,40 @@ def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], ca
                   "gives them new attempts", highlight=False)
 
 
+@main.command("report")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@DB_OPTION
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="report directory (default: PLAN_DIR/report): index.html, report.json, PNG plots")
+@click.option("--poll", is_flag=True, help="poll Slurm first (as hpcrun status does)")
+@click.option("--no-plots", is_flag=True, help="skip the PNG plots")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON (and write nothing)")
+@reported
+def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll: bool, no_plots: bool,
+               as_json: bool) -> None:
+    """Success rate, CPU efficiency, throughput, failures and attempts of PLAN_DIR's campaign."""
+    from rich.table import Table
+
+    from .report_html import merit_rows, write_report
+    from .reporting import campaign_report
+
+    report, store = campaign_report(plan_dir, db=db, poll=poll)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=1))
+        return
+    table = Table("figure", "value", title=f"campaign {report.campaign}")
+    for label, value in merit_rows(report):
+        table.add_row(label, value)
+    out.print(table)
+    if report.failures:
+        fails = Table("failure", "runs", "example")
+        for f in report.failures:
+            fails.add_row(f.reason, str(f.count), f.example)
+        out.print(fails)
+    index = write_report(report, out_dir or Path(plan_dir) / "report", store, plots=not no_plots)
+    out.print(f"report: {index}", highlight=False)
+
+
 @main.group()
 def profiles() -> None:
     """List, show and validate site profiles."""

@@ -293,6 +293,58 @@ class JobState:
 
 
 @dataclass(frozen=True)
+class RunRow:
+    """One submission (a Slurm job or array task) with its last observation."""
+
+    submission_id: int
+    job_id: str
+    array_index: Optional[int]
+    job_index: Optional[int]
+    input_bytes: Optional[int]
+    inputs: Optional[int]
+    submitted_at: dt.datetime
+    slurm_state: Optional[str]
+    exit_code: Optional[int]
+    signal: Optional[int]
+    elapsed_s: Optional[float]
+    cpu_s: Optional[float]
+    alloc_cpus: Optional[int]
+    max_rss_bytes: Optional[int]
+    started_at: Optional[dt.datetime]
+    ended_at: Optional[dt.datetime]
+    node: Optional[str]
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class InputRow:
+    id: int
+    job_index: Optional[int]
+    path: str
+    size: Optional[int]
+    events: Optional[int]
+    state: str
+    attempts: int
+    last_reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class QaRow:
+    input_id: int
+    submission_id: Optional[int]
+    events_in: Optional[int]
+    events_out: Optional[int]
+    passed: bool
+
+
+@dataclass(frozen=True)
+class ReportData:
+    runs: List[RunRow]
+    inputs: List[InputRow]
+    qa: List[QaRow]
+
+
+@dataclass(frozen=True)
 class ActiveSubmission:
     id: int
     job_id: str
@@ -837,6 +889,34 @@ class StateStore:
             return [JobState(int(r[0]), r[1], int(r[2] or 0), r[3], r[4], r[5], r[6], int(r[7]), r[8],
                              r[9], r[10], r[11], r[12])
                     for r in conn.execute(query)]
+
+    def report_rows(self, campaign_id: int) -> ReportData:
+        """Everything a campaign report needs, in three queries: runs, inputs and QA outcomes."""
+        t, s, sc, link, qa = (schema.input_file, schema.submission, schema.state_change, schema.submission_input,
+                              schema.qa_outcome)
+        latest = (select(sc.c.submission_id, func.max(sc.c.id).label("change_id"))
+                  .join(s, s.c.id == sc.c.submission_id).where(s.c.campaign_id == campaign_id)
+                  .group_by(sc.c.submission_id).subquery())
+        job_of = (select(link.c.submission_id, func.min(t.c.job_index).label("job_index"),
+                         func.sum(t.c.size).label("bytes"), func.count().label("inputs"))
+                  .join(t, t.c.id == link.c.input_id).where(t.c.campaign_id == campaign_id)
+                  .group_by(link.c.submission_id).subquery())
+        runs_q = (select(s.c.id, s.c.job_id, s.c.array_index, job_of.c.job_index, job_of.c.bytes, job_of.c.inputs,
+                         s.c.submitted_at, sc.c.slurm_state, sc.c.exit_code, sc.c.signal, sc.c.elapsed_s, sc.c.cpu_s,
+                         sc.c.alloc_cpus, sc.c.max_rss_bytes, sc.c.started_at, sc.c.ended_at, sc.c.node, sc.c.reason)
+                  .select_from(s.outerjoin(latest, latest.c.submission_id == s.c.id)
+                               .outerjoin(sc, sc.c.id == latest.c.change_id)
+                               .outerjoin(job_of, job_of.c.submission_id == s.c.id))
+                  .where(s.c.campaign_id == campaign_id).order_by(s.c.id))
+        inputs_q = (select(t.c.id, t.c.job_index, t.c.path, t.c.size, t.c.events, t.c.state, t.c.attempts,
+                           t.c.last_reason).where(t.c.campaign_id == campaign_id).order_by(t.c.id))
+        qa_q = (select(qa.c.input_id, qa.c.submission_id, qa.c.events_in, qa.c.events_out, qa.c.passed)
+                .join(t, t.c.id == qa.c.input_id).where(t.c.campaign_id == campaign_id).order_by(qa.c.id))
+        with self._read() as conn:
+            runs = [RunRow(*list(r)) for r in conn.execute(runs_q)]
+            inputs = [InputRow(*r) for r in conn.execute(inputs_q)]
+            outcomes = [QaRow(*r) for r in conn.execute(qa_q)]
+        return ReportData(runs, inputs, outcomes)
 
     def submission_inputs(self, submission_ids: Sequence[int]) -> Dict[int, List[Tuple[int, str]]]:
         """(input id, path) of each submission's inputs."""

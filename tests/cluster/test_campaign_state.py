@@ -203,6 +203,66 @@ def test_array_campaign_of_20_files_runs_to_completion(slurm_cluster, hpcrun_bin
     again = c.hp("submit", str(c.plan))
     assert "nothing to submit" in again.stdout
 
+    # the report's figures are sacct's, recomputed here from sacct itself
+    proc = c.hp("report", str(c.plan), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(proc.stdout)
+    # (without -X: with it, sacct reports TotalCPU 0 on the allocation line, the steps are not summed)
+    acct = slurm_cluster.sacct(batch["job_id"], fields="JobID,TotalCPU,ElapsedRaw,AllocCPUS,Start,End", steps=True)
+    rows = [r for r in acct if "." not in r["JobID"]]
+    cpu = sum(_cpu_seconds(r["TotalCPU"]) for r in rows)
+    alloc = sum(int(r["ElapsedRaw"]) * int(r["AllocCPUS"]) for r in rows)
+    assert rep["cpu_efficiency"] == pytest.approx(cpu / alloc, rel=1e-6)
+    assert (rep["success_rate"], rep["succeeded"], rep["runs_completed"]) == (1.0, 20, 20)
+    assert (rep["events_in"], rep["events_out"], rep["qa_passed"]) == (20 * 200, 20 * 200, 20)
+    assert rep["attempts"] == {"1": 20} and rep["failures"] == []
+    span = max(_epoch(r["End"]) for r in rows) - min(_epoch(r["Start"]) for r in rows)
+    assert rep["span_s"] == pytest.approx(span)
+    assert rep["throughput_events_per_s"] == pytest.approx(4000 / span)
+    written = c.hp("report", str(c.plan), "--out", str(c.dir / "report"))
+    assert written.returncode == 0, written.stdout + written.stderr
+    for name in ("index.html", "report.json", "completed_vs_time.png", "cpu_efficiency.png",
+                 "walltime_per_event.png"):
+        assert (c.dir / "report" / name).stat().st_size > 0
+    assert "e2e-array20" in (c.dir / "report" / "index.html").read_text()
+
+
+def _cpu_seconds(text: str) -> float:
+    days, _, clock = text.rpartition("-")
+    parts = [float(x) for x in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def _epoch(ts: str) -> float:
+    return time.mktime(time.strptime(ts, "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_corrupted_input_is_caught_by_the_checksum_step(slurm_cluster, hpcrun_bin, example_root):
+    """The plan records each file's adler32; a file changed after planning fails its job (exit 11)
+    before the database or any chain starts, and the other job is untouched."""
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 2)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "corrupt", inputs__glob=glob)
+    _plan(c)
+    manifest = json.loads((c.plan / "manifest.json").read_text())
+    assert all(s.startswith("adler32:") for j in manifest["jobs"] for s in j["checksums"])
+    victim = Path(glob).parent / "run1001.h5"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert c.hp("submit", str(c.plan)).returncode == 0
+    st = _status(c, "--wait")
+    rows = {j["job"]: j for j in st["jobs"]}
+    bad, good = rows["e2e-corrupt.00002"], rows["e2e-corrupt.00001"]
+    assert (bad["status"], bad["state"], bad["exit_code"]) == ("failed", "FAILED", "11:0"), bad
+    assert "input checksum mismatch" in bad["reason"] and "run1001.h5" in bad["reason"], bad
+    assert good["status"] == "done", good
+    raw_id = slurm_cluster.sacct(bad["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
+    assert not (c.plan / "run" / bad["job"] / raw_id / "db").exists()  # failed before the database
+    rep = json.loads(c.hp("report", str(c.plan), "--json").stdout)
+    assert [(f["reason"], f["count"]) for f in rep["failures"]] == [("input checksum mismatch (exit 11)", 1)]
+
 
 def test_retry_resubmits_exactly_the_failed_and_parks_the_hopeless(slurm_cluster, hpcrun_bin, example_root):
     glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 6)
