@@ -487,3 +487,149 @@ def test_postgres_store(pg_url):
                 version=99, description="future", applied_at=dt.datetime.now(dt.timezone.utc)))
     with pytest.raises(SchemaVersionError, match="schema version 99"):
         StateStore.open(pg_url)
+
+
+# ---- plan jobs: claim, settle, retry, park (schema version 2) ---------------------------
+
+
+def _jobs_store(tmp_path, n=4):
+    store = _open(tmp_path)
+    c = store.register_campaign("camp", "a" * 64, "b" * 64)
+    # job j processes two inputs: the unit of submission is the plan job
+    store.add_inputs(c.id, [NewInput(f"/d/f{j}_{k}.raw", size=10, job_index=j) for j in range(n) for k in range(2)])
+    return store, c
+
+
+def test_version_1_store_migrates_to_2_keeping_its_rows(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    with engine.begin() as conn:
+        assert schema.migrate(conn, schema.MIGRATIONS[:1]) == 1
+        conn.execute(insert(schema.campaign).values(name="old", spec_digest="s", profile_digest="p",
+                                                    created_at=dt.datetime.now(dt.timezone.utc)))
+    engine.dispose()
+    with _open(tmp_path) as store:
+        assert store.schema_version() == 2
+        c = store.get_campaign("old")
+        store.add_inputs(c.id, [NewInput("/x", job_index=7, events=12)])
+        [rec] = store.inputs(c.id)
+        assert (rec.job_index, rec.events) == (7, 12)
+    cols = {col["name"] for col in inspect(create_engine(f"sqlite:///{tmp_path / 'state.db'}"))
+            .get_columns("hpcrun_state_change")}
+    assert {"alloc_cpus", "started_at", "ended_at"} <= cols
+
+
+def test_claim_jobs_takes_whole_jobs_once(tmp_path):
+    store, c = _jobs_store(tmp_path)
+    with store:
+        assert store.pending_jobs(c.id) == [0, 1, 2, 3]
+        first = store.claim_jobs(c.id, [0, 2])
+        assert sorted({i.job_index for i in first.inputs}) == [0, 2] and len(first.inputs) == 4
+        again = store.claim_jobs(c.id, [0, 1])  # job 0 is taken: only job 1 comes back
+        assert sorted({i.job_index for i in again.inputs}) == [1]
+        assert store.pending_jobs(c.id) == [3]
+        unresolved = {cl.token: sorted({i.job_index for i in cl.inputs}) for cl in store.unresolved_claims(c.id)}
+        assert unresolved == {first.token: [0, 2], again.token: [1]}
+        by_job: Dict[int, List[int]] = {}
+        for i in first.inputs:
+            by_job.setdefault(i.job_index, []).append(i.id)
+        store.record_submissions(c.id, [NewSubmission("900", "jobs/a.sbatch", "d", "camp.x", ids, j, first.token)
+                                        for j, ids in sorted(by_job.items())])
+        assert [cl.token for cl in store.unresolved_claims(c.id)] == [again.token]
+        assert store.release_claim(again.token, "released: test") == 2
+        assert store.pending_jobs(c.id) == [1, 3]
+        states = {j.job_index: (j.state, j.slurm_id, j.attempts) for j in store.job_states(c.id)}
+        assert states == {0: ("submitted", "900_0", 1), 1: ("pending", None, 0), 2: ("submitted", "900_2", 1),
+                          3: ("pending", None, 0)}
+        assert [(a.slurm_id, a.job_index) for a in store.active_submissions(c.id)] == [("900_0", 0), ("900_2", 2)]
+
+
+def _submit_and_end(store, c, jobs, job_id, state, reason=None):
+    claim = store.claim_jobs(c.id, jobs)
+    by_job: Dict[int, List[int]] = {}
+    for i in claim.inputs:
+        by_job.setdefault(i.job_index, []).append(i.id)
+    sids = store.record_submissions(c.id, [NewSubmission(job_id, "jobs/a.sbatch", "d", "t", ids, j, claim.token)
+                                           for j, ids in sorted(by_job.items())])
+    store.record_state_changes(c.id, [NewStateChange(s, state, exit_code=7 if state == "FAILED" else 0,
+                                                     reason=reason) for s in sids])
+
+
+def test_requeue_parks_after_max_attempts_and_skips_cancelled(tmp_path):
+    store, c = _jobs_store(tmp_path)
+    with store:
+        _submit_and_end(store, c, [0, 1], "10", "FAILED", "chain(s) failed: 0(rc=3)")
+        _submit_and_end(store, c, [2], "11", "CANCELLED")
+        _submit_and_end(store, c, [3], "12", "COMPLETED")
+        assert store.requeue_failed(c.id, 2, dry_run=True) == ([0, 1], [])
+        assert store.pending_jobs(c.id) == []  # the dry run changed nothing
+        assert store.requeue_failed(c.id, 2) == ([0, 1], [])
+        _submit_and_end(store, c, [0, 1], "13", "FAILED", "chain(s) failed: 1(rc=3)")
+        assert store.requeue_failed(c.id, 2) == ([], [0, 1])
+        states = {j.job_index: (j.state, j.attempts) for j in store.job_states(c.id)}
+        assert states == {0: ("parked", 2), 1: ("parked", 2), 2: ("failed", 1), 3: ("done", 1)}
+        parked = [j for j in store.job_states(c.id) if j.state == "parked"][0]
+        assert parked.last_reason.startswith("parked after 2 attempt(s): FAILED exit 7: chain(s) failed: 1(rc=3)")
+        assert store.requeue_failed(c.id, 2, retry_cancelled=True) == ([2], [])
+        assert store.unpark(c.id, [1]) == [1]
+        assert sorted(store.pending_jobs(c.id)) == [1, 2]
+        assert {j.job_index: j.attempts for j in store.job_states(c.id)}[1] == 0
+
+
+def test_postgres_jobs_report_and_submit_lock(pg_url):
+    from hpcrun.report import build
+    from hpcrun.statelock import LockTimeout, submit_lock
+
+    with StateStore.open(pg_url) as store:
+        c = store.register_campaign("pg-jobs", SPEC, PROFILE)
+        store.add_inputs(c.id, [NewInput(f"/d/g{j}.raw", size=10, job_index=j, events=5) for j in range(3)])
+        _submit_and_end(store, c, [0, 1], "20", "FAILED", "chain(s) failed")
+        _submit_and_end(store, c, [2], "21", "COMPLETED")
+        assert store.requeue_failed(c.id, 1) == ([], [0, 1])
+        assert [(j.state, j.exit_code) for j in store.job_states(c.id)] == [("parked", 7), ("parked", 7),
+                                                                           ("done", 0)]
+        report = build("pg-jobs", store.report_rows(c.id), {})
+        assert (report.runs_ended, report.inputs["parked"], report.succeeded) == (3, 2, 1)
+        assert [(f.reason, f.count) for f in report.failures] == [("chain failed (exit 7)", 2)]
+        with submit_lock(store.engine, store.location, "pg-jobs", timeout=5):
+            with StateStore.open(pg_url) as other:
+                with pytest.raises(LockTimeout, match="submit lock"):
+                    with submit_lock(other.engine, other.location, "pg-jobs", timeout=0.6):
+                        pass
+                with submit_lock(other.engine, other.location, "another-campaign", timeout=1):
+                    pass
+        with submit_lock(store.engine, store.location, "pg-jobs", timeout=1):  # released on exit
+            pass
+
+
+def _hold_lock(db: str, ready: str, release: str) -> None:
+    from hpcrun.statelock import submit_lock
+    with _open(Path(db).parent) as store, submit_lock(store.engine, store.location, "camp"):
+        Path(ready).touch()
+        while not Path(release).exists():
+            time.sleep(0.05)
+
+
+def test_sqlite_submit_lock_waits_names_the_holder_and_dies_with_it(tmp_path):
+    from hpcrun.statelock import LockTimeout, submit_lock
+    _open(tmp_path).close()
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_hold_lock, args=(str(tmp_path / "state.db"), str(ready), str(release)))
+    proc.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with _open(tmp_path) as store:
+            told: List[str] = []
+            with pytest.raises(LockTimeout) as exc:
+                with submit_lock(store.engine, store.location, "camp", timeout=0.5, on_wait=told.append):
+                    pass
+            assert f"pid {proc.pid}" in str(exc.value) and told and f"pid {proc.pid}" in told[0]
+            proc.kill()  # SIGKILL: the OS drops the flock, no stale lock is left behind
+            proc.join()
+            with submit_lock(store.engine, store.location, "camp", timeout=5):
+                pass
+    finally:
+        if proc.is_alive():
+            proc.kill()
