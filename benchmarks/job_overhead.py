@@ -113,11 +113,11 @@ def main() -> int:
     shutil.chown(work / "campaign.yaml", user)
     plan = work / "plan"
     sh([str(hpcrun), "plan", str(work / "campaign.yaml"), "--out", str(plan)], user=user, env=uenv, cwd=work)
-    sh([str(hpcrun), "submit", str(plan)], user=user, env=uenv, cwd=work)
-    job_id = json.loads((plan / "submitted.json").read_text())["submissions"][0]["job_id"]
+    submitted = sh([str(hpcrun), "submit", str(plan), "--json"], user=user, env=uenv, cwd=work)
+    job_id = json.loads(submitted.stdout)["submitted"][0]["job_id"]
     out = sh([str(hpcrun), "status", str(plan), "--wait", "--json", "--timeout", str(args.cpu_seconds * 4 + 120)],
              user=user, env=uenv, cwd=work)
-    [row] = json.loads(out.stdout)
+    [row] = json.loads(out.stdout)["jobs"]
     if row["state"] != "COMPLETED":
         sys.exit(f"job did not complete: {row}")
     node = env["HPCRUN_TEST_NODES"].split(",")[0]

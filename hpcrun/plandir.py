@@ -23,6 +23,8 @@ from .render import RenderedFile, iter_rendered, manifest, manifest_json, render
 
 MANIFEST = "manifest.json"
 SUBMITTED_MARKERS = ("submitted.json", "state.db")
+# the campaign state store and its SQLite companions, and the last report: a re-plan keeps them
+KEPT_FILES = ("state.db", "state.db-wal", "state.db-shm", "state.db.submit-lock", "report")
 
 
 class InternalError(HpcrunError):
@@ -137,13 +139,17 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
                 if (out_dir / keep).is_dir():
                     (tmp / keep).rmdir()
                     os.rename(out_dir / keep, tmp / keep)
+            # and so is the campaign's state: a record is never lost by planning again
+            for keep in KEPT_FILES:
+                if os.path.lexists(out_dir / keep):
+                    os.rename(out_dir / keep, tmp / keep)
             os.rename(out_dir, old)
         os.rename(tmp, out_dir)
     except BaseException:
         if old.exists() and not out_dir.exists():
             os.rename(old, out_dir)
-        for keep in ("logs", "run"):
-            if (tmp / keep).is_dir() and out_dir.is_dir() and not (out_dir / keep).exists():
+        for keep in ("logs", "run", *KEPT_FILES):
+            if os.path.lexists(tmp / keep) and out_dir.is_dir() and not os.path.lexists(out_dir / keep):
                 os.rename(tmp / keep, out_dir / keep)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -155,9 +161,11 @@ def _read_tree(top: Path) -> Dict[str, str]:
     texts: Dict[str, str] = {}
     for root, _dirs, names in os.walk(top):
         rel_root = Path(root).relative_to(top)
-        if rel_root.parts and rel_root.parts[0] in ("logs", "run"):
+        if rel_root.parts and rel_root.parts[0] in ("logs", "run", "report"):
             continue
         for name in names:
+            if not rel_root.parts and name in KEPT_FILES:
+                continue
             rel = str(rel_root / name) if rel_root.parts else name
             try:
                 texts[rel] = (Path(root) / name).read_text(encoding="utf-8")

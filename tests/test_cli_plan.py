@@ -84,10 +84,15 @@ def test_refuses_foreign_or_submitted_directory(cli, spec_factory, tmp_path):
     assert (foreign / "thesis.tex").read_text() == "precious"
     out = tmp_path / "p"
     assert cli("plan", str(spec_factory()), "--out", str(out)).exit_code == 0
-    (out / "submitted.json").write_text("{}")
+    from hpcrun.state import NewInput, open_store
+    with open_store(out) as store:  # what `hpcrun submit` leaves: a campaign state store
+        c = store.register_campaign("x", "s", "p")
+        store.add_inputs(c.id, [NewInput("/raw/a")])
     again = cli("plan", str(spec_factory()), "--out", str(out))
     assert again.exit_code == 2 and "already submitted" in again.output
     assert cli("plan", str(spec_factory()), "--out", str(out), "--force").exit_code == 0
+    with open_store(out) as store:  # --force replaced the plan but kept every record
+        assert [i.path for i in store.inputs(store.get_campaign("x").id)] == ["/raw/a"]
 
 
 def test_failed_render_leaves_previous_plan_intact(spec_factory, tmp_path, monkeypatch):

@@ -310,6 +310,7 @@ MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
 MinJobAge=3600
+MaxJobCount=250000
 KillWait=5
 InactiveLimit=0
 BurstBufferType=burst_buffer/lua
