@@ -192,5 +192,22 @@ def schema(kind: str) -> None:
     click.echo(json.dumps(model.model_json_schema(by_alias=True), indent=1))
 
 
+@main.group("iotune", invoke_without_command=True)
+@click.pass_context
+def iotune_group(ctx: click.Context) -> None:
+    """I/O sweeps with fio or IOR: bandwidth by transfer size, writers and target, and advice."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+def _register_iotune() -> None:
+    from .iotune.cli_sweep import register
+
+    register(iotune_group)
+
+
+_register_iotune()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

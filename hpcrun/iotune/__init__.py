@@ -1,0 +1,1 @@
+"""hpcrun iotune: transfer-size and writer sweeps with IOR or fio, Darshan, a recommendation."""
