@@ -131,15 +131,22 @@ def _finish(sweep_dir: Path, results: Dict[str, Any], apply_to: Optional[Path], 
     from .plot import plot
 
     write_json(sweep_dir / RESULTS, results)
-    plotted = plot(results, sweep_dir / PLOT)
+    try:
+        plotted = plot(results, sweep_dir / PLOT)
+    except Exception as exc:  # noqa: BLE001 - a plot must never cost the results
+        from ..cli import err
+
+        err.print(f"warning: no plot: {type(exc).__name__}: {exc}", highlight=False, markup=False)
+        plotted = False
     history.append(results, str(sweep_dir))
     applied = None
     if apply_to is not None:
         path, _ = apply(apply_to, results["recommendation"], results["environment"].get("date") or
                         results["collected"], str(sweep_dir))
         applied = str(path)
-    _show(results, as_json, {"results": str(sweep_dir / RESULTS), "plot": str(sweep_dir / PLOT) if plotted else None,
-                             "history": str(history.path()), "applied_to": applied})
+    _show(results, as_json, {"results_file": str(sweep_dir / RESULTS),
+                             "plot_file": str(sweep_dir / PLOT) if plotted else None,
+                             "history_file": str(history.path()), "applied_to": applied})
 
 
 def register(group: click.Group) -> None:

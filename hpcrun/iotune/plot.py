@@ -13,11 +13,16 @@ def _series_key(row: Dict[str, Any], varying: List[str]) -> Tuple[Any, ...]:
     return (row["target"], row["writers"]) + tuple(row[k] for k in varying)
 
 
+def _plain(text: str) -> str:
+    """Matplotlib reads $...$ as math; paths may hold '$'."""
+    return text.replace("$", r"\$")
+
+
 def _label(key: Tuple[Any, ...], varying: List[str]) -> str:
     text = f"{key[0]}, {key[1]} writer(s)"
     for name, value in zip(varying, key[2:]):
         text += f", {format_size(value) if name == 'block' else value}{' nodes' if name == 'nodes' else ''}"
-    return text
+    return _plain(text)
 
 
 def plot(results: Dict[str, Any], path: Path) -> bool:
@@ -54,7 +59,7 @@ def plot(results: Dict[str, Any], path: Path) -> bool:
         ax.set_title(f"{op} ({results['engine']['name']})")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(f"hpcrun iotune {results['name']} on {results['environment'].get('node') or '?'}")
+    fig.suptitle(_plain(f"hpcrun iotune {results['name']} on {results['environment'].get('node') or '?'}"))
     fig.tight_layout()
     tmp = path.parent / f".{path.name}.tmp.png"
     fig.savefig(tmp, dpi=100)
