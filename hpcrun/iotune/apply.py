@@ -65,7 +65,7 @@ def edit(text: str, path: Path, new_block: Callable[[str], List[str]]) -> str:
         while lines and not lines[-1].strip():
             lines.pop()
         return "\n".join(lines + ["", "iotune:"] + new_block("  ")) + "\n"
-    if not isinstance(src.data.get("iotune"), dict):
+    if not isinstance(src.data.get("iotune"), (dict, type(None))):
         raise InputError([Problem(str(path), where[1], "iotune", (
             "is not a mapping; --apply writes iotune.recommended into it"))])
     top = where[1] - 1
