@@ -295,6 +295,11 @@ def _run_local(plan: Any, out_dir: Optional[Path], force: bool, apply_to: Option
         if not as_json:
             err.print(f"[{done[0]}/{total}] {step.name}", highlight=False)
 
+    import threading
+
+    from .plot import warm_up
+
+    threading.Thread(target=warm_up, daemon=True).start()   # overlaps the engine runs
     with staging(target) as tmp:
         write_json(tmp / MANIFEST, data)
         local.run(plan, tmp, progress)

@@ -25,6 +25,18 @@ def _label(key: Tuple[Any, ...], varying: List[str]) -> str:
     return _plain(text)
 
 
+def warm_up() -> None:
+    """Import matplotlib ahead of time (about a second here); --local calls this in a thread
+    while the engine runs, so the plot does not add its import time to the sweep."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except Exception:  # noqa: BLE001 - plot() reports problems when it runs
+        pass
+
+
 def plot(results: Dict[str, Any], path: Path) -> bool:
     """Write the plot; False when there is nothing to draw."""
     rows = [r for r in results["results"] if r.get("bw_mib_mean") is not None]
