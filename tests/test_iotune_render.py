@@ -17,6 +17,12 @@ from hpcrun.dwgrammar import check_line, check_script
 
 from .conftest import shellcheck_cmd
 
+
+@pytest.fixture(autouse=True)
+def _private_history(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCRUN_IOTUNE_HISTORY", str(tmp_path / "history.jsonl"))
+
+
 HOSTILE = "it's a \"dir\" with $(touch PWNED) `touch PWNED2` ;&| *?[x] \\ $HOME"
 
 

@@ -16,6 +16,7 @@ from ..render import environment
 from ..resources import site_template_dirs
 from ..shell import quote
 from ..units import format_size
+from . import fio, ior_engine
 from .plan import SweepPlan, sbatch_options, target_dir_expr
 from .points import DIR, RAW, Point, Step
 
@@ -78,8 +79,6 @@ def step_words(plan: SweepPlan, step: Step) -> str:
 
 
 def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
-    from . import fio, ior_engine
-
     version_argv = fio.version_argv(plan.engine_bin) if plan.engine == "fio" else ior_engine.version_argv(
         plan.engine_bin)
     env = sorted(plan.profile.prologue.env.items())

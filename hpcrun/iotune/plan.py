@@ -21,7 +21,7 @@ from ..units import format_capacity, format_duration, round_up
 from ..yamlsrc import Located
 from . import fio, ior_engine
 from .points import DIR, RAW, Point, Step
-from .presets import COMMAND_LINE
+from .presets import COMMAND_LINE, OPTIONS
 from .sweep import Sweep, check_fio
 
 BB_HEADROOM = 1.25
@@ -71,10 +71,7 @@ class _Problems:
 
     def sweep(self, key: str, message: str) -> None:
         file, line = self.sweep_src.where((key,))
-        shown = key
-        if file == COMMAND_LINE:
-            from .presets import OPTIONS
-            shown = OPTIONS.get(key, key)
+        shown = OPTIONS.get(key, key) if file == COMMAND_LINE else key
         self.items.append(Problem(file, line, shown, message))
 
     def profile(self, path: Tuple[str, ...], message: str) -> None:
