@@ -65,3 +65,33 @@ def test_parse_bad_output_is_a_clear_error(text, words):
 def test_combine_repetitions():
     m = combine([Measurement(100, 100, 100, 10, 1, [100]), Measurement(300, 300, 300, 30, 1, [300])])
     assert (m.bw_mean, m.bw_min, m.bw_max, m.reps, m.iops_mean) == (200, 100, 300, 2, 20)
+
+
+def test_ior_adapter_reads_the_ior_reader(monkeypatch, tmp_path):
+    """hpcrun.iotune.ior (iotune-parse branch) stands in here with its interface: parse_file ->
+    IorRun(version, op(name)), IorParseError; a reader error becomes that point's error."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    from hpcrun.iotune import ior_engine
+
+    class IorParseError(Exception):
+        pass
+
+    op = SimpleNamespace(bw_mib_mean=900.0, bw_mib_max=1000.0, bw_mib_min=800.0, ops_mean=900.0, reps=3)
+
+    def parse_file(path):
+        if "bad" in str(path):
+            raise IorParseError(f"{path}: the JSON summary is truncated")
+        return SimpleNamespace(version="4.0.0", op=lambda name: op if name == "write" else None)
+
+    fake = types.ModuleType("hpcrun.iotune.ior")
+    fake.IorParseError, fake.parse_file = IorParseError, parse_file
+    monkeypatch.setitem(sys.modules, "hpcrun.iotune.ior", fake)
+    found, version = ior_engine.parse(tmp_path / "p0001.json", ["write"])
+    assert version == "IOR-4.0.0" and found["write"].bw_mean == 900.0 and found["write"].reps == 3
+    with pytest.raises(EngineOutputError, match="no read result"):
+        ior_engine.parse(tmp_path / "p0001.json", ["write", "read"])
+    with pytest.raises(EngineOutputError, match="truncated"):
+        ior_engine.parse(tmp_path / "bad.json", ["write"])

@@ -121,5 +121,6 @@ def test_local_run_failure_leaves_no_directory(cli, tmp_path):
     out = tmp_path / "sweep"
     res = cli("iotune", "run", "--local", "--transfer-size", "64k", "--block-size", "1m", "--engine", "fio",
               "--target", "/proc/cannot-write-here", "--out", str(out))
-    assert res.exit_code == 2 and "cannot create" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "does not exist or is not writable" in res.output
+    assert "Traceback" not in res.output
     assert not out.exists() and not list(tmp_path.glob(".sweep*"))

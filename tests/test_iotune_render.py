@@ -79,6 +79,7 @@ def test_hostile_target_is_created_literally_by_the_job(cli, tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     target = base / HOSTILE
+    target.mkdir()
     bb = tmp_path / "bb"
     bb.mkdir()
     sweep = tmp_path / "sweep $(x)"
@@ -165,27 +166,48 @@ def test_bare_group_prints_subcommands(cli):
 
 
 def test_ior_engine_lines_with_fake_iorcmd(cli, tmp_path, monkeypatch):
-    """The IOR side is written on another branch; its builder is faked here to check the
-    launch line (srun with nodes x writers) and the summary file placement."""
-    calls = []
+    """hpcrun.iotune.iorcmd is written on the iotune-parse branch; a stand-in with its interface
+    (IorPoint, build_ior_argv) checks the launch line (srun with nodes x writers), the
+    placeholders and the summary file placement."""
+    import dataclasses
 
-    def build_argv(**kw):
-        calls.append(kw)
-        return [kw["ior"], "-a", kw["api"].upper(), "-t", str(kw["transfer_size"]), "-b", str(kw["block_size"]),
-                "-o", kw["test_file"], "-O", "summaryFormat=JSON", "-O", f"summaryFile={kw['summary_file']}"]
+    points = []
+
+    @dataclasses.dataclass(frozen=True)
+    class IorPoint:
+        test_file: str
+        transfer_size: int
+        block_size: int
+        api: str = "POSIX"
+        segments: int = 1
+        file_per_proc: bool = False
+        reps: int = 1
+        write: bool = True
+        read: bool = True
+        summary_file: object = None
+        fsync: bool = False
+
+    def build_ior_argv(point, ior="ior"):
+        assert point.test_file.startswith("/") and "\0" not in point.test_file + point.summary_file
+        points.append(point)
+        return [ior, "-a", point.api, "-t", str(point.transfer_size), "-b", str(point.block_size), "-i",
+                str(point.reps), "-w", "-r", "-e", "-F", "-o", point.test_file, "-O", "summaryFormat=JSON",
+                "-O", f"summaryFile={point.summary_file}"]
 
     fake = types.ModuleType("hpcrun.iotune.iorcmd")
-    fake.build_argv = build_argv
+    fake.IorPoint, fake.build_ior_argv = IorPoint, build_ior_argv
     monkeypatch.setitem(sys.modules, "hpcrun.iotune.iorcmd", fake)
     import hpcrun.iotune as pkg
     monkeypatch.setattr(pkg, "iorcmd", fake, raising=False)
-    text = _render(cli, tmp_path / "s", "--transfer-size", "1m", "--writers", "4", "--nodes", "1",
+    text = _render(cli, tmp_path / "s", "--transfer-size", "1m", "--writers", "4", "--nodes", "1", "--reps", "3",
                    "--api", "mpiio", "--engine", "ior", "--target", "/scratch/x", "--profile", "local-test")
     _lint(tmp_path / "s" / "iotune.sbatch")
     step = next(ln for ln in text.splitlines() if ln.startswith("run_step p0001 "))
-    assert step.startswith("run_step p0001 p0001.out srun --nodes=1 --ntasks=4 --ntasks-per-node=4 ior -a MPIIO")
+    assert step.startswith("run_step p0001 p0001.json.log srun --nodes=1 --ntasks=4 --ntasks-per-node=4 ior -a MPIIO")
     assert '-o "$POINT_DIR"/ior.dat -O summaryFormat=JSON -O summaryFile="$RAW"/p0001.json' in step
-    assert calls[0]["operations"] == ["write", "read"] and calls[0]["file_per_process"] is True
+    [point] = points
+    assert (point.api, point.reps, point.write, point.read, point.file_per_proc, point.fsync) == (
+        "MPIIO", 3, True, True, True, True)
 
 
 def test_collect_refuses_unfinished_and_reports_bad_points(cli, tmp_path):
@@ -214,10 +236,11 @@ def test_collect_refuses_unfinished_and_reports_bad_points(cli, tmp_path):
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
 def test_job_records_a_failing_point_and_goes_on(cli, tmp_path):
     sweep = tmp_path / "s"
+    (tmp_path / "t").mkdir()
     _render(cli, sweep, "--transfer-size", "64k", "--block-size", "1m", "--write", "--target", str(tmp_path / "t"),
             "--target", "/proc/no-such-dir", "--profile", "local-test")
     proc = subprocess.run(["bash", str(sweep / "iotune.sbatch")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 3 and "cannot create" in (sweep / "raw" / "reason").read_text()
+    assert proc.returncode == 3 and "/proc/no-such-dir does not exist" in (sweep / "raw" / "reason").read_text()
     res = cli("iotune", "collect", str(sweep), "--json", env={"HPCRUN_IOTUNE_HISTORY": str(tmp_path / "h")})
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)["results"]

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 from ..errors import HpcrunError
-from .points import DIR, EngineOutputError, Measurement, Point
+from .points import DIR, RAW, EngineOutputError, Measurement, Point
+
+_API = {"posix": "POSIX", "mpiio": "MPIIO", "hdf5": "HDF5"}
 
 _MISSING = ("the IOR engine needs hpcrun.iotune.iorcmd and hpcrun.iotune.ior, which this "
             "installation lacks; use --engine fio")
@@ -26,15 +28,29 @@ def _iorcmd() -> Any:
     return iorcmd
 
 
+# Placeholders for the run-time directories while iorcmd checks the command line (it sees
+# plain absolute paths); swapped for DIR/RAW afterwards.
+_DIR_TOKEN = "/HPCRUN_POINT_DIR"
+_RAW_TOKEN = "/HPCRUN_RAW"
+
+
 def argv(ior: str, point: Point, operations: Sequence[str], reps: int, direct: bool,
          summary_file: str) -> List[str]:
-    """IOR argv for one point (launcher not included); validated by iorcmd."""
-    words: List[str] = _iorcmd().build_argv(
-        ior=ior, api=point.api, transfer_size=point.transfer, block_size=point.block,
-        segments=1, file_per_process=point.layout == "file-per-process",
-        operations=list(operations), reps=reps, test_file=f"{DIR}/ior.dat",
-        summary_file=summary_file, direct=direct)
-    return words
+    """IOR argv for one point (launcher not included), built and checked by iorcmd.
+
+    ``summary_file`` may start with the RAW placeholder. Writes end with an fsync (``-e``), as
+    fio's do (``end_fsync``); ``--posix.odirect`` is added for O_DIRECT with the POSIX API.
+    """
+    iorcmd = _iorcmd()
+    summary = summary_file.replace(RAW, _RAW_TOKEN)
+    spec = iorcmd.IorPoint(
+        test_file=f"{_DIR_TOKEN}/ior.dat", transfer_size=point.transfer, block_size=point.block,
+        api=_API[point.api], segments=1, file_per_proc=point.layout == "file-per-process", reps=reps,
+        write="write" in operations, read="read" in operations, summary_file=summary, fsync="write" in operations)
+    words: List[str] = list(iorcmd.build_ior_argv(spec, ior))
+    if direct and point.api == "posix":
+        words.append("--posix.odirect")
+    return [w.replace(_DIR_TOKEN, DIR).replace(_RAW_TOKEN, RAW) for w in words]
 
 
 def version_argv(ior: str) -> List[str]:
@@ -52,15 +68,16 @@ def parse(path: Path, operations: Sequence[str]) -> Tuple[Dict[str, Measurement]
     except IorParseError as exc:
         raise EngineOutputError(str(exc)) from None
     out: Dict[str, Measurement] = {}
-    for op in run.ops:
-        if op.operation in operations:
-            out[op.operation] = Measurement(
+    for name in operations:
+        op = run.op(name)
+        if op is not None:
+            out[name] = Measurement(
                 bw_mean=float(op.bw_mib_mean), bw_max=float(op.bw_mib_max), bw_min=float(op.bw_mib_min),
-                iops_mean=float(op.ops_mean) if op.ops_mean is not None else None, reps=int(op.reps))
+                iops_mean=float(op.ops_mean), reps=int(op.reps))
     missing = [o for o in operations if o not in out]
     if missing:
         raise EngineOutputError(f"IOR's summary has no {', '.join(missing)} result")
-    return out, f"IOR {run.version}" if run.version else "IOR"
+    return out, f"IOR-{run.version}" if run.version else "IOR"
 
 
 def version(text: str) -> str:

@@ -17,7 +17,7 @@ from ..resources import site_template_dirs
 from ..shell import quote
 from ..units import format_size
 from . import fio, ior_engine
-from .plan import SweepPlan, sbatch_options, target_dir_expr
+from .plan import SweepPlan, sbatch_options, target_dir_expr, target_root_expr
 from .points import DIR, RAW, Point, Step
 
 TEMPLATE = "iotune.sh.j2"
@@ -94,8 +94,8 @@ def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
                 for s in plan.steps_of(p)]})
         # target paths hold no newline (validated), so a label is safe in a comment
         shown = t.name + (f" ({t.path})" if t.path and t.kind != "path" else "")
-        targets.append({"index": t.index, "label": shown, "dir_expr": target_dir_expr(plan, t),
-                        "points": points})
+        targets.append({"index": t.index, "label": shown, "root_expr": target_root_expr(plan, t),
+                        "dir_expr": target_dir_expr(plan, t), "points": points})
     return {
         "version": __version__, "sweep_name": plan.sweep.name, "engine": plan.engine,
         "profile_name": plan.profile.name, "out_dir": quote(out_dir), "out_dir_shown": out_dir.replace("\n", " "),

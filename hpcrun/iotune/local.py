@@ -66,6 +66,12 @@ def run(plan: SweepPlan, sweep_dir: Path, progress: Optional[Callable[[Point, St
         raise InputError([Problem("<command line>", None, "--engine", (
             f"IOR needs the MPI launcher '{plan.profile.iotune.mpirun[0]}' (profile iotune.mpirun), "
             "which is not on PATH here"))])
+    bad = [t for t in plan.targets if t.path is None or not Path(t.path).is_dir()
+           or not os.access(t.path, os.W_OK | os.X_OK)]
+    if bad:
+        raise InputError([Problem("<command line>", None, "--target", (
+            f"target directory '{t.path}' ({t.name}) does not exist or is not writable here; the sweep "
+            "writes in a new subdirectory of an existing directory")) for t in bad])
     raw = sweep_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     _write(raw / "node", socket.gethostname())
@@ -78,7 +84,7 @@ def run(plan: SweepPlan, sweep_dir: Path, progress: Optional[Callable[[Point, St
         assert target.path is not None
         top = Path(target.path) / f"{SUBDIR}.{os.getpid()}"
         try:
-            top.mkdir(parents=True, exist_ok=True)
+            top.mkdir(exist_ok=True)
         except OSError as exc:
             raise InputError([Problem("<command line>", None, "--target", (
                 f"cannot create {top}: {exc.strerror}; choose a writable target"))]) from None

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..burstbuffer import BufferRequest, Writer, writer_for
 from ..containers import Bind, Runtime, runtime_for
-from ..errors import InputError, Problem
+from ..errors import HpcrunError, InputError, Problem
 from ..profile import Partition, SiteProfile
 from ..shell import quote, sbatch_value
 from ..units import format_capacity, format_duration, round_up
@@ -185,8 +185,9 @@ def _steps(sweep: Sweep, points: List[Point], engine: str, engine_bin: str,
             name = p.id
             env, log = _darshan_env(darshan_lib, name, True) if darshan_lib else ((), "")
             argv = ior_engine.argv(engine_bin, p, ops, sweep.reps, sweep.direct, f"{RAW}/{name}.json")
+            # stdout beside the summary as <summary>.log: the IOR reader quotes it when the summary is bad
             steps.append(Step(name, p.id, tuple(ops), None, tuple(argv), env, (p.nodes, p.writers),
-                              f"{name}.out", f"{name}.json", log))
+                              f"{name}.json.log", f"{name}.json", log))
     return steps
 
 
@@ -223,7 +224,7 @@ def plan_sweep(sweep: Sweep, sweep_src: Located, profile: SiteProfile, profile_s
     points = _points(sweep)
     try:
         steps = _steps(sweep, points, engine, engine_bin, darshan_lib)
-    except ValueError as exc:    # the IOR grammar check refuses a combination
+    except (ValueError, HpcrunError) as exc:    # the IOR grammar check refuses a combination
         checks.sweep("engine", f"IOR cannot run this sweep: {exc}")
         checks.raise_if_any()
         raise
@@ -308,13 +309,20 @@ def sbatch_options(plan: SweepPlan, out_dir: str) -> List[str]:
     return opts
 
 
-def target_dir_expr(plan: SweepPlan, target: Target) -> str:
-    """Shell text for the directory a batch job writes under for this target."""
+def target_root_expr(plan: SweepPlan, target: Target) -> str:
+    """Shell text for the existing directory a target writes under (the job checks it)."""
     if target.kind == "bb":
         assert plan.bb is not None
-        return f'"${{{plan.bb.root_var("striped")}%/}}"/{SUBDIR}'
+        return f'"${{{plan.bb.root_var("striped")}%/}}"'
     assert target.path is not None
-    return quote(target.path.rstrip("/") or "/") + f'/{SUBDIR}."${{SLURM_JOB_ID:-$$}}"'
+    return quote(target.path.rstrip("/") or "/")
+
+
+def target_dir_expr(plan: SweepPlan, target: Target) -> str:
+    """Shell text for the directory a batch job writes in for this target (made and removed by it)."""
+    if target.kind == "bb":
+        return target_root_expr(plan, target) + f"/{SUBDIR}"
+    return target_root_expr(plan, target) + f'/{SUBDIR}."${{SLURM_JOB_ID:-$$}}"'
 
 
 def placeholders() -> Dict[str, str]:
