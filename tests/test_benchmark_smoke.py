@@ -66,6 +66,6 @@ def test_iotune_overhead_benchmark_runs(tmp_path):
     assert any("ratio local/direct" in line and ("[PASS]" in line or "[FAIL]" in line)
                for line in proc.stderr.splitlines())
     doc = json.loads(proc.stdout)
-    assert set(doc["best_s"]) == {"direct", "local", "job"} and doc["points"] == 1
-    assert all(v > 0 for v in doc["best_s"].values()) and set(doc["ratios"]) == {"local", "job"}
+    assert set(doc["best_s"]) == {"direct", "local", "job", "job-sh"} and doc["points"] == 1
+    assert all(v > 0 for v in doc["best_s"].values()) and set(doc["ratios"]) == {"local", "job", "job-sh"}
     assert list(tmp_path.iterdir()) == []          # every mode cleaned up its files
