@@ -248,13 +248,20 @@ def register(group: click.Group) -> None:
             return
         table = Table("date", "sweep", "engine", "node", "targets", "recommendation", "dir",
                       title=str(history.path()))
+        from ..units import format_size
+
         for h in rows:
             overall = (h.get("recommendation") or {}).get("overall")
+            short = "-"
+            if overall:
+                rec = overall["recommended"]
+                short = (f"{format_size(rec['transfer'])} x {rec['writers']} on {rec['target']}: "
+                         f"{rec['bw_mib_mean']:.1f} MiB/s ({overall['operation']})")
             table.add_row(str((h.get("environment") or {}).get("date") or h.get("collected")), str(h.get("name")),
                           f"{h['engine']['name']} {h['engine']['version']}" if h.get("engine") else "?",
                           str((h.get("environment") or {}).get("node")),
                           ", ".join(t["name"] for t in h.get("targets", [])),
-                          overall["text"] if overall else "-", str(h.get("dir")))
+                          short, str(h.get("dir")))
         out.print(table)
 
 
