@@ -360,7 +360,7 @@ def _transfer_size(ctx: click.Context, param: click.Parameter, value: Optional[s
 @main.group("iotune", invoke_without_command=True)
 @click.pass_context
 def iotune_group(ctx: click.Context) -> None:
-    """I/O tuning: summarise Darshan logs and compare them with the best transfer size."""
+    """I/O tuning: sweeps with fio or IOR, results and advice; Darshan log summaries."""
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
@@ -400,6 +400,15 @@ def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: flo
         err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
     if failed:
         sys.exit(1)
+
+
+def _register_iotune() -> None:
+    from .iotune.cli_sweep import register
+
+    register(iotune_group)
+
+
+_register_iotune()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -138,6 +138,31 @@ class ToolPaths(Strict):
     ior_module: Optional[Line] = None
 
 
+class IotuneRecommended(Strict):
+    """What ``hpcrun iotune run --apply`` writes; job scripts export it (HPCRUN_IO_*)."""
+
+    transfer_size: Size = Field(description="recommended bytes per I/O call")
+    writers_per_node: int = Field(1, ge=1, description="recommended concurrent writers per node")
+    target: Optional[Line] = Field(None, description="where it was measured (bb, scratch, node-local, a path)")
+    bandwidth_mib_s: Optional[float] = Field(None, ge=0, description="bandwidth measured at that point")
+    operation: Optional[Literal["write", "read"]] = Field(None, description="operation it was chosen for")
+    measured: Optional[Line] = Field(None, description="date of the sweep (ISO 8601 text)")
+    sweep: Optional[Line] = Field(None, description="results directory of the sweep")
+
+
+class IotuneSettings(Strict):
+    """Targets and engines for ``hpcrun iotune`` (IOR and Darshan come from ``tools``)."""
+
+    scratch: Optional[AbsPath] = Field(None, description=(
+        "directory the 'scratch' target writes under (default: filesystems.scratch.path)"))
+    node_local: Optional[AbsPath] = Field(None, description=(
+        "directory the 'node-local' target writes under (default: node_local.path)"))
+    fio: Line = Field("fio", description="the fio binary")
+    mpirun: List[Line] = Field(default_factory=lambda: ["mpirun"], description=(
+        "MPI launcher for IOR with --local (argv; batch jobs use launcher)"))
+    recommended: Optional[IotuneRecommended] = None
+
+
 class SiteProfile(Strict):
     """A site profile after ``extends`` layering has been applied."""
 
@@ -153,6 +178,7 @@ class SiteProfile(Strict):
     launcher: Launcher = Field(default_factory=Launcher)
     prologue: Prologue = Field(default_factory=Prologue)
     tools: ToolPaths = Field(default_factory=ToolPaths)
+    iotune: IotuneSettings = Field(default_factory=IotuneSettings)
     max_array_size: int = Field(1001, ge=0, description="Slurm MaxArraySize (0: no arrays)")
     array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
     max_queued_jobs: Optional[int] = Field(None, ge=1, description=(

@@ -111,6 +111,10 @@ def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
 def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     c = plan.campaign
     env: List[Tuple[str, str]] = sorted(plan.profile.prologue.env.items()) + sorted(c.software.env.items())
+    tuned = plan.profile.iotune.recommended
+    if tuned is not None:   # written by `hpcrun iotune --apply`; programs may read it
+        env += [("HPCRUN_IO_TRANSFER_SIZE", str(tuned.transfer_size)),
+                ("HPCRUN_IO_WRITERS_PER_NODE", str(tuned.writers_per_node))]
     modules = list(plan.profile.prologue.modules) + list(c.software.modules)
     qa = None
     if c.qa:

@@ -28,6 +28,11 @@ def profiles_dir() -> Path:
     return _shipped("site_profiles", "site-profiles")
 
 
+def iobench_dir() -> Path:
+    """Shipped I/O sweep presets (``hpcrun iotune run PRESET``)."""
+    return _shipped("iobench", "iobench")
+
+
 def profile_search_path() -> List[Path]:
     """Site directories first (HPCRUN_PROFILE_PATH, user config), shipped profiles last."""
     paths = [Path(p) for p in os.environ.get("HPCRUN_PROFILE_PATH", "").split(os.pathsep) if p]

@@ -46,3 +46,26 @@ def test_plan_scale_benchmark_runs(tmp_path):
     assert array["baseline_per_file"]["status"] == "ok"
     assert array["baseline_per_file"]["scripts"] == 50
     assert per_job["baseline_per_file"] is None
+
+
+def test_iotune_overhead_benchmark_runs(tmp_path):
+    """benchmarks/iotune_overhead.py at one tiny point: the three modes run and report ratios."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("fio") is None:
+        pytest.skip("fio is not installed")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "iotune_overhead.py"), "--target", str(tmp_path),
+         "--transfer-sizes", "64k", "--writers", "1", "--block", "1m", "--repeat", "1", "--json"],
+        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = next(line.split() for line in proc.stderr.splitlines() if line.split()[:1] == ["mode"])
+    assert header == ["mode", "best_s", "runs_s", "ratio", "overhead_s"]
+    assert any("ratio local/direct" in line and ("[PASS]" in line or "[FAIL]" in line)
+               for line in proc.stderr.splitlines())
+    doc = json.loads(proc.stdout)
+    assert set(doc["best_s"]) == {"direct", "local", "job", "job-sh"} and doc["points"] == 1
+    assert all(v > 0 for v in doc["best_s"].values()) and set(doc["ratios"]) == {"local", "job", "job-sh"}
+    assert list(tmp_path.iterdir()) == []          # every mode cleaned up its files

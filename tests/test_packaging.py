@@ -33,6 +33,11 @@ def test_wheel_contents(wheel):
         assert required in names, required
     shipped = {p.name for p in (REPO / "site-profiles").glob("*.yaml")}
     assert shipped <= {Path(n).name for n in names if n.startswith("hpcrun/site_profiles/")}
+    for required in ("hpcrun/templates/iotune.sh.j2", "hpcrun/templates/_shell.j2",
+                     "hpcrun/iotune/cli_sweep.py", "hpcrun/iotune/fio.py"):
+        assert required in names, required
+    presets = {p.name for p in (REPO / "iobench").glob("*.yaml")}
+    assert presets and presets <= {Path(n).name for n in names if n.startswith("hpcrun/iobench/")}
 
 
 @pytest.mark.slow

@@ -1,0 +1,117 @@
+"""Render a SweepPlan into its sbatch job script (templates/iotune.sh.j2).
+
+Python turns every word into shell text here: literal parts are single-quoted
+(:func:`hpcrun.shell.quote`); the two run-time placeholders become ``"$POINT_DIR"`` and
+``"$RAW"``. The template only lays the words out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+from .. import __version__
+from ..dwgrammar import check_script
+from ..errors import HpcrunError
+from ..render import environment
+from ..resources import site_template_dirs
+from ..shell import quote
+from ..units import format_size
+from . import fio, ior_engine
+from .plan import SweepPlan, sbatch_options, target_dir_expr, target_root_expr
+from .points import DIR, RAW, Point, Step
+
+TEMPLATE = "iotune.sh.j2"
+_VARS = {DIR: '"$POINT_DIR"', RAW: '"$RAW"'}
+
+
+def word(text: str) -> str:
+    """One shell word; placeholders become double-quoted variable references."""
+    out: List[str] = []
+    literal = ""
+    i = 0
+    while i < len(text):
+        hit = next((k for k in _VARS if text.startswith(k, i)), None)
+        if hit is None:
+            literal += text[i]
+            i += 1
+            continue
+        if literal:
+            out.append(quote(literal))
+            literal = ""
+        out.append(_VARS[hit])
+        i += len(hit)
+    if literal or not out:
+        out.append(quote(literal))
+    return "".join(out)
+
+
+def words(argv: Sequence[str]) -> str:
+    return " ".join(word(w) for w in argv)
+
+
+def label(point: Point) -> str:
+    return (f"target {point.target}, {point.api}, {point.nodes} node(s) x {point.writers} writer(s), "
+            f"transfer {format_size(point.transfer)}, block {format_size(point.block)}, {point.layout}")
+
+
+def step_words(plan: SweepPlan, step: Step) -> str:
+    """launcher, container prefix, Darshan variables and the engine argv, as shell text."""
+    parts: List[str] = []
+    assert plan.runtime is not None
+    if step.ranks is not None:
+        nodes, per_node = step.ranks
+        launcher = plan.profile.launcher
+        parts += [quote(launcher.command)] + [quote(o) for o in launcher.options]
+        parts += [f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
+        if plan.partition and per_node > plan.partition.cpus:
+            parts.append("--overcommit")
+    prefix = plan.runtime.prefix()
+    if prefix:
+        parts.append(prefix)
+    if step.env:
+        if plan.runtime.name == "shifter":
+            # Shifter drops LD_* from the environment it passes in; --env= sets them inside
+            parts += [word(f"--env={k}={v}") for k, v in step.env]
+        else:
+            parts += ["env"] + [word(f"{k}={v}") for k, v in step.env]
+    parts.append(words(step.argv))
+    return " ".join(parts)
+
+
+def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
+    version_argv = fio.version_argv(plan.engine_bin) if plan.engine == "fio" else ior_engine.version_argv(
+        plan.engine_bin)
+    env = sorted(plan.profile.prologue.env.items())
+    targets = []
+    for t in plan.targets:
+        points = []
+        for p in plan.points:
+            if p.target != t.name:
+                continue
+            points.append({"id": p.id, "label": label(p), "log": quote(f"{p.id}: {label(p)}"), "steps": [
+                {"name": s.name, "stdout": quote(s.stdout), "words": step_words(plan, s),
+                 "darshan_dir": quote(s.darshan) if s.darshan and not s.darshan.endswith(".darshan") else ""}
+                for s in plan.steps_of(p)]})
+        # target paths hold no newline (validated), so a label is safe in a comment
+        shown = t.name + (f" ({t.path})" if t.path and t.kind != "path" else "")
+        targets.append({"index": t.index, "label": shown, "root_expr": target_root_expr(plan, t),
+                        "dir_expr": target_dir_expr(plan, t), "points": points})
+    return {
+        "version": __version__, "sweep_name": plan.sweep.name, "engine": plan.engine,
+        "profile_name": plan.profile.name, "out_dir": quote(out_dir), "out_dir_shown": out_dir.replace("\n", " "),
+        "sbatch_options": sbatch_options(plan, out_dir), "bb_lines": plan.bb_lines,
+        "env": env, "modules": list(plan.profile.prologue.modules),
+        "darshan_lib": quote(plan.darshan_lib) if plan.darshan_lib else "",
+        "version_command": words(version_argv), "targets": targets, "points": plan.points,
+    }
+
+
+def render(plan: SweepPlan, out_dir: str) -> str:
+    env = environment(site_template_dirs(plan.profile_files))
+    text = env.get_template(TEMPLATE).render(context(plan, out_dir))
+    bbset = plan.profile.burst_buffer
+    problems = check_script(text.splitlines(), "#" + bbset.directive, bbset.system in ("datawarp", "slurm-lua"))
+    if problems:
+        raise HpcrunError(f"the rendered sweep job has invalid directives: {problems}; this is a bug in "
+                          "hpcrun or a site template")
+    return text

@@ -1,0 +1,71 @@
+"""An fio sweep job with a burst-buffer target and a scratch target, rendered and submitted
+by `hpcrun iotune run --submit` as the unprivileged test user on the real Slurm test cluster
+(DataWarp emulated by burst_buffer/lua), then gathered with `hpcrun iotune collect`.
+
+hpcrun runs from the same virtualenv as test_e2e.py (DIR/venv, rebuilt when the source
+changes).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .test_e2e import hpcrun_bin  # noqa: F401  (module fixture: hpcrun in a venv hpcuser can run)
+
+pytestmark = pytest.mark.cluster
+
+
+def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):  # noqa: F811
+    work = slurm_cluster.workdir
+    scratch = slurm_cluster.pfs
+    out = work / "sweep"
+    env = {"COLUMNS": "200", "HPCRUN_IOTUNE_HISTORY": str(work / "history.jsonl")}
+
+    proc = slurm_cluster.run_as_user(
+        [hpcrun_bin, "iotune", "run", "--engine", "fio", "--transfer-size", "64k,1m", "--writers", "1,2",
+         "--block-size", "4m", "--reps", "2", "--target", "bb", "--target", str(scratch),
+         "--profile", "local-test", "--out", str(out), "--submit", "--json"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout)
+    job_id = summary["job_id"]
+    assert job_id and summary["targets"] == ["bb", str(scratch)]
+    script = (out / "iotune.sbatch").read_text()
+    assert "#DW jobdw capacity=1GiB access_mode=striped type=scratch pool=wlm_pool" in script
+
+    # not finished yet (or just finished): collect must never report half a sweep as done
+    early = slurm_cluster.run_as_user([hpcrun_bin, "iotune", "collect", str(out), "--json"], env=env)
+    if early.returncode != 0:
+        said = " ".join(early.stderr.split())     # rich may wrap the message
+        assert early.returncode == 2 and ("has not ended yet" in said or "has not finished" in said), said
+
+    result = slurm_cluster.wait_job(job_id, timeout=300)
+    raw_files = sorted(p.name for p in (out / "raw").iterdir()) if (out / "raw").is_dir() else []
+    assert result.state == "COMPLETED" and result.exit_code == "0:0", (result, raw_files)
+    slurm_cluster.wait_until(lambda: "teardown" in [e["function"] for e in slurm_cluster.bb_events(job_id)],
+                             timeout=30, what="burst-buffer teardown")
+    events = slurm_cluster.bb_events(job_id)
+    functions = [e["function"] for e in events]
+    assert functions.index("setup") < functions.index("pre_run") < functions.index("teardown")
+    assert all(e["status"] == "OK" for e in events), events
+
+    proc = slurm_cluster.run_as_user([hpcrun_bin, "iotune", "collect", str(out), "--json"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout)
+    assert results["environment"]["slurm_job_id"] == job_id
+    rows = results["results"]
+    assert len(rows) == 2 * 2 * 2 * 2
+    assert all(r["error"] is None and r["bw_mib_mean"] > 0 and r["reps"] == 2 for r in rows), rows
+
+    # the bb points really ran under the job's burst buffer, the others under scratch
+    targets = {t["name"]: t for t in results["targets"]}
+    bb_path = targets["bb"]["run_path"]
+    assert bb_path.startswith(str(slurm_cluster.bb_job_dir) + "/"), bb_path
+    assert f"/{job_id}/" in bb_path and bb_path.endswith("/hpcrun-iotune")
+    assert targets[str(scratch)]["run_path"] == f"{scratch}/hpcrun-iotune.{job_id}"
+    assert not Path(bb_path).exists(), "burst buffer not torn down"
+    assert list(scratch.iterdir()) == [], "the sweep left files on scratch"
+    assert (out / "results.json").is_file() and (out / "bandwidth.png").stat().st_size > 1000
+    assert results["recommendation"]["overall"]["recommended"]["target"] in ("bb", str(scratch))
