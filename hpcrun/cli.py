@@ -157,7 +157,7 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     for state, n in report.counts.items():
         counts.add_row(state, str(n), str(report.inputs.get(state, 0)))
     out.print(counts)
-    rows = report.jobs if show_all else [j for j in report.jobs if j.status not in ("done", "pending")]
+    rows = report.jobs
     if not rows:
         return
     table = Table("job", "status", "slurm id", "slurm state", "exit", "elapsed", "attempts", "reason")
@@ -175,7 +175,8 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
 @click.option("--watch", is_flag=True, help="like --wait, with a live progress bar")
 @click.option("--timeout", type=float, default=None, help="give up waiting after this many seconds")
 @click.option("--interval", type=float, default=None, help="seconds between polls (default 2, --watch 10)")
-@click.option("--all", "show_all", is_flag=True, help="list every job, not only those not done")
+@click.option("--all", "show_all", is_flag=True,
+              help="list every job (also done and never submitted), in the table and in --json")
 @click.option("--json", "as_json", is_flag=True)
 @reported
 def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, timeout: Optional[float],
@@ -194,11 +195,12 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
             def tick(rep: Any) -> None:
                 bar.update(task, total=len(rep.jobs), completed=rep.finished,
                            description=", ".join(f"{n} {s}" for s, n in rep.counts.items() if n))
-            report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 10.0, on_poll=tick)
+            report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 10.0, on_poll=tick,
+                                  all_jobs=show_all)
     elif wait_ or watch:
-        report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 2.0)
+        report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 2.0, all_jobs=show_all)
     else:
-        report = poll(plan_dir, db=db)
+        report = poll(plan_dir, db=db, all_jobs=show_all)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
         return

@@ -187,9 +187,12 @@ def parse_cpu_time(text: str) -> Optional[float]:
     return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
 
 
+_MEM_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+
+
 def parse_mem(text: str) -> Optional[int]:
     """sacct's MaxRSS (``1234K``, ``2.5G``, ``0``) -> bytes."""
-    m = re.match(r"^(\d+(?:\.\d+)?)([KMGTP]?)$", text.strip())
+    m = _MEM_RE.match(text.strip())
     return int(float(m.group(1)) * _MEM[m.group(2)]) if m else None
 
 
@@ -216,17 +219,19 @@ def parse_acct(text: str) -> Dict[str, AcctRecord]:
     """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id."""
     jobs: Dict[str, AcctRecord] = {}
     rss: Dict[str, int] = {}
+    width = len(ACCT_FIELDS)
     for line in text.splitlines():
+        head, _, rest = line.partition("|")
+        owner, dot, _step = head.partition(".")
+        if dot:  # a step: 123.batch, 123_4.0 - only its memory (the last field) matters here
+            mem = parse_mem(rest.rpartition("|")[2]) if rest.count("|") == width - 2 else None
+            if mem is not None and mem > rss.get(owner, -1):
+                rss[owner] = mem
+            continue
         parts = line.split("|")
-        if len(parts) != len(ACCT_FIELDS):
+        if len(parts) != width:
             continue
-        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, max_rss = parts
-        if "." in job_id:  # a step: 123.batch, 123_4.0 - only its memory matters here
-            mem = parse_mem(max_rss)
-            owner = job_id.split(".", 1)[0]
-            if mem is not None:
-                rss[owner] = max(rss.get(owner, 0), mem)
-            continue
+        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, _rss = parts
         jobs[job_id] = AcctRecord(
             job_id, raw, name, state.split(" ")[0].rstrip("+"), exit_code, reason,
             float(elapsed) if elapsed.isdigit() else None, parse_cpu_time(cpu),

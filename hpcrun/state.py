@@ -869,8 +869,18 @@ class StateStore:
                                      claimed_at=None, updated_at=now))
         return found
 
-    def job_states(self, campaign_id: int) -> List[JobState]:
-        """One row per plan job: its state, attempts, last reason, latest submission and its last observation."""
+    def job_counts(self, campaign_id: int) -> Dict[str, int]:
+        """Plan jobs per state, every state present (a job's inputs share one state)."""
+        t = schema.input_file
+        query = (select(t.c.state, func.count(t.c.job_index.distinct()))
+                 .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None)).group_by(t.c.state))
+        with self._read() as conn:
+            found = {state: int(n) for state, n in conn.execute(query)}
+        return {state: found.get(state, 0) for state in INPUT_STATES}
+
+    def job_states(self, campaign_id: int, states: Optional[Sequence[str]] = None) -> List[JobState]:
+        """One row per plan job (or per job in ``states``): its state, attempts, last reason, latest
+        submission and its last observation."""
         t, s, sc = schema.input_file, schema.submission, schema.state_change
         latest = (select(sc.c.submission_id, func.max(sc.c.id).label("change_id"))
                   .join(s, s.c.id == sc.c.submission_id).where(s.c.campaign_id == campaign_id)
@@ -885,6 +895,8 @@ class StateStore:
                               .outerjoin(last, last.c.id == latest.c.change_id))
                  .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None))
                  .group_by(t.c.job_index).order_by(t.c.job_index))
+        if states is not None:
+            query = query.where(t.c.state.in_(list(states)))
         with self._read() as conn:
             return [JobState(int(r[0]), r[1], int(r[2] or 0), r[3], r[4], r[5], r[6], int(r[7]), r[8],
                              r[9], r[10], r[11], r[12])

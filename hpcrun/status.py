@@ -88,9 +88,10 @@ def _in_bracket(spec: str, index: int) -> bool:
     return False
 
 
-def _read(path: Path) -> str:
+def _read(path: str) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
     except OSError:
         return ""
 
@@ -110,11 +111,15 @@ class Poller:
         self.store = store
         self.manifest = manifest
         self.names = {j["index"]: j["name"] for j in manifest["jobs"]}
+        self.jobs = {j["index"]: j for j in manifest["jobs"]}
+        self.run_dir = str(plan_dir / "run")
+        self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (squeue's words, this poll)
         self.accounting = bool(manifest["submit"].get("accounting", True))
 
-    def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> Path:
+    def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
+        """run/<job>/<slurm id> (a plain string: this is called once per job per poll)."""
         name = self.names.get(sub.job_index, "?") if sub.job_index is not None else "?"
-        return self.plan_dir / "run" / name / raw_id
+        return f"{self.run_dir}/{name}/{raw_id}"
 
     def observe(self, active: Sequence[ActiveSubmission]
                 ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
@@ -165,7 +170,7 @@ class Poller:
                     continue
                 # no accounting and gone from the queue: the job's own record is all there is
                 raw = a.slurm_id if a.array_index is None else ""
-                reason = _read(self._job_dir(a, raw) / "reason") if raw else ""
+                reason = _read(self._job_dir(a, raw) + "/reason") if raw else ""
                 state = "FAILED" if reason else "COMPLETED"
                 changes.append(NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"))
                 ended.append((a, raw))
@@ -173,6 +178,10 @@ class Poller:
             if rec is None or (rec.state == "PENDING" and q is not None):
                 assert q is not None
                 state = normalize_slurm_state(q.state)
+                if state == "PENDING" and a.job_index is not None:
+                    self.waiting[a.job_index] = q.reason.strip("()")
+                if state == a.last_state:
+                    continue
                 if state in slurm.TERMINAL and self.accounting and rec is None \
                         and (now - a.submitted_at).total_seconds() <= LOST_AFTER_S:
                     continue  # ended a moment ago: wait for accounting's record (CPU time, exit code)
@@ -180,13 +189,15 @@ class Poller:
                 if state in slurm.TERMINAL:
                     ended.append((a, ""))
                 continue
+            if rec.state == a.last_state:
+                continue  # nothing new (the steady state of a long campaign: most polls change little)
             code, sig = _exit(rec.exit_code)
             reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
-            if rec.state in slurm.TERMINAL:
+            if rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
                 # sacct keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
                 if reason.startswith(_WAIT_REASONS):
                     reason = ""
-                reason = _read(self._job_dir(a, rec.raw_id) / "reason") or reason
+                reason = _read(self._job_dir(a, rec.raw_id) + "/reason") or reason
             changes.append(NewStateChange(
                 a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
                 rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
@@ -203,9 +214,9 @@ class Poller:
         results = []
         for a, raw in ended:
             by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}
-            job = next((j for j in self.manifest["jobs"] if j["index"] == a.job_index), None)
+            job = self.jobs.get(a.job_index) if a.job_index is not None else None
             outputs = dict(zip((stem_of(p) for p in job["inputs"]), job["outputs"])) if job else {}
-            for line in _read(self._job_dir(a, raw) / "qa.tsv").splitlines() if raw else []:
+            for line in _read(self._job_dir(a, raw) + "/qa.tsv").splitlines() if raw else []:
                 parts = line.split("\t")
                 if len(parts) != 4 or parts[0] not in by_stem:
                     continue
@@ -224,19 +235,23 @@ def _exit(text: str) -> Tuple[Optional[int], Optional[int]]:
         return None, None
 
 
+SHOWN_BY_DEFAULT = ("submitted", "running", "failed", "parked")
+
+
 def _report(location: str, store: Optional[StateStore], manifest: Dict[str, Any],
-            campaign_id: Optional[int]) -> StatusReport:
+            campaign_id: Optional[int], all_jobs: bool = False) -> StatusReport:
+    """Counts of every state; rows for the jobs that need following (all of them with ``all_jobs``)."""
     report = StatusReport(manifest["campaign"], location)
     names = {j["index"]: j["name"] for j in manifest["jobs"]}
     counts = {s: 0 for s in INPUT_STATES}
     if store is None or campaign_id is None:
         counts["pending"] = len(manifest["jobs"])
-        report.jobs = [JobRow(names[i], i, "pending", "", "", "", "", 0, "") for i in sorted(names)]
+        report.jobs = [JobRow(names[i], i, "pending", "", "", "", "", 0, "") for i in sorted(names)] if all_jobs else []
         report.inputs = {s: 0 for s in INPUT_STATES}
         report.inputs["pending"] = sum(len(j["inputs"]) for j in manifest["jobs"])
     else:
-        for js in store.job_states(campaign_id):
-            counts[js.state] = counts.get(js.state, 0) + 1
+        counts = store.job_counts(campaign_id)
+        for js in store.job_states(campaign_id, None if all_jobs else SHOWN_BY_DEFAULT):
             exit_code = "" if js.exit_code is None else f"{js.exit_code}:{js.signal or 0}"
             reason = js.last_reason if js.state in ("failed", "parked") else (js.slurm_reason or "")
             report.jobs.append(JobRow(names.get(js.job_index, f"#{js.job_index}"), js.job_index, js.state,
@@ -247,24 +262,27 @@ def _report(location: str, store: Optional[StateStore], manifest: Dict[str, Any]
     return report
 
 
-def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None) -> StatusReport:
+def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False) -> StatusReport:
     """Observe every job in flight once, record the changes, and summarise the campaign."""
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir)
     if db is None and not (plan_dir / "state.db").exists():
-        return _report(str(plan_dir / "state.db"), None, manifest, None)  # nothing submitted: create no store
+        return _report(str(plan_dir / "state.db"), None, manifest, None, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
         try:
             campaign = store.get_campaign(manifest["campaign"])
         except StateStoreError:
-            return _report(store.location, None, manifest, None)
+            return _report(store.location, None, manifest, None, all_jobs)
         poller = Poller(plan_dir, store, manifest)
         changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id))
         observed = store.record_state_changes(campaign.id, changes)
         qa = poller.qa_outcomes(ended)
         if qa:
             store.record_qa(qa)
-        report = _report(store.location, store, manifest, campaign.id)
+        report = _report(store.location, store, manifest, campaign.id, all_jobs)
+        for row in report.jobs:  # a pending job's reason can change without its state changing
+            if row.index in poller.waiting and row.status == "submitted":
+                row.reason = poller.waiting[row.index]
         report.observed = observed
         report.sacct_seconds = sacct_s
         return report
@@ -276,11 +294,12 @@ def needs_attention(row: JobRow) -> bool:
 
 
 def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Optional[float] = None,
-          interval: float = 2.0, on_poll: Optional[Callable[[StatusReport], None]] = None) -> StatusReport:
+          interval: float = 2.0, on_poll: Optional[Callable[[StatusReport], None]] = None,
+          all_jobs: bool = False) -> StatusReport:
     """Poll until nothing is in flight (or what is left is held for a human); returns the last report."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        report = poll(plan_dir, db=db)
+        report = poll(plan_dir, db=db, all_jobs=all_jobs)
         if on_poll:
             on_poll(report)
         live = [j for j in report.jobs if j.status in IN_FLIGHT and not needs_attention(j)]

@@ -579,6 +579,14 @@ def test_postgres_jobs_report_and_submit_lock(pg_url):
     from hpcrun.report import build
     from hpcrun.statelock import LockTimeout, submit_lock
 
+    from sqlalchemy.engine import make_url
+
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:  # a database of its own: other tests leave theirs at odd versions
+        conn.execute(text("DROP DATABASE IF EXISTS hpcrun_jobs"))
+        conn.execute(text("CREATE DATABASE hpcrun_jobs"))
+    admin.dispose()
+    pg_url = make_url(pg_url).set(database="hpcrun_jobs").render_as_string(hide_password=False)
     with StateStore.open(pg_url) as store:
         c = store.register_campaign("pg-jobs", SPEC, PROFILE)
         store.add_inputs(c.id, [NewInput(f"/d/g{j}.raw", size=10, job_index=j, events=5) for j in range(3)])

@@ -108,7 +108,7 @@ def _plan(c: Campaign) -> None:
 
 
 def _status(c: Campaign, *args: str, timeout: float = 300) -> dict:
-    proc = c.hp("status", str(c.plan), "--json", *args, timeout=timeout + 60)
+    proc = c.hp("status", str(c.plan), "--json", "--all", *args, timeout=timeout + 60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 

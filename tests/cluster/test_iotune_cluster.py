@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from .test_e2e import hpcrun_bin  # noqa: F401  (module fixture: hpcrun in a venv hpcuser can run)
-
 pytestmark = pytest.mark.cluster
 
 
-def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):  # noqa: F811
+def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):
     work = slurm_cluster.workdir
     scratch = slurm_cluster.pfs
     out = work / "sweep"

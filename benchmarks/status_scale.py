@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""`hpcrun status` on a synthetic campaign of 100k array tasks: one sacct call, and the cost beyond it.
+
+Usage::
+
+    python3 benchmarks/status_scale.py [--tasks 100000] [--json] [--workdir DIR]
+
+No cluster needed. What is built (not timed): a plan of N jobs packed into arrays of 1001
+(the shipped ``local-test`` profile, inputs listed with sizes, files that do not exist), and
+its state store with every task recorded as submitted, as ``hpcrun submit`` leaves it (array
+job ids 1000, 1001, ...). A stand-in ``sacct`` first on PATH prints a prepared file, exactly
+the ``sacct -n -P`` text a real Slurm 22.05 prints for these jobs (an allocation line, a
+``.batch`` and two step lines per task), and records every call in a log.
+
+What is measured, each in this process with the package of this checkout:
+
+* ``sacct``: running the stand-in ``sacct`` itself (process start and the whole text read
+  through a pipe), the floor any status poll pays;
+* ``poll running``: ``hpcrun.status.poll`` when every task turns RUNNING (N transitions
+  recorded);
+* ``poll completed``: every task turns COMPLETED with exit code, CPU time, CPUs, MaxRSS, start
+  and end (N transitions recorded, each finished job's run directory looked at for its QA file);
+* ``poll unchanged``: the same answer again (nothing to record: the steady state of a watch).
+
+Reported: seconds of each, the overhead of each poll beyond ``sacct`` (target < 2 s), and
+the number of sacct calls per poll (must be 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SACCT = """#!/bin/sh
+printf '%s\n' "$*" >> "{log}"
+exec cat "{answer}"
+"""
+
+
+def make_plan(work: Path, n: int) -> Path:
+    import textwrap
+
+    from hpcrun.pipeline import load_plan
+    from hpcrun.plandir import write_plan
+
+    lst = work / "inputs.list"
+    with lst.open("w") as f:
+        for i in range(n):
+            f.write(f"/hpcrun-bench-nonexistent/raw/f{i:07d}.raw 1GB 2000\n")
+    spec = work / "campaign.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        name: status-bench
+        site: {{profile: local-test}}
+        walltime: 10m
+        inputs: {{list_file: {lst}, checksum: none}}
+        jobs: {{files_per_job: 1, chains_per_node: 1, array: always}}
+        chain: {{command: [/bin/true, "{{input}}"]}}
+        outputs: {{location: {work}/out, pattern: "{{stem}}.out"}}
+        """))
+    return write_plan(load_plan(spec), work / "plan").out_dir
+
+
+def record_submissions(plan: Path) -> list:
+    """The store as `hpcrun submit` leaves it; returns [(array job id, tasks)]."""
+    from hpcrun.state import NewSubmission
+    from hpcrun.submit import open_plan_store, read_manifest, register, scripts_of
+
+    manifest = read_manifest(plan)
+    arrays = []
+    with open_plan_store(plan) as store:
+        campaign = register(store, manifest)
+        for k, script in enumerate(scripts_of(manifest)):
+            jobs = list(range(script.first, script.last + 1))
+            claim = store.claim_jobs(campaign.id, jobs)
+            job_id = str(1000 + k)
+            by_job = {i.job_index: i.id for i in claim.inputs}
+            store.record_submissions(campaign.id, [
+                NewSubmission(job_id, script.path, script.sha256, f"status-bench.{claim.token[:12]}", [by_job[j]],
+                              j - script.first, claim.token) for j in jobs])
+            arrays.append((job_id, len(jobs)))
+    return arrays
+
+
+def sacct_text(arrays: list, state: str) -> str:
+    lines = []
+    raw = 100_000
+    for job_id, tasks in arrays:
+        for t in range(tasks):
+            raw += 1
+            tid = f"{job_id}_{t}"
+            if state == "RUNNING":
+                lines.append(f"{tid}|{raw}|status-bench.x|RUNNING|0:0|None|42|00:00:00|2|nid001|"
+                             "2026-11-22T08:00:00|Unknown|")
+                continue
+            lines.append(f"{tid}|{raw}|status-bench.x|COMPLETED|0:0|None|600|19:50.125|2|nid001|"
+                         "2026-11-22T08:00:00|2026-11-22T08:10:00|")
+            lines.append(f"{tid}.batch|{raw}.batch|batch|COMPLETED|0:0||600|00:01.001|2|nid001|"
+                         "2026-11-22T08:00:00|2026-11-22T08:10:00|14404K")
+            lines.append(f"{tid}.0|{raw}.0|bash|COMPLETED|0:0||599|00:00.349|2|nid001|"
+                         "2026-11-22T08:00:01|2026-11-22T08:10:00|120188K")
+            lines.append(f"{tid}.1|{raw}.1|bash|COMPLETED|0:0||598|19:48.775|2|nid001|"
+                         "2026-11-22T08:00:01|2026-11-22T08:09:59|1.5G")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=100_000)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    os.environ["HPCRUN_PROFILE_PATH"] = str(REPO / "site-profiles")
+    work = Path(tempfile.mkdtemp(prefix="hpcrun-status-bench-", dir=args.workdir))
+    try:
+        import subprocess
+
+        from hpcrun.status import poll
+
+        t0 = time.perf_counter()
+        plan = make_plan(work, args.tasks)
+        arrays = record_submissions(plan)
+        setup_s = time.perf_counter() - t0
+        bindir = work / "bin"
+        bindir.mkdir()
+        answer = work / "sacct.txt"
+        log = work / "sacct.calls"
+        (bindir / "sacct").write_text(SACCT.format(log=log, answer=answer))
+        (bindir / "sacct").chmod(0o755)
+        os.environ["PATH"] = f"{bindir}:{os.environ['PATH']}"
+        result: dict = {"tasks": args.tasks, "arrays": len(arrays), "setup_s": setup_s, "polls": {}}
+        for label, state in (("running", "RUNNING"), ("completed", "COMPLETED"), ("unchanged", "COMPLETED")):
+            answer.write_text(sacct_text(arrays, state))
+            t0 = time.perf_counter()
+            subprocess.run(["sacct", "-n", "-P"], capture_output=True, text=True, check=True)
+            sacct_s = time.perf_counter() - t0
+            calls_before = len(log.read_text().splitlines())
+            t0 = time.perf_counter()
+            report = poll(plan)
+            poll_s = time.perf_counter() - t0
+            calls = len(log.read_text().splitlines()) - calls_before
+            want = {"running": "running", "completed": "done", "unchanged": "done"}[label]
+            assert report.counts[want] == args.tasks, report.counts
+            result["polls"][label] = {"poll_s": poll_s, "sacct_s": sacct_s, "beyond_sacct_s": poll_s - sacct_s,
+                                      "transitions": report.observed, "sacct_calls": calls,
+                                      "pass": poll_s - sacct_s < 2.0 and calls == 1}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"{args.tasks} tasks in {result['arrays']} arrays (setup {result['setup_s']:.1f} s, not timed)")
+        for label, r in result["polls"].items():
+            print(f"poll {label:9s}: {r['poll_s']:6.2f} s, sacct alone {r['sacct_s']:.2f} s, beyond sacct "
+                  f"{r['beyond_sacct_s']:.2f} s (target < 2 s: {'PASS' if r['pass'] else 'FAIL'}), "
+                  f"{r['transitions']} transitions, {r['sacct_calls']} sacct call(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
