@@ -18,12 +18,15 @@ What is measured, each in this process with the package of this checkout:
   through a pipe), the floor any status poll pays;
 * ``poll running``: ``hpcrun.status.poll`` when every task turns RUNNING (N transitions
   recorded);
+* ``poll unchanged``: the same answer again: N tasks in flight, nothing to record (the steady
+  state of a long campaign's ``status --watch``);
 * ``poll completed``: every task turns COMPLETED with exit code, CPU time, CPUs, MaxRSS, start
-  and end (N transitions recorded, each finished job's run directory looked at for its QA file);
-* ``poll unchanged``: the same answer again (nothing to record: the steady state of a watch).
+  and end (N transitions recorded, each finished job's run directory looked at for its QA file).
 
-Reported: seconds of each, the overhead of each poll beyond ``sacct`` (target < 2 s), and
-the number of sacct calls per poll (must be 1).
+Reported: seconds of each, the overhead of each poll beyond ``sacct`` and the number of sacct
+calls per poll (must be 1). The target (< 2 s beyond sacct) is for the steady-state poll;
+the two polls that record 100k transitions at once are the worst case and are reported
+against it too.
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ def main() -> int:
         (bindir / "sacct").chmod(0o755)
         os.environ["PATH"] = f"{bindir}:{os.environ['PATH']}"
         result: dict = {"tasks": args.tasks, "arrays": len(arrays), "setup_s": setup_s, "polls": {}}
-        for label, state in (("running", "RUNNING"), ("completed", "COMPLETED"), ("unchanged", "COMPLETED")):
+        for label, state in (("running", "RUNNING"), ("unchanged", "RUNNING"), ("completed", "COMPLETED")):
             answer.write_text(sacct_text(arrays, state))
             t0 = time.perf_counter()
             subprocess.run(["sacct", "-n", "-P"], capture_output=True, text=True, check=True)
@@ -147,7 +150,7 @@ def main() -> int:
             report = poll(plan)
             poll_s = time.perf_counter() - t0
             calls = len(log.read_text().splitlines()) - calls_before
-            want = {"running": "running", "completed": "done", "unchanged": "done"}[label]
+            want = {"running": "running", "completed": "done", "unchanged": "running"}[label]
             assert report.counts[want] == args.tasks, report.counts
             result["polls"][label] = {"poll_s": poll_s, "sacct_s": sacct_s, "beyond_sacct_s": poll_s - sacct_s,
                                       "transitions": report.observed, "sacct_calls": calls,

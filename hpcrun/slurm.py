@@ -8,6 +8,7 @@ from sbatch's environment because they silently override the script's own
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import re
 import subprocess
@@ -187,13 +188,20 @@ def parse_cpu_time(text: str) -> Optional[float]:
     return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-_MEM_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
-
-
 def parse_mem(text: str) -> Optional[int]:
-    """sacct's MaxRSS (``1234K``, ``2.5G``, ``0``) -> bytes."""
-    m = _MEM_RE.match(text.strip())
-    return int(float(m.group(1)) * _MEM[m.group(2)]) if m else None
+    """sacct's MaxRSS (``1234K``, ``2.5G``, ``0``) -> bytes (called for every step of every job)."""
+    text = text.strip()
+    if not text:
+        return None
+    unit = text[-1]
+    factor = _MEM.get(unit) if unit.isalpha() else 1
+    number = text[:-1] if unit.isalpha() else text
+    if factor is None or not number or number.startswith(("+", "-")) or "_" in number:
+        return None
+    try:
+        return int(float(number) * factor)
+    except ValueError:
+        return None
 
 
 def _time_or_none(text: str) -> Optional[str]:
@@ -205,8 +213,9 @@ def since_text(moment: _dt.datetime, slack_s: float = 300.0) -> str:
     return (moment - _dt.timedelta(seconds=slack_s)).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
-    """sacct's local ISO time -> an aware UTC datetime (None for Unknown)."""
+    """sacct's local ISO time -> an aware UTC datetime (None for Unknown); many jobs share a second."""
     if not text:
         return None
     try:

@@ -197,6 +197,7 @@ class NewInput:
     checksum_algo: Optional[str] = None
     job_index: Optional[int] = None      # the plan job that processes it
     events: Optional[int] = None
+    job_name: Optional[str] = None
 
     def __post_init__(self) -> None:
         if (self.checksum is None) != (self.checksum_algo is None):
@@ -284,6 +285,7 @@ class JobState:
     signal: Optional[int] = None
     elapsed_s: Optional[float] = None
     slurm_reason: Optional[str] = None
+    job_name: Optional[str] = None
 
     @property
     def slurm_id(self) -> Optional[str]:
@@ -352,6 +354,7 @@ class ActiveSubmission:
     last_state: Optional[str]
     submitted_at: dt.datetime
     job_index: Optional[int]
+    job_name: Optional[str] = None
 
     @property
     def slurm_id(self) -> str:
@@ -614,6 +617,28 @@ class StateStore:
         return rows
 
     @staticmethod
+    def _insert_many(conn: Connection, table: Any, rows: List[Dict[str, Any]]) -> None:
+        """Insert many rows through the driver's own executemany, after binding each value once.
+
+        SQLAlchemy's executemany processes every parameter of every row in Python; a status
+        poll of a large campaign inserts 100k observations at once, where that costs seconds.
+        The statement is still compiled by SQLAlchemy for the dialect (placeholders, quoting).
+        """
+        keys = list(rows[0])
+        compiled = insert(table).values({k: bindparam(k) for k in keys}).compile(dialect=conn.dialect)
+        processors = {k: p for k in keys if (p := table.c[k].type.bind_processor(conn.dialect)) is not None}
+        order = compiled.positiontup
+        if order is None:  # named paramstyle (pyformat: psycopg)
+            params: Any = [{k: (processors[k](r[k]) if k in processors else r[k]) for k in keys} for r in rows]
+        else:
+            params = [tuple(processors[k](r[k]) if k in processors else r[k] for k in order) for r in rows]
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(str(compiled), params)
+        finally:
+            cursor.close()
+
+    @staticmethod
     def _insert_ids(conn: Connection, table: Any, rows: List[Dict[str, Any]]) -> List[int]:
         """Insert many rows and return their new ids in order (one statement where the backend allows)."""
         if not rows:
@@ -684,21 +709,24 @@ class StateStore:
             if key not in rows:
                 rows[key] = {"campaign_id": campaign_id, "path": item.path, "path_key": key, "size": item.size,
                              "checksum": item.checksum, "checksum_algo": item.checksum_algo, "state": "pending",
-                             "attempts": 0, "updated_at": now, "job_index": item.job_index, "events": item.events}
+                             "attempts": 0, "updated_at": now, "job_index": item.job_index, "events": item.events,
+                             "job_name": item.job_name}
         with self._write() as conn:
-            existing = conn.execute(select(t.c.id, t.c.path_key, t.c.job_index, t.c.checksum)
+            existing = conn.execute(select(t.c.id, t.c.path_key, t.c.job_index, t.c.checksum, t.c.job_name)
                                     .where(t.c.campaign_id == campaign_id))
             moved: List[Dict[str, Any]] = []
-            for iid, key, job_index, checksum in existing:
+            for iid, key, job_index, checksum, job_name in existing:
                 row = rows.pop(key, None)
                 # a re-plan may give a known input another job; a checksum is recorded once, when first known
-                if row is not None and (row["job_index"] != job_index or (checksum is None and row["checksum"])):
-                    moved.append({"b_id": iid, "b_job": row["job_index"],
+                if row is not None and (row["job_index"] != job_index or row["job_name"] != job_name
+                                        or (checksum is None and row["checksum"])):
+                    moved.append({"b_id": iid, "b_job": row["job_index"], "b_name": row["job_name"],
                                   "b_sum": checksum or row["checksum"],
                                   "b_algo": row["checksum_algo"] if checksum is None else None})
             if moved:
                 stmt = (update(t).where(t.c.id == bindparam("b_id"))
-                        .values(job_index=bindparam("b_job"), checksum=bindparam("b_sum"),
+                        .values(job_index=bindparam("b_job"), job_name=bindparam("b_name"),
+                                checksum=bindparam("b_sum"),
                                 checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo"))))
                 conn.execute(stmt, moved)
             if rows:
@@ -889,7 +917,7 @@ class StateStore:
         query = (select(t.c.job_index, func.min(t.c.state), func.max(t.c.attempts), func.max(t.c.last_reason),
                         func.max(s.c.job_id), func.max(s.c.array_index), func.max(s.c.last_state),
                         func.count(), func.sum(t.c.size), func.max(last.c.exit_code), func.max(last.c.signal),
-                        func.max(last.c.elapsed_s), func.max(last.c.reason))
+                        func.max(last.c.elapsed_s), func.max(last.c.reason), func.min(t.c.job_name))
                  .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id)
                               .outerjoin(latest, latest.c.submission_id == s.c.id)
                               .outerjoin(last, last.c.id == latest.c.change_id))
@@ -899,7 +927,7 @@ class StateStore:
             query = query.where(t.c.state.in_(list(states)))
         with self._read() as conn:
             return [JobState(int(r[0]), r[1], int(r[2] or 0), r[3], r[4], r[5], r[6], int(r[7]), r[8],
-                             r[9], r[10], r[11], r[12])
+                             r[9], r[10], r[11], r[12], r[13])
                     for r in conn.execute(query)]
 
     def report_rows(self, campaign_id: int) -> ReportData:
@@ -935,8 +963,13 @@ class StateStore:
         t, link = schema.input_file, schema.submission_input
         query = select(link.c.submission_id, t.c.id, t.c.path).join(t, t.c.id == link.c.input_id)
         out: Dict[int, List[Tuple[int, str]]] = {}
+        wanted = set(submission_ids)
         with self._read() as conn:
-            for sid, iid, path in self._rows_in(conn, query, link.c.submission_id, list(submission_ids)):
+            if len(wanted) > 5 * _IN_CHUNK:  # many (a poll where a whole campaign ended): one scan of the links
+                rows: Any = (r for r in conn.execute(query) if r[0] in wanted)
+            else:
+                rows = self._rows_in(conn, query, link.c.submission_id, list(wanted))
+            for sid, iid, path in rows:
                 out.setdefault(int(sid), []).append((int(iid), path))
         return out
 
@@ -944,13 +977,13 @@ class StateStore:
         """The latest submission of every job in flight (inputs submitted or running), for a status poll."""
         t, s = schema.input_file, schema.submission
         query = (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at,
-                        func.min(t.c.job_index))
+                        func.min(t.c.job_index), func.min(t.c.job_name))
                  .select_from(s.join(t, t.c.last_submission_id == s.c.id))
                  .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running")))
                  .group_by(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at)
                  .order_by(s.c.id))
         with self._read() as conn:
-            return [ActiveSubmission(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in conn.execute(query)]
+            return [ActiveSubmission(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6]) for r in conn.execute(query)]
 
     def record_submission(self, campaign_id: int, sub: NewSubmission) -> int:
         return self.record_submissions(campaign_id, [sub])[0]
@@ -1067,7 +1100,7 @@ class StateStore:
                     inputs_to[c.submission_id] = (target, why)
             if not rows:
                 return 0
-            conn.execute(insert(sc), rows)
+            self._insert_many(conn, sc, rows)
             # one statement per (state, time) seen, not per row: a poll gives few distinct pairs
             by_state: Dict[Tuple[str, dt.datetime], List[int]] = {}
             for sid, state_at in latest.items():

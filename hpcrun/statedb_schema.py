@@ -75,7 +75,9 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: the state store only takes timezone-aware values")
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        if value.tzinfo is not dt.timezone.utc:  # most values are UTC already: skip the conversion
+            value = value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=None)
 
     def process_result_value(self, value: Optional[dt.datetime], dialect: Dialect) -> Optional[dt.datetime]:
         if value is None:
@@ -189,6 +191,7 @@ def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:
     return {
         "hpcrun_input": (
             Column("job_index", Integer, nullable=True),       # the plan job that processes it
+            Column("job_name", String(255), nullable=True),    # its name (status needs no manifest)
             Column("events", BigInteger, nullable=True),       # events in the file, when the spec gives them
         ),
         "hpcrun_state_change": (

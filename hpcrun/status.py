@@ -61,6 +61,7 @@ class StatusReport:
     counts: Dict[str, int] = field(default_factory=dict)        # plan jobs per store state
     inputs: Dict[str, int] = field(default_factory=dict)        # inputs per store state
     observed: int = 0                                           # transitions recorded by this poll
+    held: int = 0                                               # pending jobs held by a burst-buffer failure
     sacct_seconds: float = 0.0
 
     @property
@@ -73,7 +74,7 @@ class StatusReport:
 
     def as_dict(self) -> Dict[str, Any]:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
-                "in_flight": self.in_flight, "jobs": [j.as_dict() for j in self.jobs]}
+                "in_flight": self.in_flight, "held": self.held, "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def _in_bracket(spec: str, index: int) -> bool:
@@ -110,16 +111,13 @@ class Poller:
         self.plan_dir = plan_dir
         self.store = store
         self.manifest = manifest
-        self.names = {j["index"]: j["name"] for j in manifest["jobs"]}
-        self.jobs = {j["index"]: j for j in manifest["jobs"]}
         self.run_dir = str(plan_dir / "run")
         self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (squeue's words, this poll)
         self.accounting = bool(manifest["submit"].get("accounting", True))
 
     def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
         """run/<job>/<slurm id> (a plain string: this is called once per job per poll)."""
-        name = self.names.get(sub.job_index, "?") if sub.job_index is not None else "?"
-        return f"{self.run_dir}/{name}/{raw_id}"
+        return f"{self.run_dir}/{sub.job_name or '?'}/{raw_id}"
 
     def observe(self, active: Sequence[ActiveSubmission]
                 ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
@@ -207,21 +205,21 @@ class Poller:
         return changes, ended, sacct_s
 
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
-        """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict)."""
+        """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict,
+        output name)."""
         if not ended:
             return []
         inputs = self.store.submission_inputs([a.id for a, _ in ended])
         results = []
         for a, raw in ended:
             by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}
-            job = self.jobs.get(a.job_index) if a.job_index is not None else None
-            outputs = dict(zip((stem_of(p) for p in job["inputs"]), job["outputs"])) if job else {}
             for line in _read(self._job_dir(a, raw) + "/qa.tsv").splitlines() if raw else []:
                 parts = line.split("\t")
-                if len(parts) != 4 or parts[0] not in by_stem:
+                if len(parts) not in (4, 5) or parts[0] not in by_stem:
                     continue
-                stem, ev_in, ev_out, verdict = parts
-                results.append(QaResult(by_stem[stem], outputs.get(stem, stem), verdict == "pass",
+                stem, ev_in, ev_out, verdict = parts[:4]
+                output = parts[4] if len(parts) == 5 else stem
+                results.append(QaResult(by_stem[stem], output, verdict == "pass",
                                         int(ev_in) if ev_in.isdigit() else None,
                                         int(ev_out) if ev_out.isdigit() else None, a.id))
         return results
@@ -235,54 +233,66 @@ def _exit(text: str) -> Tuple[Optional[int], Optional[int]]:
         return None, None
 
 
-SHOWN_BY_DEFAULT = ("submitted", "running", "failed", "parked")
+# without --all: the jobs a human must look at, and those in flight while they are few enough to list
+NEED_A_HUMAN = ("failed", "parked")
+MAX_IN_FLIGHT_ROWS = 500
 
 
-def _report(location: str, store: Optional[StateStore], manifest: Dict[str, Any],
-            campaign_id: Optional[int], all_jobs: bool = False) -> StatusReport:
-    """Counts of every state; rows for the jobs that need following (all of them with ``all_jobs``)."""
+def _unsubmitted(location: str, plan_dir: Path, all_jobs: bool) -> StatusReport:
+    """A plan nothing of which was submitted yet: every job pending."""
+    manifest = read_manifest(plan_dir)
     report = StatusReport(manifest["campaign"], location)
-    names = {j["index"]: j["name"] for j in manifest["jobs"]}
-    counts = {s: 0 for s in INPUT_STATES}
-    if store is None or campaign_id is None:
-        counts["pending"] = len(manifest["jobs"])
-        report.jobs = [JobRow(names[i], i, "pending", "", "", "", "", 0, "") for i in sorted(names)] if all_jobs else []
-        report.inputs = {s: 0 for s in INPUT_STATES}
-        report.inputs["pending"] = sum(len(j["inputs"]) for j in manifest["jobs"])
+    report.counts = {s: 0 for s in INPUT_STATES}
+    report.counts["pending"] = len(manifest["jobs"])
+    report.inputs = {s: 0 for s in INPUT_STATES}
+    report.inputs["pending"] = sum(len(j["inputs"]) for j in manifest["jobs"])
+    if all_jobs:
+        report.jobs = [JobRow(j["name"], j["index"], "pending", "", "", "", "", 0, "") for j in manifest["jobs"]]
+    return report
+
+
+def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
+            waiting: Dict[int, str]) -> StatusReport:
+    """Counts of every state; rows for the jobs worth following (all of them with ``all_jobs``)."""
+    report = StatusReport(campaign, store.location)
+    report.counts = store.job_counts(campaign_id)
+    report.inputs = store.counts_by_state(campaign_id)
+    report.held = sum(1 for why in waiting.values() if "burst_buffer" in why)
+    if all_jobs:
+        states: Optional[Tuple[str, ...]] = None
+    elif sum(report.counts.get(s, 0) for s in IN_FLIGHT) <= MAX_IN_FLIGHT_ROWS:
+        states = NEED_A_HUMAN + IN_FLIGHT
     else:
-        counts = store.job_counts(campaign_id)
-        for js in store.job_states(campaign_id, None if all_jobs else SHOWN_BY_DEFAULT):
-            exit_code = "" if js.exit_code is None else f"{js.exit_code}:{js.signal or 0}"
-            reason = js.last_reason if js.state in ("failed", "parked") else (js.slurm_reason or "")
-            report.jobs.append(JobRow(names.get(js.job_index, f"#{js.job_index}"), js.job_index, js.state,
-                                      js.slurm_state or "", js.slurm_id or "", exit_code,
-                                      _fmt_elapsed(js.elapsed_s), js.attempts, reason or ""))
-        report.inputs = store.counts_by_state(campaign_id)
-    report.counts = counts
+        states = NEED_A_HUMAN
+    for js in store.job_states(campaign_id, states):
+        exit_code = "" if js.exit_code is None else f"{js.exit_code}:{js.signal or 0}"
+        reason = js.last_reason if js.state in ("failed", "parked") else (js.slurm_reason or "")
+        if js.state == "submitted" and js.job_index in waiting:  # a pending reason changes without a transition
+            reason = waiting[js.job_index]
+        report.jobs.append(JobRow(js.job_name or f"#{js.job_index}", js.job_index, js.state, js.slurm_state or "",
+                                  js.slurm_id or "", exit_code, _fmt_elapsed(js.elapsed_s), js.attempts,
+                                  reason or ""))
     return report
 
 
 def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False) -> StatusReport:
     """Observe every job in flight once, record the changes, and summarise the campaign."""
     plan_dir = Path(plan_dir).resolve()
-    manifest = read_manifest(plan_dir)
+    manifest = read_manifest(plan_dir, jobs=False)  # names come from the store: a 100k-job manifest is 30 MB
     if db is None and not (plan_dir / "state.db").exists():
-        return _report(str(plan_dir / "state.db"), None, manifest, None, all_jobs)  # nothing submitted: create no store
+        return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
         try:
             campaign = store.get_campaign(manifest["campaign"])
         except StateStoreError:
-            return _report(store.location, None, manifest, None, all_jobs)
+            return _unsubmitted(store.location, plan_dir, all_jobs)
         poller = Poller(plan_dir, store, manifest)
         changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id))
         observed = store.record_state_changes(campaign.id, changes)
         qa = poller.qa_outcomes(ended)
         if qa:
             store.record_qa(qa)
-        report = _report(store.location, store, manifest, campaign.id, all_jobs)
-        for row in report.jobs:  # a pending job's reason can change without its state changing
-            if row.index in poller.waiting and row.status == "submitted":
-                row.reason = poller.waiting[row.index]
+        report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
         report.observed = observed
         report.sacct_seconds = sacct_s
         return report
@@ -302,8 +312,7 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
         report = poll(plan_dir, db=db, all_jobs=all_jobs)
         if on_poll:
             on_poll(report)
-        live = [j for j in report.jobs if j.status in IN_FLIGHT and not needs_attention(j)]
-        if not live:
+        if report.in_flight - report.held <= 0:
             return report
         if deadline is not None and time.monotonic() > deadline:
             return report

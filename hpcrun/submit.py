@@ -30,10 +30,24 @@ from .statelock import submit_lock
 DEFAULT_LOCK_TIMEOUT = 600.0
 
 
-def read_manifest(plan_dir: Path) -> Dict[str, Any]:
+def _head(text: str) -> Optional[Dict[str, Any]]:
+    """The manifest without its (last, possibly 100k entries long) ``jobs`` list, or None."""
+    cut = text.rfind('\n "jobs": [')
+    if cut < 0:
+        return None
+    try:
+        head: Dict[str, Any] = json.loads(text[:cut].rstrip().rstrip(",") + "\n}")
+    except ValueError:
+        return None
+    return head
+
+
+def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
+    """The plan's manifest; ``jobs=False`` skips parsing the per-job list (a status poll needs none)."""
     path = plan_dir / "manifest.json"
     try:
-        data: Dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data: Dict[str, Any] = (None if jobs else _head(text)) or json.loads(text)
     except FileNotFoundError:
         raise InputError([Problem(str(plan_dir), None, "", (
             "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None
@@ -130,7 +144,7 @@ def plan_inputs(manifest: Dict[str, Any]) -> List[NewInput]:
         for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
             value, algo = _split_checksum(cs)
             out.append(NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
-                                events=ev))
+                                events=ev, job_name=job["name"]))
     return out
 
 

@@ -576,10 +576,10 @@ def test_requeue_parks_after_max_attempts_and_skips_cancelled(tmp_path):
 
 
 def test_postgres_jobs_report_and_submit_lock(pg_url):
+    from sqlalchemy.engine import make_url
+
     from hpcrun.report import build
     from hpcrun.statelock import LockTimeout, submit_lock
-
-    from sqlalchemy.engine import make_url
 
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:  # a database of its own: other tests leave theirs at odd versions
