@@ -69,3 +69,16 @@ def test_iotune_overhead_benchmark_runs(tmp_path):
     assert set(doc["best_s"]) == {"direct", "local", "job", "job-sh"} and doc["points"] == 1
     assert all(v > 0 for v in doc["best_s"].values()) and set(doc["ratios"]) == {"local", "job", "job-sh"}
     assert list(tmp_path.iterdir()) == []          # every mode cleaned up its files
+
+
+def test_status_scale_benchmark_runs(tmp_path):
+    """benchmarks/status_scale.py at 300 tasks: one sacct call per poll, every transition recorded."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "status_scale.py"), "--tasks", "300", "--workdir", str(tmp_path),
+         "--json"], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    polls = result["polls"]
+    assert list(polls) == ["running", "unchanged", "completed"]
+    assert [polls[p]["transitions"] for p in polls] == [300, 0, 300]
+    assert all(polls[p]["sacct_calls"] == 1 for p in polls)
