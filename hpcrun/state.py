@@ -633,8 +633,11 @@ class StateStore:
         else:
             params = [tuple(processors[k](r[k]) if k in processors else r[k] for k in order) for r in rows]
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        base_error = conn.dialect.loaded_dbapi.Error
         try:
             cursor.executemany(str(compiled), params)
+        except base_error as exc:  # the driver's error, wrapped as SQLAlchemy would (so _guard words it)
+            raise DBAPIError.instance(str(compiled), None, exc, base_error) from exc
         finally:
             cursor.close()
 
@@ -730,7 +733,7 @@ class StateStore:
                                 checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo"))))
                 conn.execute(stmt, moved)
             if rows:
-                conn.execute(insert(t), list(rows.values()))
+                self._insert_many(conn, t, list(rows.values()))
         return len(rows)
 
     def inputs(self, campaign_id: int, states: Optional[Iterable[str]] = None,
@@ -1010,14 +1013,14 @@ class StateStore:
                 raise StateStoreError(
                     f"{self.location}: inputs {sorted(bad)[:10]}{' ...' if len(bad) > 10 else ''} are not claimed "
                     f"for this submission in campaign {campaign_id} (claim them with claim_pending first)")
-            ids = self._insert_ids(conn, s, [
-                {"campaign_id": campaign_id, "job_id": sub.job_id, "array_index": sub.array_index,
-                 "script_path": sub.script_path, "script_digest": sub.script_digest,
-                 "submitted_at": sub.submitted_at or now, "tag": sub.tag, "claim_token": sub.claim_token}
-                for sub in subs])
+            rows = [{"campaign_id": campaign_id, "job_id": sub.job_id, "array_index": sub.array_index,
+                     "script_path": sub.script_path, "script_digest": sub.script_digest,
+                     "submitted_at": sub.submitted_at or now, "tag": sub.tag, "claim_token": sub.claim_token}
+                    for sub in subs]
+            ids = self._insert_claimed(conn, campaign_id, rows) or self._insert_ids(conn, s, rows)
             links = [{"submission_id": sid, "input_id": iid} for sid, sub in zip(ids, subs) for iid in sub.input_ids]
             if links:
-                conn.execute(insert(link), links)
+                self._insert_many(conn, link, links)
                 # each input's new submission is the one just linked: set it in set-based chunks, not row by row
                 newest = (select(func.max(link.c.submission_id)).where(link.c.input_id == t.c.id)
                           .scalar_subquery())
@@ -1025,6 +1028,26 @@ class StateStore:
                 for chunk in _chunks(list(owner)):
                     conn.execute(attach.where(t.c.id.in_(chunk)))
         return ids
+
+    def _insert_claimed(self, conn: Connection, campaign_id: int, rows: List[Dict[str, Any]]) -> List[int]:
+        """Submissions of one claim inserted in bulk, their ids read back by (job id, array index).
+
+        The fast path of a large array: one driver executemany and one indexed query instead of
+        a RETURNING statement processed row by row. Returns [] when the rows do not qualify
+        (several claims, or no claim), and the caller inserts them the general way.
+        """
+        s = schema.submission
+        token = rows[0]["claim_token"] if rows else None
+        keys = {(r["job_id"], r["array_index"]) for r in rows}
+        if token is None or len(keys) != len(rows) or any(r["claim_token"] != token for r in rows):
+            return []
+        if conn.execute(select(s.c.id).where(s.c.claim_token == token).limit(1)).first() is not None:
+            return []  # an earlier record of the same claim (a recovered job): keep the ids unambiguous
+        self._insert_many(conn, s, rows)
+        query = select(s.c.id, s.c.job_id, s.c.array_index).where(s.c.campaign_id == campaign_id,
+                                                                   s.c.claim_token == token)
+        found = {(job_id, index): int(sid) for sid, job_id, index in conn.execute(query)}
+        return [found[(r["job_id"], r["array_index"])] for r in rows]
 
     @staticmethod
     def _not_claimed(conn: Connection, campaign_id: int, owner: Mapping[int, NewSubmission]) -> List[int]:

@@ -184,6 +184,21 @@ def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: 
     return batches, len(todo) - submitted
 
 
+GROUP_SIZE = 64  # per-job scripts claimed and recorded together
+
+
+def claim_groups(batches: Sequence[Batch]) -> List[List[Batch]]:
+    """An array batch alone; consecutive per-job batches in groups of GROUP_SIZE."""
+    groups: List[List[Batch]] = []
+    for batch in batches:
+        if batch.array_spec is None and groups and groups[-1][0].array_spec is None \
+                and len(groups[-1]) < GROUP_SIZE:
+            groups[-1].append(batch)
+        else:
+            groups.append([batch])
+    return groups
+
+
 class Submitter:
     """Claims, submits and records the batches of one plan; settles claims left by a stopped run."""
 
@@ -203,76 +218,117 @@ class Submitter:
             f"has no script for job {job_index} recorded in {self.store.location}; the plan changed after "
             "submission. Plan the changed campaign into a new directory."))])
 
-    # -- one batch ---------------------------------------------------------------------------
+    # -- one claim: one array sbatch, or a group of per-job sbatch calls ----------------------
 
-    def submit_batch(self, batch: Batch) -> Optional[Batch]:
-        claim = self.store.claim_jobs(self.campaign.id, batch.jobs)
-        claimed = sorted({i.job_index for i in claim.inputs if i.job_index is not None})
+    def submit_group(self, batches: Sequence[Batch]) -> List[Batch]:
+        """Claim the jobs of these batches at once, sbatch each batch, then record them all.
+
+        Claiming and recording once per group (not per sbatch) keeps the store's cost far
+        below sbatch's own. Each sbatch carries a name that ties it to the claim (and, in a
+        group of per-job scripts, to its plan job), so a stop anywhere in between is settled
+        by the next submit (``settle``).
+        """
+        claim = self.store.claim_jobs(self.campaign.id, [j for b in batches for j in b.jobs])
+        claimed = {i.job_index for i in claim.inputs if i.job_index is not None}
         if not claimed:
-            return None  # another submitter took them
-        if claimed != batch.jobs:
-            batch = Batch(batch.script, claimed, self._array_spec(batch.script, claimed) if batch.array_spec else None)
-        batch.tag = tag_of(self.campaign.name, claim.token)
-        extra = [f"--job-name={batch.tag}"]
-        if batch.array_spec:
-            extra.append(f"--array={batch.array_spec}")
+            return []  # another submitter took them
+        base = tag_of(self.campaign.name, claim.token)
+        grouped = len(batches) > 1
+        done: List[Batch] = []
+        by_job: Dict[int, str] = {}
         try:
-            batch.job_id = slurm.sbatch(self.plan_dir / batch.script.path, extra)
+            for batch in batches:
+                jobs = [j for j in batch.jobs if j in claimed]
+                if not jobs:
+                    continue
+                if jobs != batch.jobs:
+                    batch = Batch(batch.script, jobs, self._array_spec(batch.script, jobs) if batch.array_spec
+                                  else None)
+                batch.tag = f"{base}.{jobs[0]}" if grouped else base
+                extra = [f"--job-name={batch.tag}"]
+                if batch.array_spec:
+                    extra.append(f"--array={batch.array_spec}")
+                batch.job_id = slurm.sbatch(self.plan_dir / batch.script.path, extra)
+                done.append(batch)
+                by_job.update(dict.fromkeys(jobs, batch.job_id))
         except slurm.SbatchUncertain:
+            self._record(claim, by_job)
             found, _released = self.settle([claim])
             if not found:
                 raise
-            batch.job_id = found[0][1]
-            return batch
+            uncertain = batch  # the batch whose sbatch did not finish cleanly: it exists after all
+            uncertain.job_id = dict(found).get(uncertain.tag or "")
+            if uncertain.job_id:
+                done.append(uncertain)
+            return done
         except slurm.SlurmError as exc:
+            self._record(claim, by_job)
             self.store.release_claim(claim.token, reason=str(exc))
             raise
-        self._record(claim, batch.job_id)
-        return batch
+        self._record(claim, by_job)
+        return done
 
     def _array_spec(self, script: ScriptInfo, jobs: Sequence[int]) -> str:
         throttle = self.manifest["submit"].get("throttle")
         return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
 
-    def _record(self, claim: Claim, job_id: str) -> None:
+    def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
+        """Record the claimed plan jobs that got a Slurm job (``job_ids``: plan job -> Slurm job id)."""
         by_job: Dict[int, List[int]] = {}
         for rec in claim.inputs:
-            assert rec.job_index is not None
-            by_job.setdefault(rec.job_index, []).append(rec.id)
+            if rec.job_index is not None and rec.job_index in job_ids:
+                by_job.setdefault(rec.job_index, []).append(rec.id)
+        if not by_job:
+            return
         subs = []
         tag = tag_of(self.campaign.name, claim.token)
         for job_index, input_ids in sorted(by_job.items()):
             script = self.script_of(job_index)
-            subs.append(NewSubmission(job_id, script.path, script.sha256, tag, input_ids,
+            subs.append(NewSubmission(job_ids[job_index], script.path, script.sha256, tag, input_ids,
                                       job_index - script.first if script.is_array else None, claim.token))
         self.store.record_submissions(self.campaign.id, subs)
 
     # -- claims left by a stopped submitter --------------------------------------------------
 
     def settle(self, claims: Sequence[Claim]) -> Tuple[List[Tuple[str, str]], List[str]]:
-        """Record the Slurm job found under each claim's tag, or release the claim; returns (found, released)."""
+        """Record the Slurm jobs found under each claim's names, release what Slurm never got.
+
+        A claim's names are its tag (an array, or a single job) and ``<tag>.<plan job>`` (a
+        group of per-job scripts). Returns ([(name, job id) found], [tags released]).
+        """
         if not claims:
             return [], []
-        tags = {tag_of(self.campaign.name, c.token): c for c in claims}
-        ids: Dict[str, set] = {t: set() for t in tags}
-        for q in slurm.squeue_jobs(names=list(tags)):
+        names: Dict[str, Tuple[Claim, Optional[int]]] = {}
+        for c in claims:
+            base = tag_of(self.campaign.name, c.token)
+            names[base] = (c, None)
+            for j in {i.job_index for i in c.inputs if i.job_index is not None}:
+                names[f"{base}.{j}"] = (c, j)
+        ids: Dict[str, set] = {n: set() for n in names}
+        for q in slurm.squeue_jobs(names=list(names)):
             if q.name in ids:
                 ids[q.name].add(q.array_job_id)
         if self.accounting:
             claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
             since = slurm.since_text(min(claimed)) if claimed else "now-7days"
-            for rec in slurm.sacct_records((), since, names=list(tags)).values():
+            for rec in slurm.sacct_records((), since, names=list(names)).values():
                 if rec.name in ids:
                     ids[rec.name].add(rec.job_id.split("_", 1)[0])
         found: List[Tuple[str, str]] = []
         released: List[str] = []
-        for tag, claim in tags.items():
-            if ids[tag]:
-                job_id = min(ids[tag], key=lambda j: int(j) if j.isdigit() else 0)
-                self._record(claim, job_id)
-                found.append((tag, job_id))
-            else:
-                self.store.release_claim(claim.token, reason=(
+        for c in claims:
+            job_ids: Dict[int, str] = {}
+            jobs = {i.job_index for i in c.inputs if i.job_index is not None}
+            for name, (owner, job) in names.items():
+                if owner is not c or not ids[name]:
+                    continue
+                job_id = min(ids[name], key=lambda j: int(j) if j.isdigit() else 0)
+                job_ids.update(dict.fromkeys(jobs if job is None else [job], job_id))
+                found.append((name, job_id))
+            self._record(c, job_ids)
+            if len(job_ids) < len(jobs):
+                tag = tag_of(self.campaign.name, c.token)
+                self.store.release_claim(c.token, reason=(
                     f"released: no Slurm job named {tag} (the submitter stopped before sbatch took it)"))
                 released.append(tag)
         return found, released
@@ -326,9 +382,8 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
             budget, report.queue = _queue_budget(manifest, limit)
             batches, report.left_pending = plan_batches(
                 submitter.scripts, store.pending_jobs(campaign.id), budget, throttle)
-            for batch in batches:
-                done = submitter.submit_batch(batch)
-                if done is not None:
+            for group in claim_groups(batches):
+                for done in submitter.submit_group(group):
                     report.batches.append(done)
                     if on_batch:
                         on_batch(done)
