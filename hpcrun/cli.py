@@ -105,7 +105,8 @@ def _submit_summary(report: Any) -> None:
         out.print(f"{report.left_pending} job(s) left pending (queue limit or --limit); run submit again "
                   "or use --follow", highlight=False)
     if report.finalize is not None:
-        out.print(f"finalize: {report.finalize.message}", highlight=False)
+        out.print(f"finalize: {report.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
 
 
 def _batch_json(report: Any) -> Dict[str, Any]:
@@ -173,7 +174,8 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
         what = f"job {fin['job_id']} {fin['state'] or fin['status']}" if fin["job_id"] else fin["status"]
         extra = "".join(f", {k} {fin[v]}" for k, v in (("exit", "exit_code"), ("elapsed", "elapsed")) if fin[v])
         out.print(f"finalize (round {fin['round']}, after {fin['after']}): {what}{extra}"
-                  + (f" - {fin['reason']}" if fin["reason"] else ""), highlight=False)
+                  + (f" - {fin['reason']}" if fin["reason"] else ""), highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
     rows = report.jobs
     if not rows:
         return
@@ -256,7 +258,8 @@ def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], ca
                   f"{', '.join(report.parked[:20])}; `hpcrun status` shows why, `hpcrun retry --unpark` "
                   "gives them new attempts", highlight=False)
     if report.submit is not None and report.submit.finalize is not None:
-        out.print(f"finalize: {report.submit.finalize.message}", highlight=False)
+        out.print(f"finalize: {report.submit.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
 
 
 @main.command("report")

@@ -290,6 +290,7 @@ def _v2(conn: Connection) -> None:
 
 def _v3(conn: Connection) -> None:
     md = MetaData(naming_convention=NAMING)
+    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))  # the foreign key's target (exists)
     _v3_finalize(md).create(conn)
 
 
