@@ -399,3 +399,23 @@ def test_submit_cli_prints_the_finalize_line(tmp_path, spec_factory, fake_slurm,
     data = json.loads(cli("submit", str(plan_dir), "--json").output)
     assert data["finalize"]["action"] == "earlier" and data["finalize"]["job_id"] == "103"
 
+
+
+def test_report_carries_the_finalize_job(tmp_path, spec_factory, fake_slurm, cli):
+    plan_dir = _plan(tmp_path, spec_factory)
+    submit(plan_dir)
+    for job_id in ("100", "101", "102", "103"):
+        fake_slurm.end(job_id)
+    data = json.loads(cli("report", str(plan_dir), "--poll", "--json").output)
+    assert data["finalize"]["job_id"] == "103" and data["finalize"]["status"] == "done"
+
+
+def test_the_documented_example_plans(tmp_path, spec_factory):
+    import yaml
+
+    from .test_docs import CAMPAIGN_DOC, _example
+
+    example = yaml.safe_load(_example(CAMPAIGN_DOC, "finalize"))
+    plan_dir = _plan(tmp_path, spec_factory, example["finalize"])
+    text = (plan_dir / "jobs" / "finalize.sbatch").read_text()
+    assert "#SBATCH --time=00:30:00" in text and '--list "${HPCRUN_OUTPUT_LIST}"' in text
