@@ -241,7 +241,8 @@ class Poller:
 def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[FinalizeRecord]:
     rounds = store.finalize_rounds(campaign_id)
     last = rounds[-1] if rounds else None
-    if last is None or last.job_id is None or last.submitted_at is None or last.last_state in slurm.TERMINAL:
+    if last is None or last.job_id is None or last.submitted_at is None \
+            or last.last_state in slurm.TERMINAL or last.last_state == "LOST":
         return None
     return last
 
