@@ -104,6 +104,9 @@ def _submit_summary(report: Any) -> None:
     if report.left_pending:
         out.print(f"{report.left_pending} job(s) left pending (queue limit or --limit); run submit again "
                   "or use --follow", highlight=False)
+    if report.finalize is not None:
+        out.print(f"finalize: {report.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
 
 
 def _batch_json(report: Any) -> Dict[str, Any]:
@@ -111,7 +114,13 @@ def _batch_json(report: Any) -> Dict[str, Any]:
             "submitted": [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec, "tag": b.tag,
                            "jobs": b.jobs} for b in report.batches],
             "recovered": [{"tag": t, "job_id": j} for t, j in report.recovered], "released": report.released,
-            "left_pending": report.left_pending}
+            "left_pending": report.left_pending,
+            "finalize": report.finalize.as_dict() if report.finalize is not None else None}
+
+
+FINALIZE_AGAIN = click.option(
+    "--finalize-again", is_flag=True,
+    help="send one more finalize job (after the last one ended), after the work submitted since")
 
 
 @main.command("submit")
@@ -123,24 +132,27 @@ def _batch_json(report: Any) -> Dict[str, Any]:
 @click.option("--interval", type=float, default=60.0, show_default=True, help="seconds between --follow rounds")
 @click.option("--lock-timeout", type=float, default=600.0, show_default=True,
               help="seconds to wait for another submit of this campaign to finish")
+@FINALIZE_AGAIN
 @click.option("--json", "as_json", is_flag=True)
 @reported
 def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional[int], follow: bool,
-               interval: float, lock_timeout: float, as_json: bool) -> None:
-    """Submit the work of PLAN_DIR that is neither done nor in flight, and record it."""
+               interval: float, lock_timeout: float, finalize_again: bool, as_json: bool) -> None:
+    """Submit the work of PLAN_DIR that is neither done nor in flight, and record it; then the
+    campaign's finalize job (spec `finalize:`) once every plan job has been submitted."""
     from .submit import follow as follow_submit
     from .submit import submit
 
     show = None if as_json else _show_batch(dry_run)
     if follow and not dry_run:
-        reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=show)
+        reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=show,
+                                finalize_again=finalize_again)
         report = reports[-1]
         report.batches = [b for r in reports for b in r.batches]
     else:
         def waiting(holder: str) -> None:
             err.print(f"waiting for the submit lock held by {holder}", highlight=False)
         report = submit(plan_dir, db=db, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
-                        on_batch=show, on_wait=None if as_json else waiting)
+                        on_batch=show, on_wait=None if as_json else waiting, finalize_again=finalize_again)
         if dry_run and show:
             for b in report.batches:
                 show(b)
@@ -157,6 +169,13 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     for state, n in report.counts.items():
         counts.add_row(state, str(n), str(report.inputs.get(state, 0)))
     out.print(counts)
+    fin = report.finalize
+    if fin is not None:
+        what = f"job {fin['job_id']} {fin['state'] or fin['status']}" if fin["job_id"] else fin["status"]
+        extra = "".join(f", {k} {fin[v]}" for k, v in (("exit", "exit_code"), ("elapsed", "elapsed")) if fin[v])
+        out.print(f"finalize (round {fin['round']}, after {fin['after']}): {what}{extra}"
+                  + (f" - {fin['reason']}" if fin["reason"] else ""), highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
     rows = report.jobs
     if not rows:
         return
@@ -216,15 +235,16 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
 @click.option("--job", "jobs", multiple=True, help="only this plan job (repeatable)")
 @click.option("--unpark", is_flag=True, help="give parked jobs (all, or --job) a fresh set of attempts")
 @click.option("--dry-run", is_flag=True, help="show what would be retried or parked; change nothing")
+@FINALIZE_AGAIN
 @click.option("--json", "as_json", is_flag=True)
 @reported
 def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], cancelled: Optional[bool],
-              jobs: tuple, unpark: bool, dry_run: bool, as_json: bool) -> None:
+              jobs: tuple, unpark: bool, dry_run: bool, finalize_again: bool, as_json: bool) -> None:
     """Resubmit failed, timed-out and node-failed jobs of PLAN_DIR; park those out of attempts."""
     from .retry import retry
 
     report = retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
-                   dry_run=dry_run, on_batch=None if as_json else _show_batch(False))
+                   dry_run=dry_run, on_batch=None if as_json else _show_batch(False), finalize_again=finalize_again)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
         return
@@ -237,6 +257,9 @@ def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], ca
         out.print(f"{'would park' if dry_run else 'parked'} {len(report.parked)} job(s) out of attempts: "
                   f"{', '.join(report.parked[:20])}; `hpcrun status` shows why, `hpcrun retry --unpark` "
                   "gives them new attempts", highlight=False)
+    if report.submit is not None and report.submit.finalize is not None:
+        out.print(f"finalize: {report.submit.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
 
 
 @main.command("report")

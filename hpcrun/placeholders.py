@@ -26,6 +26,8 @@ VARIABLES: Dict[str, str] = {
     "workdir": "HPCRUN_WORKDIR", "release": "HPCRUN_RELEASE", "stem": "HPCRUN_STEM",
     "job": "HPCRUN_JOB", "file": "HPCRUN_FILE", "events_in": "HPCRUN_EVENTS_IN",
     "events_out": "HPCRUN_EVENTS_OUT", "nparts": "HPCRUN_NPARTS",
+    "outdir": "HPCRUN_OUTDIR", "output_list": "HPCRUN_OUTPUT_LIST", "campaign": "HPCRUN_CAMPAIGN",
+    "plan_dir": "HPCRUN_PLAN_DIR",
 }
 LIST_VARIABLES = {"parts": "HPCRUN_PARTS"}
 
@@ -35,6 +37,7 @@ MERGE = {"parts", "nparts", "output", "input", "stem", "workdir", "release", "jo
 COUNT = {"file", "release"}
 QA = {"output", "input", "stem", "events_in", "events_out", "release", "job", "workdir"}
 PATTERN = {"stem", "name"}
+FINALIZE = {"outdir", "output_list", "campaign", "plan_dir", "release"}
 
 
 class PlaceholderError(ValueError):

@@ -248,6 +248,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                  campaign.qa.count_events, ph.COUNT)
     if campaign.qa and campaign.qa.command:
         _command(checks, commands, "qa", ("qa", "command"), campaign.qa.command, ph.QA)
+    _check_finalize(checks, commands, campaign, partition, pname, profile.name)
     bad = ph.check([campaign.outputs.pattern], ph.PATTERN, allow_env=False)
     if bad:
         checks.spec_error(("outputs", "pattern"), bad)
@@ -574,6 +575,19 @@ def _binds(campaign: Campaign, profile: SiteProfile, items: List[InputItem],
             seen.add(b.source)
             unique.append(b)
     return unique
+
+
+def _check_finalize(checks: _Checks, commands: Dict[str, str], campaign: Campaign, partition: Partition,
+                    pname: str, profile_name: str) -> None:
+    """The finalize job's command and time limit (it runs on the campaign's partition)."""
+    fin = campaign.finalize
+    if fin is None:
+        return
+    _command(checks, commands, "finalize", ("finalize", "command"), fin.command, ph.FINALIZE)
+    if fin.walltime is not None and fin.walltime > partition.max_walltime:
+        checks.spec_error(("finalize", "walltime"), (
+            f"finalize walltime {format_duration(fin.walltime)} exceeds the maximum "
+            f"{format_duration(partition.max_walltime)} of partition '{pname}' (profile '{profile_name}')."))
 
 
 def _command(checks: _Checks, commands: Dict[str, str], name: str, path: Tuple[str, ...],

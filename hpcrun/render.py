@@ -170,6 +170,48 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
     return env.get_template(template).render(ctx)
 
 
+FINALIZE_SCRIPT = "jobs/finalize.sbatch"
+
+
+def finalize_name(campaign: str) -> str:
+    """The finalize job's fixed Slurm job name: a restarted submitter finds it by this name."""
+    return f"{campaign}.finalize"
+
+
+def _finalize_options(plan: Plan, plan_dir: str) -> List[str]:
+    """One task on one node of the campaign's partition; no array, no burst buffer, no container."""
+    c, part = plan.campaign, plan.partition
+    assert c.finalize is not None
+    opts = [f"--job-name={sbatch_value(finalize_name(c.name))}"]
+    if part.slurm_partition:
+        opts.append(f"--partition={sbatch_value(part.slurm_partition)}")
+    if plan.qos:
+        opts.append(f"--qos={sbatch_value(plan.qos)}")
+    if c.site.account:
+        opts.append(f"--account={sbatch_value(c.site.account)}")
+    if c.site.reservation:
+        opts.append(f"--reservation={sbatch_value(c.site.reservation)}")
+    if part.constraint:
+        opts.append(f"--constraint={sbatch_value(part.constraint)}")
+    opts += ["--nodes=1", "--ntasks=1"]
+    opts.append(f"--time={format_duration(c.finalize.walltime or c.walltime)}")
+    opts.append(f"--signal=B:USR1@{plan.profile.signal_before_timeout}")
+    opts.append(f"--output={sbatch_value(plan_dir + '/logs/%x-%j.out')}")
+    opts.append(f"--comment={sbatch_value('hpcrun:' + c.name)}")
+    opts += [_extra(o) for o in c.site.extra_sbatch]
+    return opts
+
+
+def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:
+    c = plan.campaign
+    assert c.finalize is not None
+    ctx = dict(common)
+    ctx.update({"sbatch_options": _finalize_options(plan, plan_dir), "after": c.finalize.after,
+                "job_name": finalize_name(c.name), "outdir": c.outputs.location,
+                "finalize_command": plan.commands["finalize"]})
+    return env.get_template("finalize.sh.j2").render(ctx)
+
+
 def tasks_table(plan: Plan) -> str:
     rows = []
     for job in plan.jobs:
@@ -217,6 +259,9 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
             "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
             "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.profile.accounting,
         },
+        "finalize": None if c.finalize is None else {
+            "path": FINALIZE_SCRIPT, "sha256": digests[FINALIZE_SCRIPT], "job_name": finalize_name(c.name),
+            "after": c.finalize.after},
         "scripts": [
             {"name": s.name, "path": f"jobs/{s.name}.sbatch", "array": s.array,
              "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[f"jobs/{s.name}.sbatch"]}
@@ -243,6 +288,8 @@ def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "slurm.sh.j2"
     for s in plan.scripts:
         yield RenderedFile(f"jobs/{s.name}.sbatch", render_script(env, template, plan, s, common, plan_dir), True)
+    if plan.campaign.finalize is not None:
+        yield RenderedFile(FINALIZE_SCRIPT, render_finalize(env, plan, common, plan_dir), True)
     yield RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)

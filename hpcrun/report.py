@@ -78,6 +78,7 @@ class CampaignReport:
     attempts: Dict[int, int] = field(default_factory=dict)   # inputs by number of submissions
     runs: List[RunMetrics] = field(default_factory=list)
     timeline: List[Tuple[str, int]] = field(default_factory=list)  # (end time, completed so far)
+    finalize: Optional[Dict[str, Any]] = None   # the finalize job as `hpcrun status` shows it; None: no such job
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import jinja2
 
@@ -43,7 +43,12 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
         ("throughput, mean per job (events/s)", _num(r.mean_job_events_per_s)),
         ("walltime per event, mean (s)", _num(r.mean_walltime_per_event_s)),
         ("campaign span, first start to last end (s)", _num(r.span_s, digits=6)),
-    ]
+    ] + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else [])
+
+
+def _finalize_text(f: Dict[str, Any]) -> str:
+    what = f"job {f['job_id']} {f['state'] or f['status']}" if f["job_id"] else str(f["status"])
+    return f"round {f['round']}, after {f['after']}: {what}" + (f" (exit {f['exit_code']})" if f["exit_code"] else "")
 
 
 def render_html(report: CampaignReport, store: str, plots: Dict[str, str]) -> str:

@@ -8,6 +8,7 @@ from typing import Optional, Tuple, Union
 from .errors import InputError, Problem
 from .report import CampaignReport, build
 from .state import StateStoreError
+from .status import finalize_summary
 from .status import poll as status_poll
 from .submit import open_plan_store, read_manifest
 
@@ -30,4 +31,6 @@ def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,
                 f"has no campaign '{manifest['campaign']}': submit the plan first with `hpcrun submit`"))]) from None
         data = store.report_rows(campaign.id)
         names = {j["index"]: j["name"] for j in manifest["jobs"]}
-        return build(campaign.name, data, names), store.location
+        report = build(campaign.name, data, names)
+        report.finalize = finalize_summary(manifest, store, campaign.id)
+        return report, store.location

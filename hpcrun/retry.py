@@ -33,7 +33,8 @@ class RetryReport:
         return {"campaign": self.campaign, "requeued": self.requeued, "parked": self.parked,
                 "unparked": self.unparked, "dry_run": self.dry_run,
                 "submitted": [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec,
-                               "tag": b.tag, "jobs": len(b.jobs)} for b in sub.batches] if sub else []}
+                               "tag": b.tag, "jobs": len(b.jobs)} for b in sub.batches] if sub else [],
+                "finalize": sub.finalize.as_dict() if sub and sub.finalize else None}
 
 
 def _indices(manifest: Dict[str, Any], names: Sequence[str]) -> Optional[List[int]]:
@@ -50,7 +51,8 @@ def _indices(manifest: Dict[str, Any], names: Sequence[str]) -> Optional[List[in
 
 def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts: Optional[int] = None,
           cancelled: Optional[bool] = None, jobs: Sequence[str] = (), unpark: bool = False,
-          dry_run: bool = False, on_batch: Optional[Callable[[Batch], None]] = None) -> RetryReport:
+          dry_run: bool = False, on_batch: Optional[Callable[[Batch], None]] = None,
+          finalize_again: bool = False) -> RetryReport:
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir)
     names = {j["index"]: j["name"] for j in manifest["jobs"]}
@@ -74,6 +76,6 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
                                                 job_indices=selected, dry_run=dry_run)
     report.requeued = [names.get(i, f"#{i}") for i in requeued]
     report.parked = [names.get(i, f"#{i}") for i in parked]
-    if not dry_run and (requeued or report.unparked):
-        report.submit = submit(plan_dir, db=db, on_batch=on_batch)
+    if not dry_run and (requeued or report.unparked or finalize_again):
+        report.submit = submit(plan_dir, db=db, on_batch=on_batch, finalize_again=finalize_again)
     return report

@@ -243,6 +243,16 @@ class QASpec(Strict):
     command: Optional[Command] = Field(None, description="extra check on {output}; non-zero fails QA")
 
 
+class FinalizeSpec(Strict):
+    """The campaign-level job that runs once after every plan job (e.g. a dataset merge, a QA summary)."""
+
+    command: Command = Field(description=(
+        "argv with {outdir} {output_list} {campaign} {plan_dir} {release}; runs in the batch shell"))
+    walltime: Optional[Duration] = Field(None, description="time limit of the finalize job; default: walltime")
+    after: Literal["any", "ok"] = Field("any", description=(
+        "any: once every plan job has ended, whatever the outcome; ok: only if every one succeeded"))
+
+
 class OutputsSpec(Strict):
     location: AbsPath = Field(description="where merged outputs land (parallel filesystem)")
     workdir: Optional[AbsPath] = Field(None, description=(
@@ -269,4 +279,5 @@ class Campaign(Strict):
     chain: ChainSpec
     merge: Optional[MergeSpec] = None
     qa: Optional[QASpec] = None
+    finalize: Optional[FinalizeSpec] = None
     outputs: OutputsSpec

@@ -387,6 +387,29 @@ class QaResult:
     checked_at: Optional[dt.datetime] = None
 
 
+@dataclass(frozen=True)
+class FinalizeRecord:
+    """One round of the campaign's finalize job; ``job_id`` None: not (known to be) submitted yet."""
+
+    id: int
+    campaign_id: int
+    round: int
+    tag: str
+    after: str
+    created_at: dt.datetime
+    job_id: Optional[str]
+    script_digest: Optional[str]
+    dependency: Optional[str]
+    submitted_at: Optional[dt.datetime]
+    last_state: Optional[str]
+    last_observed_at: Optional[dt.datetime]
+    exit_code: Optional[int]
+    elapsed_s: Optional[float]
+    started_at: Optional[dt.datetime]
+    ended_at: Optional[dt.datetime]
+    reason: Optional[str]
+
+
 def normalize_slurm_state(state: str) -> str:
     """``cancelled by 1001`` -> ``CANCELLED``; ``CANCELLED+`` (squeue) -> ``CANCELLED``."""
     word = state.strip().split(" ", 1)[0] if state.strip() else "UNKNOWN"
@@ -1159,6 +1182,81 @@ class StateStore:
                 {"input_id": r.input_id, "submission_id": r.submission_id, "output_path": r.output_path,
                  "events_in": r.events_in, "events_out": r.events_out, "passed": r.passed,
                  "checked_at": r.checked_at or now} for r in results])
+
+
+    # -- the campaign-level finalize job (schema version 3) ---------------------------------
+
+    def finalize_rounds(self, campaign_id: int) -> List[FinalizeRecord]:
+        """Every finalize round of the campaign, oldest first."""
+        f = schema.finalize
+        with self._read() as conn:
+            rows = conn.execute(select(f).where(f.c.campaign_id == campaign_id).order_by(f.c.round)).all()
+        return [FinalizeRecord(r.id, r.campaign_id, r.round, r.tag, r.after, r.created_at, r.job_id,
+                               r.script_digest, r.dependency, r.submitted_at, r.last_state, r.last_observed_at,
+                               r.exit_code, r.elapsed_s, r.started_at, r.ended_at, r.reason) for r in rows]
+
+    def add_finalize_round(self, campaign_id: int, tag: str, after: str) -> FinalizeRecord:
+        """Open the next finalize round (its row exists before its sbatch; see ``record_finalize_job``).
+
+        Refused while the latest round has no recorded job: that round is still to be settled.
+        """
+        f = schema.finalize
+        with self._write() as conn:
+            last = conn.execute(select(f.c.round, f.c.job_id).where(f.c.campaign_id == campaign_id)
+                                .order_by(f.c.round.desc()).limit(1)).first()
+            if last is not None and last.job_id is None:
+                raise StateStoreError(f"{self.location}: finalize round {last.round} of campaign {campaign_id} "
+                                      "has no recorded job yet; settle it before opening another")
+            conn.execute(insert(f).values(campaign_id=campaign_id, round=(last.round + 1) if last else 1, tag=tag,
+                                          after=after, created_at=_now()))
+        return self.finalize_rounds(campaign_id)[-1]
+
+    def record_finalize_job(self, finalize_id: int, job_id: str, script_digest: Optional[str],
+                            dependency: Optional[str], submitted_at: Optional[dt.datetime] = None) -> None:
+        """The job sbatch accepted (or that was found under the round's name) for this round."""
+        f = schema.finalize
+        with self._write() as conn:
+            result = conn.execute(update(f).where(f.c.id == finalize_id, f.c.job_id.is_(None)).values(
+                job_id=job_id, script_digest=script_digest, dependency=dependency,
+                submitted_at=submitted_at or _now(), reason=None))
+            if result.rowcount != 1:
+                raise StateStoreError(f"{self.location}: finalize round {finalize_id} is unknown or already has "
+                                      "a job recorded")
+
+    def note_finalize(self, finalize_id: int, reason: Optional[str]) -> None:
+        """Why the round's job is not submitted (e.g. sbatch's rejection), or None to clear it."""
+        f = schema.finalize
+        with self._write() as conn:
+            conn.execute(update(f).where(f.c.id == finalize_id).values(reason=reason))
+
+    def record_finalize_state(self, finalize_id: int, state: str, *, exit_code: Optional[int] = None,
+                              elapsed_s: Optional[float] = None, started_at: Optional[dt.datetime] = None,
+                              ended_at: Optional[dt.datetime] = None, reason: Optional[str] = None,
+                              observed_at: Optional[dt.datetime] = None) -> bool:
+        """An observation of the round's job; stored only when something changed. Returns whether it was."""
+        f = schema.finalize
+        state = normalize_slurm_state(state)
+        values = {"last_state": state, "exit_code": exit_code, "elapsed_s": elapsed_s, "started_at": started_at,
+                  "ended_at": ended_at, "reason": reason}
+        with self._write() as conn:
+            row = conn.execute(select(f).where(f.c.id == finalize_id)).first()
+            if row is None:
+                raise StateStoreError(f"{self.location}: no finalize round with id {finalize_id}")
+            if all(getattr(row, k) == v for k, v in values.items()):
+                return False
+            conn.execute(update(f).where(f.c.id == finalize_id).values(last_observed_at=observed_at or _now(),
+                                                                         **values))
+        return True
+
+    def in_flight_job_ids(self, campaign_id: int) -> List[str]:
+        """Slurm job ids (array ids for arrays) of the latest submission of every job the store
+        believes queued or running; the store may be behind Slurm, so ask squeue before relying on them."""
+        t, s = schema.input_file, schema.submission
+        query = (select(s.c.job_id).select_from(s.join(t, t.c.last_submission_id == s.c.id))
+                 .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running"))).distinct())
+        with self._read() as conn:
+            ids = [str(j) for j in conn.scalars(query)]
+        return sorted(ids, key=lambda j: (len(j), j))
 
 
 def open_store(target: Union[str, os.PathLike], **options: Any) -> StateStore:

@@ -202,8 +202,39 @@ def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:
     }
 
 
+def _v3_finalize(md: MetaData) -> Table:
+    """The table version 3 adds: the campaign-level finalize job, one row per round.
+
+    A row is written *before* its sbatch (job_id still NULL), so a submitter killed between
+    sbatch and the record leaves a row that the next submit settles by the job's fixed name.
+    """
+    return Table(
+        "hpcrun_finalize", md,
+        Column("id", ID, primary_key=True),
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), nullable=False),
+        Column("round", Integer, nullable=False),               # 1, then one more per --finalize-again
+        Column("tag", String(255), nullable=False),              # the Slurm job name, <campaign>.finalize
+        Column("after", String(8), nullable=False),              # any | ok
+        Column("created_at", UTCDateTime, nullable=False),
+        Column("job_id", String(64), nullable=True),             # NULL until sbatch's answer is recorded
+        Column("script_digest", String(128), nullable=True),
+        Column("dependency", Text, nullable=True),               # the --dependency value given, "" for none
+        Column("submitted_at", UTCDateTime, nullable=True),
+        Column("last_state", String(32), nullable=True),
+        Column("last_observed_at", UTCDateTime, nullable=True),
+        Column("exit_code", Integer, nullable=True),
+        Column("elapsed_s", Float, nullable=True),
+        Column("started_at", UTCDateTime, nullable=True),
+        Column("ended_at", UTCDateTime, nullable=True),
+        Column("reason", Text, nullable=True),
+        UniqueConstraint("campaign_id", "round"),
+    )
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
+    finalize_table = _v3_finalize(md)
+    tables[finalize_table.name] = finalize_table
     for name, columns in _v2_columns().items():
         for column in columns:
             tables[name].append_column(column)
@@ -222,6 +253,7 @@ submission = _tables["hpcrun_submission"]
 submission_input = _tables["hpcrun_submission_input"]
 state_change = _tables["hpcrun_state_change"]
 qa_outcome = _tables["hpcrun_qa_outcome"]
+finalize = _tables["hpcrun_finalize"]
 
 
 @dataclass(frozen=True)
@@ -256,9 +288,16 @@ def _v2(conn: Connection) -> None:
     Index("ix_hpcrun_input_campaign_id_job_index", inputs.c.campaign_id, inputs.c.job_index).create(conn)
 
 
+def _v3(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))  # the foreign key's target (exists)
+    _v3_finalize(md).create(conn)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
+    Migration(3, "campaign-level finalize job (one row per round)", _v3),
 )
 
 

@@ -21,7 +21,9 @@ from . import slurm
 from .inputs import stem_of
 from .state import (
     INPUT_STATES,
+    SLURM_TO_INPUT,
     ActiveSubmission,
+    FinalizeRecord,
     NewStateChange,
     QaResult,
     StateStore,
@@ -63,6 +65,13 @@ class StatusReport:
     observed: int = 0                                           # transitions recorded by this poll
     held: int = 0                                               # pending jobs held by a burst-buffer failure
     sacct_seconds: float = 0.0
+    finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
+
+    @property
+    def finalize_in_flight(self) -> bool:
+        """The finalize job is queued or running (and not stuck on a dependency that can never be met)."""
+        f = self.finalize
+        return bool(f and f["status"] in IN_FLIGHT and "DependencyNeverSatisfied" not in (f["reason"] or ""))
 
     @property
     def in_flight(self) -> int:
@@ -74,7 +83,8 @@ class StatusReport:
 
     def as_dict(self) -> Dict[str, Any]:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
-                "in_flight": self.in_flight, "held": self.held, "jobs": [j.as_dict() for j in self.jobs]}
+                "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
+                "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def _in_bracket(spec: str, index: int) -> bool:
@@ -114,22 +124,25 @@ class Poller:
         self.run_dir = str(plan_dir / "run")
         self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (squeue's words, this poll)
         self.accounting = bool(manifest["submit"].get("accounting", True))
+        self.records: Dict[str, slurm.AcctRecord] = {}  # this poll's sacct answer (the finalize job reads it)
 
     def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
         """run/<job>/<slurm id> (a plain string: this is called once per job per poll)."""
         return f"{self.run_dir}/{sub.job_name or '?'}/{raw_id}"
 
-    def observe(self, active: Sequence[ActiveSubmission]
+    def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
                 ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
-        """Observations of these submissions; also (submission, raw id) of those that just ended."""
-        if not active:
+        """Observations of these submissions; also (submission, raw id) of those that just ended.
+        ``extra`` (job id, submit time) go into the same sacct call (the finalize job)."""
+        if not active and not extra:
             return [], [], 0.0
-        ids = sorted({a.job_id for a in active}, key=lambda j: int(j) if j.isdigit() else 0)
-        since = slurm.since_text(min(a.submitted_at for a in active))
+        ids = sorted({a.job_id for a in active} | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
+        since = slurm.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
         records: Dict[str, slurm.AcctRecord] = {}
         t0 = time.monotonic()
         if self.accounting:
             records = slurm.sacct_records(ids, since)
+        self.records = records
         sacct_s = time.monotonic() - t0
         brackets: Dict[str, List[Tuple[str, slurm.AcctRecord]]] = {}
         for key, record in records.items():
@@ -225,6 +238,70 @@ class Poller:
         return results
 
 
+def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[FinalizeRecord]:
+    rounds = store.finalize_rounds(campaign_id)
+    last = rounds[-1] if rounds else None
+    if last is None or last.job_id is None or last.submitted_at is None \
+            or last.last_state in slurm.TERMINAL or last.last_state == "LOST":
+        return None
+    return last
+
+
+def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> None:
+    """Record the finalize job's state from this poll's sacct answer (squeue for a pending reason)."""
+    assert row.job_id is not None and row.submitted_at is not None
+    now = dt.datetime.now(dt.timezone.utc)
+    rec = poller.records.get(row.job_id)
+    queued = None
+    if rec is None or rec.state == "PENDING":
+        queued = next((q for q in slurm.squeue_jobs(job_ids=[row.job_id], expand=False, ended=True)
+                       if q.job_id == row.job_id), None)
+    own = _read(f"{poller.run_dir}/finalize/{row.job_id}/reason")
+    if rec is not None and not (rec.state == "PENDING" and queued is not None):
+        code, _sig = _exit(rec.exit_code)
+        if rec.state == "PENDING":
+            reason = rec.reason
+        elif rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
+            reason = own or ("" if rec.reason.startswith(_WAIT_REASONS) else rec.reason)
+        else:
+            reason = ""
+        store.record_finalize_state(row.id, rec.state, exit_code=code, elapsed_s=rec.elapsed_s,
+                                    started_at=slurm.parse_time(rec.start), ended_at=slurm.parse_time(rec.end),
+                                    reason=reason or None, observed_at=now)
+    elif queued is not None:
+        state = normalize_slurm_state(queued.state)
+        if state in slurm.TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= LOST_AFTER_S:
+            return  # ended a moment ago: wait for accounting's record
+        store.record_finalize_state(row.id, state, reason=(own if state in slurm.TERMINAL else "")
+                                    or queued.reason.strip("()") or None, observed_at=now)
+    elif not poller.accounting:
+        store.record_finalize_state(row.id, "FAILED" if own else "COMPLETED",
+                                    reason=own or "left the queue (no accounting)", observed_at=now)
+    elif (now - row.submitted_at).total_seconds() > LOST_AFTER_S:
+        store.record_finalize_state(row.id, "LOST", reason=(
+            "the finalize job left the queue and accounting has no record of it"), observed_at=now)
+
+
+def finalize_summary(manifest: Dict[str, Any], store: Optional[StateStore],
+                     campaign_id: Optional[int]) -> Optional[Dict[str, Any]]:
+    """The finalize job as status and report show it (the latest round), or None without one in the spec."""
+    info = manifest.get("finalize")
+    if not info:
+        return None
+    rounds = store.finalize_rounds(campaign_id) if store is not None and campaign_id is not None else []
+    if not rounds or rounds[-1].job_id is None:
+        return {"round": len(rounds) or 1, "job_id": "", "status": "pending", "state": "", "exit_code": "",
+                "elapsed": "", "after": info.get("after", "any"), "dependency": "",
+                "reason": (rounds[-1].reason if rounds else None) or
+                "not submitted yet: goes out once every plan job has been submitted"}
+    last = rounds[-1]
+    state = last.last_state or ""
+    status = SLURM_TO_INPUT.get(state, "failed" if state in slurm.TERMINAL else "submitted")
+    return {"round": last.round, "job_id": last.job_id, "status": status, "state": state,
+            "exit_code": "" if last.exit_code is None else str(last.exit_code), "elapsed": _fmt_elapsed(last.elapsed_s),
+            "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}
+
+
 def _exit(text: str) -> Tuple[Optional[int], Optional[int]]:
     code, _, sig = text.partition(":")
     try:
@@ -248,6 +325,7 @@ def _unsubmitted(location: str, plan_dir: Path, all_jobs: bool) -> StatusReport:
     report.inputs["pending"] = sum(len(j["inputs"]) for j in manifest["jobs"])
     if all_jobs:
         report.jobs = [JobRow(j["name"], j["index"], "pending", "", "", "", "", 0, "") for j in manifest["jobs"]]
+    report.finalize = finalize_summary(manifest, None, None)
     return report
 
 
@@ -287,12 +365,17 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
         except StateStoreError:
             return _unsubmitted(store.location, plan_dir, all_jobs)
         poller = Poller(plan_dir, store, manifest)
-        changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id))
+        fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
+        extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
+        changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id), extra)
         observed = store.record_state_changes(campaign.id, changes)
         qa = poller.qa_outcomes(ended)
         if qa:
             store.record_qa(qa)
+        if fin is not None:
+            observe_finalize(poller, store, fin)
         report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
+        report.finalize = finalize_summary(manifest, store, campaign.id)
         report.observed = observed
         report.sacct_seconds = sacct_s
         return report
@@ -312,7 +395,7 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
         report = poll(plan_dir, db=db, all_jobs=all_jobs)
         if on_poll:
             on_poll(report)
-        if report.in_flight - report.held <= 0:
+        if report.in_flight - report.held <= 0 and not report.finalize_in_flight:
             return report
         if deadline is not None and time.monotonic() > deadline:
             return report

@@ -106,6 +106,21 @@ class Batch:
 
 
 @dataclass
+class FinalizeAction:
+    """What this submit did about the campaign's finalize job, and why."""
+
+    action: str                    # submitted, recovered, would-submit, waiting, skipped, refused, earlier
+    message: str
+    job_id: Optional[str] = None
+    round: Optional[int] = None
+    dependency: Optional[str] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"action": self.action, "message": self.message, "job_id": self.job_id, "round": self.round,
+                "dependency": self.dependency}
+
+
+@dataclass
 class SubmitReport:
     campaign: str
     store: str
@@ -115,6 +130,7 @@ class SubmitReport:
     left_pending: int = 0
     queue: Optional[Tuple[int, int]] = None                          # (queued now, max_queued_jobs)
     dry_run: bool = False
+    finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
 
     @property
     def submitted_jobs(self) -> int:
@@ -354,11 +370,32 @@ def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) ->
     return open_store(db or plan_dir, **options)
 
 
+def _finalize_step(plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign,
+                   report: SubmitReport, db: Optional[str], again: bool) -> Optional[FinalizeAction]:
+    """The campaign's finalize job, once nothing of the plan is left pending (see hpcrun/finalize.py)."""
+    if not manifest.get("finalize"):
+        return None
+    from .finalize import Finalizer
+    from .status import poll
+
+    def refresh() -> None:
+        poll(plan_dir, db=db)
+
+    finalizer = Finalizer(plan_dir, store, manifest, campaign, refresh=refresh)
+    refused = finalizer.again() if again else None
+    if refused is not None:
+        return refused
+    room = None if report.queue is None else report.queue[1] - report.queue[0] - report.submitted_jobs
+    return finalizer.step(report, room)
+
+
 def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: bool = False,
            limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            on_batch: Optional[Callable[[Batch], None]] = None,
-           on_wait: Optional[Callable[[str], None]] = None) -> SubmitReport:
-    """Submit every plan job that is neither done nor in flight (at most ``limit`` and the queue's room)."""
+           on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False) -> SubmitReport:
+    """Submit every plan job that is neither done nor in flight (at most ``limit`` and the queue's room),
+    then the campaign's finalize job once nothing is left pending; ``finalize_again`` opens one more
+    finalize round after the last one ended (for work retried after it)."""
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir)
     throttle = manifest["submit"].get("throttle")
@@ -366,8 +403,9 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
         # nothing recorded yet: everything is outstanding, and a dry run creates no store
         budget, queue = _queue_budget(manifest, limit)
         batches, left = plan_batches(scripts_of(manifest), [j["index"] for j in manifest["jobs"]], budget, throttle)
+        from .finalize import dry_run_action
         return SubmitReport(manifest["campaign"], str(plan_dir / "state.db"), batches, left_pending=left,
-                            queue=queue, dry_run=True)
+                            queue=queue, dry_run=True, finalize=dry_run_action(manifest, None, None, left))
     with open_plan_store(plan_dir, db) as store:
         campaign = register(store, manifest)
         report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
@@ -375,6 +413,8 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
             budget, report.queue = _queue_budget(manifest, limit)
             report.batches, report.left_pending = plan_batches(
                 scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
+            from .finalize import dry_run_action
+            report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
             return report
         with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait):
             submitter = Submitter(plan_dir, store, manifest, campaign)
@@ -387,20 +427,23 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
                     report.batches.append(done)
                     if on_batch:
                         on_batch(done)
+            report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, db, finalize_again)
         return report
 
 
 def follow(plan_dir: Union[str, Path], *, interval: float = 60.0, db: Optional[str] = None,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            on_batch: Optional[Callable[[Batch], None]] = None,
-           on_round: Optional[Callable[[SubmitReport], None]] = None) -> List[SubmitReport]:
+           on_round: Optional[Callable[[SubmitReport], None]] = None,
+           finalize_again: bool = False) -> List[SubmitReport]:
     """Keep submitting as the queue drains until no outstanding work is left to submit."""
-    reports = []
+    reports: List[SubmitReport] = []
     while True:
-        report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch)
+        report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch,
+                        finalize_again=finalize_again and not reports)
         reports.append(report)
         if on_round:
             on_round(report)
-        if report.left_pending == 0:
+        if report.left_pending == 0 and not (report.finalize and report.finalize.action == "waiting"):
             return reports
         time.sleep(interval)

@@ -109,7 +109,7 @@ def test_placeholder_contexts_match_the_table():
     columns = [c.strip().strip("`") for c in header.strip("|").split("|")]
     contexts = {"chain.command": placeholders.CHAIN, "merge.command": placeholders.MERGE,
                 "qa.command": placeholders.QA, "qa.count_events": placeholders.COUNT,
-                "outputs.pattern": placeholders.PATTERN}
+                "outputs.pattern": placeholders.PATTERN, "finalize.command": placeholders.FINALIZE}
     assert set(contexts) <= set(columns), columns
     rows = 0
     for line in text.splitlines():

@@ -508,7 +508,7 @@ def test_version_1_store_migrates_to_2_keeping_its_rows(tmp_path):
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with _open(tmp_path) as store:
-        assert store.schema_version() == 2
+        assert store.schema_version() == len(schema.MIGRATIONS)
         c = store.get_campaign("old")
         store.add_inputs(c.id, [NewInput("/x", job_index=7, events=12)])
         [rec] = store.inputs(c.id)
@@ -552,6 +552,52 @@ def _submit_and_end(store, c, jobs, job_id, state, reason=None):
                                            for j, ids in sorted(by_job.items())])
     store.record_state_changes(c.id, [NewStateChange(s, state, exit_code=7 if state == "FAILED" else 0,
                                                      reason=reason) for s in sids])
+
+
+def _finalize_flow(store: StateStore, c) -> None:
+    """Finalize rounds: a row before sbatch, the job recorded once, observations stored on change."""
+    assert store.finalize_rounds(c.id) == []
+    first = store.add_finalize_round(c.id, f"{c.name}.finalize", "any")
+    assert (first.round, first.job_id, first.after, first.tag) == (1, None, "any", f"{c.name}.finalize")
+    with pytest.raises(StateStoreError, match="no recorded job"):
+        store.add_finalize_round(c.id, f"{c.name}.finalize", "any")  # round 1 is not settled yet
+    store.note_finalize(first.id, "sbatch refused: Invalid qos")
+    assert store.finalize_rounds(c.id)[0].reason == "sbatch refused: Invalid qos"
+    store.record_finalize_job(first.id, "300", "d" * 64, "afterany:100:101")
+    with pytest.raises(StateStoreError, match="already has a job"):
+        store.record_finalize_job(first.id, "301", "d" * 64, "")
+    [rec] = store.finalize_rounds(c.id)
+    assert (rec.job_id, rec.dependency, rec.reason) == ("300", "afterany:100:101", None)
+    assert rec.submitted_at is not None and rec.submitted_at.tzinfo is not None
+    assert store.record_finalize_state(first.id, "PENDING", reason="Dependency")
+    assert not store.record_finalize_state(first.id, "PENDING", reason="Dependency")  # unchanged: no write
+    assert store.record_finalize_state(first.id, "COMPLETED", exit_code=0, elapsed_s=5.0)
+    second = store.add_finalize_round(c.id, f"{c.name}.finalize", "any")
+    assert second.round == 2 and [r.round for r in store.finalize_rounds(c.id)] == [1, 2]
+    assert store.finalize_rounds(c.id)[0].last_state == "COMPLETED"
+
+
+def test_finalize_rounds_sqlite(tmp_path):
+    store, c = _jobs_store(tmp_path)
+    with store:
+        _submit_and_end(store, c, [0, 1], "10", "RUNNING")
+        _submit_and_end(store, c, [2], "11", "COMPLETED")
+        assert store.in_flight_job_ids(c.id) == ["10"]
+        _finalize_flow(store, c)
+
+
+def test_version_2_store_migrates_to_3(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    with engine.begin() as conn:
+        assert schema.migrate(conn, schema.MIGRATIONS[:2]) == 2
+        conn.execute(insert(schema.campaign).values(name="old", spec_digest="s", profile_digest="p",
+                                                    created_at=dt.datetime.now(dt.timezone.utc)))
+    engine.dispose()
+    with _open(tmp_path) as store:
+        assert store.schema_version() == 3
+        c = store.get_campaign("old")
+        assert store.add_finalize_round(c.id, "old.finalize", "ok").round == 1
+    assert "hpcrun_finalize" in inspect(create_engine(f"sqlite:///{tmp_path / 'state.db'}")).get_table_names()
 
 
 def test_requeue_parks_after_max_attempts_and_skips_cancelled(tmp_path):
@@ -607,6 +653,7 @@ def test_postgres_jobs_report_and_submit_lock(pg_url):
                     pass
         with submit_lock(store.engine, store.location, "pg-jobs", timeout=1):  # released on exit
             pass
+        _finalize_flow(store, c)
 
 
 def _hold_lock(db: str, ready: str, release: str) -> None:

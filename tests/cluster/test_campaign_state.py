@@ -340,3 +340,73 @@ def _running(cluster, job_id: str) -> bool:
 def _names(c: Campaign) -> list:
     proc = c.cluster.run(["squeue", "-h", "-u", c.cluster.user, "-o", "%j"])
     return sorted({n for n in proc.stdout.split() if n.startswith(c.name + ".")}) or ["none"]
+
+
+SUMMARY = ("import sys; paths = open(sys.argv[1]).read().split(); "
+           "open(sys.argv[2], 'w').write(chr(10).join(sorted(paths)) + chr(10))")
+
+
+def test_finalize_runs_once_after_every_reco_task(slurm_cluster, hpcrun_bin, example_root):
+    """A 3-file array campaign with a finalize command that writes a summary of the outputs: the
+    finalize job goes out with the array, chained by --dependency=afterany on the array id, starts
+    only after every task ended (sacct Start/End), and a second submit does not send it again."""
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 3)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "finalize", burst_buffer=None, inputs__glob=glob,
+                 jobs={"files_per_job": 1, "chains_per_node": 2, "array": "always"},
+                 finalize={"command": [PY, "-c", SUMMARY, "{output_list}", "{outdir}/summary.txt"],
+                           "walltime": "5m", "after": "any"})
+    _plan(c)
+    manifest = json.loads((c.plan / "manifest.json").read_text())
+    assert manifest["finalize"]["job_name"] == "e2e-finalize.finalize"
+    proc = c.hp("submit", str(c.plan), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = json.loads(proc.stdout)
+    [batch] = first["submitted"]
+    fin = first["finalize"]
+    assert fin["action"] == "submitted", fin
+    assert fin["dependency"] == f"afterany:{batch['job_id']}", fin
+    st = _status(c, "--wait", "--timeout", "400", timeout=400)
+    assert st["counts"]["done"] == 3, st["counts"]
+    assert st["finalize"]["job_id"] == fin["job_id"] and st["finalize"]["status"] == "done", st["finalize"]
+
+    outputs = sorted(str(c.out / f"{Path(p).stem}.reco.h5") for p in Path(glob).parent.glob("*.h5"))
+    assert (c.out / "summary.txt").read_text().splitlines() == outputs
+    tasks = [r for r in slurm_cluster.sacct(batch["job_id"], fields="JobID,State,Start,End") if "." not in r["JobID"]]
+    assert len(tasks) == 3 and all(r["State"] == "COMPLETED" for r in tasks), tasks
+    [final] = slurm_cluster.sacct(fin["job_id"], fields="JobID,JobName,State,Start,End")
+    assert (final["JobName"], final["State"]) == ("e2e-finalize.finalize", "COMPLETED"), final
+    assert _epoch(final["Start"]) >= max(_epoch(r["End"]) for r in tasks), (final, tasks)
+    rundir = c.plan / "run" / "finalize" / fin["job_id"]
+    assert (rundir / "exit_code").read_text().strip() == "0"
+
+    proc = c.hp("submit", str(c.plan), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = json.loads(proc.stdout)
+    assert again["submitted"] == [] and again["finalize"]["action"] == "earlier", again
+    argv = ["sacct", "-n", "-X", "-P", "-S", "now-1hour", "--name", "e2e-finalize.finalize", "-o", "JobID"]
+    if slurm_cluster.accounting != "slurmdbd":
+        argv.insert(1, "-c")
+    named = slurm_cluster.run(argv)
+    assert named.stdout.split() == [fin["job_id"]], named.stdout
+
+
+def test_finalize_killed_after_sbatch_is_recovered_not_duplicated(slurm_cluster, hpcrun_bin, example_root, raw8):
+    """hpcrun is SIGKILLed right after the finalize sbatch returned (the wrapper's 2nd call: the
+    array is the 1st); the rerun finds the job by its name and records it."""
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "finalize-kill", inputs__glob=raw8,
+                 jobs={"files_per_job": 1, "chains_per_node": 2, "array": "always"},
+                 finalize={"command": ["/bin/true"]})
+    _plan(c)
+    held = Held(slurm_cluster, c)
+    try:
+        first = held.submit(kill="after:2")
+        assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
+        second = held.submit("--json")
+        assert second.returncode == 0, second.stdout + second.stderr
+        report = json.loads(second.stdout)
+        assert report["finalize"]["action"] == "recovered", report
+        assert held.queued()[("finalize.sbatch", "N/A")] == 1
+        third = json.loads(held.submit("--json").stdout)
+        assert third["finalize"]["action"] == "earlier" and held.queued()[("finalize.sbatch", "N/A")] == 1
+    finally:
+        held.cancel_all()

@@ -1,0 +1,421 @@
+"""The campaign's finalize job (hpcrun/finalize.py): spec checks, the rendered script run locally,
+and submission against fake sbatch/squeue/sacct on PATH (the real cluster runs in
+tests/cluster/test_campaign_state.py).
+
+The fakes keep Slurm's view in files: ``queue`` (what squeue shows, ``id|array id|name|state|reason``)
+and ``acct`` (sacct lines in ACCT_FIELDS order). sbatch appends what it submits to ``queue`` and
+its argv to ``args``; a test ends jobs by moving them from ``queue`` to ``acct``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from hpcrun.errors import InputError
+from hpcrun.pipeline import load_plan
+from hpcrun.plandir import write_plan
+from hpcrun.state import StateStore, open_store
+from hpcrun.status import poll
+from hpcrun.submit import submit
+
+from .conftest import shellcheck_cmd
+
+FAKE_SBATCH = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+with open(os.path.join(here, "args"), "a") as f:
+    f.write(" ".join(args) + "\n")
+name = next(a.split("=", 1)[1] for a in args if a.startswith("--job-name="))
+if os.environ.get("FAKE_SBATCH_FAIL_FINALIZE") and name.endswith(".finalize"):
+    sys.stderr.write(os.environ["FAKE_SBATCH_FAIL_FINALIZE"] + "\n")
+    sys.exit(1)
+counter = os.path.join(here, "n")
+n = int(open(counter).read()) if os.path.exists(counter) else 100
+open(counter, "w").write(str(n + 1))
+array = next((a.split("=", 1)[1] for a in args if a.startswith("--array=")), None)
+with open(os.path.join(here, "queue"), "a") as f:
+    if array:
+        f.write(f"{n}_[{array}]|{n}|{name}|PENDING|(None)\n")
+    else:
+        f.write(f"{n}|{n}|{name}|PENDING|(Dependency)\n")
+print(f"{n};cluster")
+'''
+
+FAKE_SQUEUE = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+argv = sys.argv[1:]
+def opt(name):
+    return argv[argv.index(name) + 1].split(",") if name in argv else None
+ids, names = opt("-j"), opt("--name")
+with open(os.path.join(here, "squeue-calls"), "a") as f:
+    f.write(" ".join(argv) + "\n")
+rows = open(os.path.join(here, "queue")).read().splitlines() if os.path.exists(os.path.join(here, "queue")) else []
+for row in rows:
+    jid, aid, name, state, reason = row.split("|")
+    if ids is not None and aid not in ids and jid not in ids:
+        continue
+    if names is not None and name not in names:
+        continue
+    print(row)
+'''
+
+FAKE_SACCT = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+argv = sys.argv[1:]
+def opt(name):
+    return argv[argv.index(name) + 1].split(",") if name in argv else None
+ids, names = opt("-j"), opt("--name")
+rows = open(os.path.join(here, "acct")).read().splitlines() if os.path.exists(os.path.join(here, "acct")) else []
+for row in rows:
+    parts = row.split("|")
+    if ids is not None and parts[0].split("_")[0] not in ids:
+        continue
+    if names is not None and parts[2] not in names:
+        continue
+    print(row)
+'''
+
+
+class FakeSlurm:
+    def __init__(self, root: Path):
+        self.bin = root / "fake-slurm"
+        self.bin.mkdir()
+        for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT)):
+            (self.bin / name).write_text(text)
+            (self.bin / name).chmod(0o755)
+
+    def args(self) -> List[str]:
+        path = self.bin / "args"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def queue(self) -> List[str]:
+        path = self.bin / "queue"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0") -> None:
+        """The job leaves the queue and gets an accounting record."""
+        kept, gone = [], []
+        for row in self.queue():
+            (gone if row.split("|")[1] == job_id else kept).append(row)
+        assert gone, f"job {job_id} is not queued"
+        (self.bin / "queue").write_text("".join(r + "\n" for r in kept))
+        with open(self.bin / "acct", "a") as f:
+            for row in gone:
+                jid, _aid, name, _state, _reason = row.split("|")
+                f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|None|5|00:00:01|1|node1|"
+                        f"2030-01-01T00:00:00|2030-01-01T00:00:05|\n")
+
+    def finalize_calls(self, campaign: str) -> List[str]:
+        return [a for a in self.args() if f"--job-name={campaign}.finalize" in a]
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch) -> FakeSlurm:
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", f"{fake.bin}:{os.environ['PATH']}")
+    return fake
+
+
+FINALIZE = {"command": ["summarize", "--dir", "{outdir}", "--list", "{output_list}", "--name", "{campaign}"]}
+
+
+def _plan(tmp_path, spec_factory, finalize=None, inputs=3, array="never") -> Path:
+    spec = spec_factory({"jobs": {"array": array}, "finalize": finalize or FINALIZE}, inputs=inputs)
+    return write_plan(load_plan(spec), tmp_path / "plan").out_dir
+
+
+def _dependency(line: str) -> str:
+    return next((a.split("=", 1)[1] for a in line.split() if a.startswith("--dependency=")), "")
+
+
+# ---- spec and plan --------------------------------------------------------------------------
+
+
+def test_manifest_and_script(tmp_path, spec_factory):
+    plan_dir = _plan(tmp_path, spec_factory, {**FINALIZE, "walltime": "15m", "after": "ok"})
+    manifest = json.loads((plan_dir / "manifest.json").read_text())
+    fin = manifest["finalize"]
+    assert fin["path"] == "jobs/finalize.sbatch" and fin["after"] == "ok"
+    assert fin["job_name"] == "test-campaign.finalize" and len(fin["sha256"]) == 64
+    assert all(s["path"] != fin["path"] for s in manifest["scripts"])  # not a plan job's script
+    text = (plan_dir / fin["path"]).read_text()
+    directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert directives == [
+        "#SBATCH --job-name=test-campaign.finalize", "#SBATCH --partition=debug", "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=1", "#SBATCH --time=00:15:00", "#SBATCH --signal=B:USR1@60",
+        f"#SBATCH --output={plan_dir}/logs/%x-%j.out", "#SBATCH --comment=hpcrun:test-campaign"]
+    assert "#DW" not in text and "hpcrun-db" not in text and "hpcrun-chain" not in text
+    proc = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "style", str(plan_dir / fin["path"])],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_no_finalize_section_means_no_script(tmp_path, spec_factory):
+    spec = spec_factory({"jobs": {"array": "never"}})
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    assert json.loads((plan_dir / "manifest.json").read_text())["finalize"] is None
+    assert not (plan_dir / "jobs" / "finalize.sbatch").exists()
+
+
+@pytest.mark.parametrize("finalize, key, words", [
+    ({"command": ["merge-all", "{output}"]}, "finalize.command", "unknown placeholder {output}"),
+    ({"command": ["x"], "walltime": "3d"}, "finalize.walltime", "exceeds the maximum"),
+    ({"command": ["x"], "after": "always"}, "finalize.after", "any"),
+    ({"command": ["x"], "extra": 1}, "finalize.extra", ""),
+])
+def test_finalize_errors_point_at_the_key(tmp_path, spec_factory, finalize, key, words):
+    spec = spec_factory({"finalize": finalize})
+    with pytest.raises(InputError) as exc:
+        load_plan(spec)
+    assert any(p.key == key and words in p.message for p in exc.value.problems), exc.value.problems
+
+
+def test_finalize_script_runs_locally(tmp_path, spec_factory):
+    """The script lists the outputs that exist, runs the command with the placeholders filled in,
+    and fails with exit 12 and a reason when the command fails."""
+    out = tmp_path / "out dir 'quoted'"
+    summary = tmp_path / "summary.txt"
+    cmd = ["bash", "-c", 'printf "%s %s %s\\n" "$1" "$2" "$3" > "$4"; cat "$2" >> "$4"; exit "$5"', "finalize",
+           "{campaign}", "{output_list}", "{outdir}", str(summary), "{env:FINALIZE_RC}"]
+    spec = spec_factory({"jobs": {"array": "never"}, "finalize": {"command": cmd},
+                         "outputs": {"location": str(out)}})
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    out.mkdir()
+    (out / "run000.reco").write_text("a")
+    (out / "run002.reco").write_text("c")
+    script = plan_dir / "jobs" / "finalize.sbatch"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(["bash", str(script)], env={**env, "FINALIZE_RC": "0"}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rundir = plan_dir / "run" / "finalize" / "local"
+    listed = (rundir / "outputs.txt").read_text().splitlines()
+    assert listed == [str(out / "run000.reco"), str(out / "run002.reco")]
+    lines = summary.read_text().splitlines()
+    assert lines[0] == f"test-campaign {rundir / 'outputs.txt'} {out}" and lines[1:] == listed
+    assert "2 of 3 planned output(s) exist" in proc.stderr
+    proc = subprocess.run(["bash", str(script)], env={**env, "FINALIZE_RC": "4"}, capture_output=True, text=True)
+    assert proc.returncode == 12
+    assert "finalize command failed with exit code 4" in (rundir / "reason").read_text()
+    assert (rundir / "exit_code").read_text().strip() == "12"
+
+
+# ---- submission against fake Slurm commands --------------------------------------------------
+
+
+def test_no_finalize_while_work_is_pending(tmp_path, spec_factory, fake_slurm):
+    plan_dir = _plan(tmp_path, spec_factory)
+    report = submit(plan_dir, limit=2)
+    assert report.left_pending == 1
+    assert report.finalize is not None and report.finalize.action == "waiting"
+    assert "1 still pending" in report.finalize.message
+    assert fake_slurm.finalize_calls("test-campaign") == []
+    dry = submit(plan_dir, dry_run=True)
+    assert dry.finalize is not None and dry.finalize.action == "would-submit"
+    assert fake_slurm.finalize_calls("test-campaign") == []
+
+
+def test_dependency_lists_only_still_queued_jobs(tmp_path, spec_factory, fake_slurm):
+    plan_dir = _plan(tmp_path, spec_factory)
+    submit(plan_dir, limit=2)                       # jobs 100 and 101
+    fake_slurm.end("100")                           # 100 ended (and left the queue) meanwhile
+    report = submit(plan_dir)                       # job 102, then the finalize job
+    assert [b.job_id for b in report.batches] == ["102"]
+    fin = report.finalize
+    assert fin is not None and (fin.action, fin.job_id, fin.dependency) == ("submitted", "103", "afterany:101:102")
+    [call] = fake_slurm.finalize_calls("test-campaign")
+    assert _dependency(call) == "afterany:101:102" and call.endswith("jobs/finalize.sbatch")
+    with open_store(plan_dir) as store:
+        [rnd] = store.finalize_rounds(store.get_campaign("test-campaign").id)
+    assert (rnd.round, rnd.job_id, rnd.dependency, rnd.tag) == (1, "103", "afterany:101:102", "test-campaign.finalize")
+    again = submit(plan_dir)                        # a second submit does not submit it again
+    assert again.finalize is not None and again.finalize.action == "earlier" and not again.batches
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 1
+
+
+def test_array_campaign_depends_on_the_array_id(tmp_path, spec_factory, fake_slurm):
+    plan_dir = _plan(tmp_path, spec_factory, {**FINALIZE, "after": "ok"}, array="always")
+    report = submit(plan_dir)
+    assert [b.array_spec for b in report.batches] == ["0-2"]
+    assert report.finalize is not None and report.finalize.dependency == "afterok:100"
+
+
+def test_no_dependency_when_every_job_has_ended(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    plan_dir = _plan(tmp_path, spec_factory)
+    from hpcrun import slurm as slurm_mod
+    real = slurm_mod.sbatch
+
+    def sbatch(script, extra=()):
+        if script.name == "finalize.sbatch":
+            raise KeyboardInterrupt("killed just before the finalize sbatch")
+        return real(script, extra)
+
+    with monkeypatch.context() as m:
+        m.setattr(slurm_mod, "sbatch", sbatch)
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
+    # every plan job ended before the finalize job went out: nothing is left to depend on
+    for job_id in ("100", "101", "102"):
+        fake_slurm.end(job_id)
+    report = submit(plan_dir)
+    assert report.finalize is not None and report.finalize.action == "submitted"
+    assert report.finalize.dependency == "" and "without a dependency" in report.finalize.message
+    [call] = fake_slurm.finalize_calls("test-campaign")
+    assert "--dependency" not in call
+
+
+def test_finalize_recovered_by_name_after_a_kill_between_sbatch_and_record(tmp_path, spec_factory, fake_slurm,
+                                                                           monkeypatch):
+    plan_dir = _plan(tmp_path, spec_factory)
+
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt("killed after sbatch returned, before the record")
+
+    with monkeypatch.context() as m:
+        m.setattr(StateStore, "record_finalize_job", killed)
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 1   # sbatch took it: job 103
+    report = submit(plan_dir)
+    assert report.finalize is not None and (report.finalize.action, report.finalize.job_id) == ("recovered", "103")
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 1   # not submitted twice
+    # the job may already have ended and left the queue: sacct --name finds it as well
+    with open_store(plan_dir) as store:
+        c = store.get_campaign("test-campaign")
+        assert store.finalize_rounds(c.id)[-1].job_id == "103"
+
+
+def test_finalize_recovered_from_accounting_when_it_left_the_queue(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    plan_dir = _plan(tmp_path, spec_factory)
+    with monkeypatch.context() as m:
+        m.setattr(StateStore, "record_finalize_job", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
+    for job_id in ("100", "101", "102", "103"):
+        fake_slurm.end(job_id)
+    report = submit(plan_dir)
+    assert report.finalize is not None and (report.finalize.action, report.finalize.job_id) == ("recovered", "103")
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 1
+
+
+def test_killed_before_sbatch_submits_once(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    plan_dir = _plan(tmp_path, spec_factory)
+    from hpcrun import slurm as slurm_mod
+    real = slurm_mod.sbatch
+
+    def sbatch(script, extra=()):
+        if script.name == "finalize.sbatch":
+            raise KeyboardInterrupt("killed before sbatch")
+        return real(script, extra)
+
+    with monkeypatch.context() as m:
+        m.setattr(slurm_mod, "sbatch", sbatch)
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
+    assert fake_slurm.finalize_calls("test-campaign") == []
+    report = submit(plan_dir)
+    assert report.finalize is not None and report.finalize.action == "submitted"
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 1
+
+
+def test_after_ok_is_not_submitted_when_a_job_failed(tmp_path, spec_factory, fake_slurm):
+    plan_dir = _plan(tmp_path, spec_factory, {**FINALIZE, "after": "ok"})
+    submit(plan_dir, limit=2)                        # 100, 101
+    fake_slurm.end("101", "FAILED", "7:0")
+    report = submit(plan_dir)                        # 102, then the decision: a poll first sees 101 failed
+    assert [b.job_id for b in report.batches] == ["102"]
+    assert report.finalize is not None and report.finalize.action == "skipped"
+    assert "1 plan job(s) failed" in report.finalize.message
+    assert fake_slurm.finalize_calls("test-campaign") == []
+
+
+def test_sbatch_rejection_keeps_the_round_for_the_next_submit(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    plan_dir = _plan(tmp_path, spec_factory)
+    from hpcrun import slurm as slurm_mod
+    monkeypatch.setenv("FAKE_SBATCH_FAIL_FINALIZE", "sbatch: error: Batch job submission failed: Invalid qos")
+    with pytest.raises(slurm_mod.SlurmError, match="Invalid qos") as exc:
+        submit(plan_dir)
+    assert "jobs/finalize.sbatch" in str(exc.value)
+    st = poll(plan_dir)
+    assert st.finalize is not None and st.finalize["status"] == "pending" and "Invalid qos" in st.finalize["reason"]
+    monkeypatch.delenv("FAKE_SBATCH_FAIL_FINALIZE")
+    report = submit(plan_dir)
+    assert report.finalize is not None and report.finalize.action == "submitted"
+
+
+def test_status_follows_the_finalize_job(tmp_path, spec_factory, fake_slurm, cli):
+    plan_dir = _plan(tmp_path, spec_factory)
+    st = poll(plan_dir)
+    assert st.finalize is not None and st.finalize["status"] == "pending" and st.finalize["job_id"] == ""
+    submit(plan_dir)
+    st = poll(plan_dir)
+    assert st.finalize is not None and (st.finalize["job_id"], st.finalize["status"]) == ("103", "submitted")
+    assert st.finalize["reason"] == "Dependency" and st.finalize_in_flight
+    for job_id in ("100", "101", "102", "103"):
+        fake_slurm.end(job_id)
+    st = poll(plan_dir)
+    assert (st.finalize["status"], st.finalize["state"], st.finalize["exit_code"]) == ("done", "COMPLETED", "0")
+    assert not st.finalize_in_flight and st.as_dict()["finalize"]["job_id"] == "103"
+    table = cli("status", str(plan_dir))
+    assert "finalize (round 1, after any): job 103 COMPLETED" in table.output
+    data = json.loads(cli("status", str(plan_dir), "--json").output)
+    assert data["finalize"]["status"] == "done"
+
+
+def test_finalize_again_after_retried_work(tmp_path, spec_factory, fake_slurm, cli):
+    plan_dir = _plan(tmp_path, spec_factory)
+    submit(plan_dir)                                       # 100..102, finalize 103
+    refused = submit(plan_dir, finalize_again=True)        # 103 still queued: no second one yet
+    assert refused.finalize is not None and refused.finalize.action == "refused"
+    fake_slurm.end("100")
+    fake_slurm.end("101", "FAILED", "7:0")
+    fake_slurm.end("102")
+    fake_slurm.end("103")
+    result = cli("retry", str(plan_dir), "--json")         # resubmits 101 as 104; says how to finalize again
+    data = json.loads(result.output)
+    assert data["requeued"] == ["test-campaign.00002"] and data["finalize"]["action"] == "earlier"
+    assert "--finalize-again" in data["finalize"]["message"]
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 1
+    report = submit(plan_dir, finalize_again=True)
+    assert report.finalize is not None and (report.finalize.action, report.finalize.round) == ("submitted", 2)
+    assert report.finalize.dependency == "afterany:104"
+    assert len(fake_slurm.finalize_calls("test-campaign")) == 2
+    again = submit(plan_dir)
+    assert again.finalize is not None and again.finalize.action == "earlier" and again.finalize.round == 2
+
+
+def test_submit_cli_prints_the_finalize_line(tmp_path, spec_factory, fake_slurm, cli):
+    plan_dir = _plan(tmp_path, spec_factory)
+    result = cli("submit", str(plan_dir))
+    assert "finalize: submitted finalize job 103 (test-campaign.finalize) after afterany:100:101:102" in result.output
+    data = json.loads(cli("submit", str(plan_dir), "--json").output)
+    assert data["finalize"]["action"] == "earlier" and data["finalize"]["job_id"] == "103"
+
+
+
+def test_report_carries_the_finalize_job(tmp_path, spec_factory, fake_slurm, cli):
+    plan_dir = _plan(tmp_path, spec_factory)
+    submit(plan_dir)
+    for job_id in ("100", "101", "102", "103"):
+        fake_slurm.end(job_id)
+    data = json.loads(cli("report", str(plan_dir), "--poll", "--json").output)
+    assert data["finalize"]["job_id"] == "103" and data["finalize"]["status"] == "done"
+
+
+def test_the_documented_example_plans(tmp_path, spec_factory):
+    import yaml
+
+    from .test_docs import CAMPAIGN_DOC, _example
+
+    example = yaml.safe_load(_example(CAMPAIGN_DOC, "finalize"))
+    plan_dir = _plan(tmp_path, spec_factory, example["finalize"])
+    text = (plan_dir / "jobs" / "finalize.sbatch").read_text()
+    assert "#SBATCH --time=00:30:00" in text and '--list "${HPCRUN_OUTPUT_LIST}"' in text
