@@ -393,7 +393,7 @@ def test_finalize_runs_once_after_every_reco_task(slurm_cluster, hpcrun_bin, exa
 def test_finalize_killed_after_sbatch_is_recovered_not_duplicated(slurm_cluster, hpcrun_bin, example_root, raw8):
     """hpcrun is SIGKILLed right after the finalize sbatch returned (the wrapper's 2nd call: the
     array is the 1st); the rerun finds the job by its name and records it."""
-    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "finalize-kill", inputs__glob=raw8,
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "finalize-kill", inputs__glob=raw8, burst_buffer=None,
                  jobs={"files_per_job": 1, "chains_per_node": 2, "array": "always"},
                  finalize={"command": ["/bin/true"]})
     _plan(c)
