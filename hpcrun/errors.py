@@ -60,3 +60,17 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A short suggestion clause, or an empty string when nothing is close."""
     close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
     return f" Did you mean '{close[0]}'?" if close else ""
+
+
+class SourceError(HpcrunError):
+    """One input file (a result file, a log) that cannot be read: the message names it and says why.
+
+    Tools that read many files report one such error per file and go on with the others.
+    """
+
+    exit_code = 1
+
+    def __init__(self, source: str, problem: str):
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: {problem}")

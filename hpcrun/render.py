@@ -49,16 +49,7 @@ def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[str]:
     c, part = plan.campaign, plan.partition
     name = c.name if script.array else script.jobs[0].name
     opts = [f"--job-name={sbatch_value(name)}"]
-    if part.slurm_partition:
-        opts.append(f"--partition={sbatch_value(part.slurm_partition)}")
-    if plan.qos:
-        opts.append(f"--qos={sbatch_value(plan.qos)}")
-    if c.site.account:
-        opts.append(f"--account={sbatch_value(c.site.account)}")
-    if c.site.reservation:
-        opts.append(f"--reservation={sbatch_value(c.site.reservation)}")
-    if part.constraint:
-        opts.append(f"--constraint={sbatch_value(part.constraint)}")
+    opts += _site_options(plan)
     opts.append(f"--nodes={c.jobs.nodes}")
     if part.exclusive:
         opts.append("--exclusive")
@@ -178,11 +169,10 @@ def finalize_name(campaign: str) -> str:
     return f"{campaign}.finalize"
 
 
-def _finalize_options(plan: Plan, plan_dir: str) -> List[str]:
-    """One task on one node of the campaign's partition; no array, no burst buffer, no container."""
+def _site_options(plan: Plan) -> List[str]:
+    """Where every job of the campaign runs and who pays: partition, QOS, account, reservation, constraint."""
     c, part = plan.campaign, plan.partition
-    assert c.finalize is not None
-    opts = [f"--job-name={sbatch_value(finalize_name(c.name))}"]
+    opts = []
     if part.slurm_partition:
         opts.append(f"--partition={sbatch_value(part.slurm_partition)}")
     if plan.qos:
@@ -193,6 +183,15 @@ def _finalize_options(plan: Plan, plan_dir: str) -> List[str]:
         opts.append(f"--reservation={sbatch_value(c.site.reservation)}")
     if part.constraint:
         opts.append(f"--constraint={sbatch_value(part.constraint)}")
+    return opts
+
+
+def _finalize_options(plan: Plan, plan_dir: str) -> List[str]:
+    """One task on one node of the campaign's partition; no array, no burst buffer, no container."""
+    c = plan.campaign
+    assert c.finalize is not None
+    opts = [f"--job-name={sbatch_value(finalize_name(c.name))}"]
+    opts += _site_options(plan)
     opts += ["--nodes=1", "--ntasks=1"]
     opts.append(f"--time={format_duration(c.finalize.walltime or c.walltime)}")
     opts.append(f"--signal=B:USR1@{plan.profile.signal_before_timeout}")

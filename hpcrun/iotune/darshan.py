@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..errors import HpcrunError
+from ..errors import SourceError
 from ..units import format_size
 from .darshan_worker import BINS, MARKER
 
@@ -40,15 +40,8 @@ STD_STREAMS = ("<STDIN>", "<STDOUT>", "<STDERR>")
 assert tuple(b[0] for b in SIZE_BINS) == BINS
 
 
-class DarshanLogError(HpcrunError):
+class DarshanLogError(SourceError):
     """One log that could not be summarised; the message names the log and the reason."""
-
-    exit_code = 1
-
-    def __init__(self, source: str, problem: str):
-        self.source = source
-        self.problem = problem
-        super().__init__(f"{source}: {problem}")
 
 
 @dataclass(frozen=True)

@@ -14,21 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ..errors import HpcrunError
+from ..errors import SourceError
 
 MIB = 2**20
 OPERATIONS = ("write", "read")
 
 
-class IorParseError(HpcrunError):
+class IorParseError(SourceError):
     """An IOR result file that cannot be read; the message names the file and the problem."""
-
-    exit_code = 1
-
-    def __init__(self, source: str, problem: str):
-        self.source = source
-        self.problem = problem
-        super().__init__(f"{source}: {problem}")
 
 
 @dataclass(frozen=True)
