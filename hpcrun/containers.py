@@ -196,8 +196,9 @@ class Charliecloud(Runtime):
     """Charliecloud ``ch-run`` of an unpacked image directory, launched by srun like any program.
 
     Facts (Charliecloud 0.31): the image is mounted read-only, so every bind target must
-    already exist in it, except under /tmp, which is a writable host directory or a private
-    tmpfs; the host environment passes through, but TMPDIR is unset inside, HOME names
+    already exist in it (in a private /tmp tmpfs ch-run creates it; inside another bind, such as
+    the host's $TMPDIR that ch-run mounts at /tmp, it must exist on the host, so hpcrun binds the
+    host's /tmp there itself); the host environment passes through, but TMPDIR is unset inside, HOME names
     /home/$USER (missing in most images) and ch-run refuses to start without $USER; ch-run
     execs the command (no extra process, signals reach it directly). Every path is bound at
     the same place inside as outside, so HPCRUN_*, DW_* and command arguments need no rewriting.
@@ -228,6 +229,11 @@ class Charliecloud(Runtime):
         """The binds in ch-run order: site binds, the burst-buffer root, hpcrun's own paths
         (each only when no identity bind before it already contains it), the plan directory."""
         chosen = self._site_binds()
+        if not self.settings.private_tmp and not any(b.path == "/" for b in chosen):
+            # ch-run would mount the host's $TMPDIR there, under which the paths of the host's
+            # /tmp do not exist (and ch-run cannot create mount points inside a bind)
+            chosen.insert(0, Bind("/tmp", "/tmp", path="/tmp", origin=(
+                "profile", "containers", "charliecloud", "private_tmp")))
         covering = [b.path for b in chosen if b.path]
         root = self.settings.burst_buffer_root
         later: List[Bind] = []
@@ -248,8 +254,8 @@ class Charliecloud(Runtime):
         return chosen + later
 
     def _covered(self, path: str) -> bool:
-        """True when a bind target already holds ``path`` (or it is under /tmp, which is a
-        writable directory in every ch-run container, so ch-run creates the mount point)."""
+        """True when a bind target already holds ``path`` (or it is under /tmp: the host's /tmp
+        bound at /tmp, or with private_tmp a tmpfs, where ch-run creates mount points)."""
         return _under(path, "/tmp") or any(
             b.path is not None and _under(path, b.path) for b in self.mounts())
 

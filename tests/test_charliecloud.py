@@ -122,6 +122,15 @@ def test_site_binds_stand_in_for_paths_under_them(spec_factory, tmp_path):
         f"ch-run --private-tmp -b /srv/site:/srv/site -b /opt/sw:/sw -b {data}:{data} "
         '-b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME=/home ' + f"{image} --")
     assert "/srv/site/out" not in prefix      # inside the site bind
+    # without private_tmp the host's /tmp is bound at /tmp (ch-run would mount $TMPDIR there),
+    # and covers every path under it
+    plan = load_plan(spec_factory({
+        "site": {"profile": _profile(tmp_path, binds=["/srv/site", "/opt/sw:/sw"], home="/home")},
+        "container": {"runtime": "charliecloud", "image": str(image)},
+        "outputs": {"location": "/srv/site/out"}}))
+    assert plan.runtime.prefix() == (
+        "ch-run -b /tmp:/tmp -b /srv/site:/srv/site -b /opt/sw:/sw "
+        '-b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME=/home ' + f"{image} --")
 
 
 def test_home_must_exist_in_the_image(spec_factory, tmp_path):

@@ -101,10 +101,10 @@ def _plan(prepared, name: str, chain_extra=(), **changes) -> Path:
     return case
 
 
-def _start(case: Path, job_id: str) -> subprocess.Popen:
+def _start(case: Path, job_id: str, **extra: str) -> subprocess.Popen:
     # USER is deliberately not set (the job sets it for ch-run); HOME is the host's
     env = {"PATH": f"{REPO / 'tests' / 'fakes'}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp"}
+           "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp", **extra}
     script = next((case / "plan" / "jobs").glob("*.sbatch"))
     return subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i",
                              *[f"{k}={v}" for k, v in env.items()], "bash", str(script)],
@@ -144,7 +144,7 @@ def test_plan_runs_everything_through_ch_run(prepared):
     case = _plan(prepared, "shape")
     _, image = prepared
     script = next((case / "plan" / "jobs").glob("*.sbatch")).read_text()
-    launch = f"ch-run -b {ROOT}:{ROOT} -b /tmp:/tmp -b " + '"${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" ' \
+    launch = f"ch-run -b /tmp:/tmp -b {ROOT}:{ROOT} -b " + '"${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" ' \
         + f'--set-env=HOME="$HPCRUN_RUNDIR" {image} -- '
     assert f'{launch}bash "$HPCRUN_PLAN_DIR/bin/hpcrun-db.sh"' in script
     assert f'{launch}bash "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh"' in script
@@ -154,7 +154,12 @@ def test_plan_runs_everything_through_ch_run(prepared):
 
 def test_job_runs_inside_charliecloud(prepared):
     case = _plan(prepared, "ok")
-    proc = _start(case, "201")
+    # a per-job TMPDIR as sites set it: ch-run would make it the container's /tmp, where the
+    # node-local directory /tmp/hpcrun.<job>.<node> (socket, payload copy) does not exist
+    tmpdir = case / "tmpdir"
+    tmpdir.mkdir()
+    shutil.chown(tmpdir, USER)
+    proc = _start(case, "201", TMPDIR=str(tmpdir))
     seen = {}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(seen) < 2:
@@ -204,7 +209,7 @@ def test_db_killed_mid_job_is_restarted_inside_the_container(prepared):
 
 def test_time_limit_stops_the_contained_db_cleanly(prepared):
     case = _plan(prepared, "timeout", chain_extra=["--cpu-seconds", "60"])
-    proc = _start(case, "203")
+    proc = _start(case, "203", TMPDIR="/nonexistent/tmp")   # unset by the job, or ch-run dies
     _wait_for_chains(case, "203")
     time.sleep(1.0)
     shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/jobs/"], capture_output=True,
@@ -212,6 +217,7 @@ def test_time_limit_stops_the_contained_db_cleanly(prepared):
     os.kill(int(shell[0]), signal.SIGUSR1)      # Slurm's --signal=B:USR1 goes to the batch shell
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 10, out
+    assert "TMPDIR=/nonexistent/tmp does not exist" in out
     run = _rundir(case, "203")
     assert "time limit" in (run / "reason").read_text()
     assert (run / "db" / "fakenode.stopped").read_text().strip() == "0"
