@@ -413,6 +413,18 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 checks.spec_error(("container", "options", i), (
                     f"'{opt}' clears the environment, but hpcrun passes each task its input, "
                     "slice and database socket through HPCRUN_* variables; remove it."))
+    # ---- what the chosen runtime can do -----------------------------------------------------
+    if campaign.container.modules and not runtime.modules:
+        checks.spec_error(("container", "modules"), (
+            f"modules are Shifter's --module option; container runtime '{rt_name}' has none "
+            "(put what the job needs into the image, or load it with software.modules)."))
+    if not runtime.per_node_cache:
+        for i, opt in enumerate(campaign.container.options):
+            if "pernodecache" in opt.lower():
+                checks.spec_error(("container", "options", i), (
+                    f"a perNodeCache size only means something for Shifter; with '{rt_name}' the "
+                    "database payload is copied to the profile's node_local storage, whose size "
+                    "is node_local.size."))
     if rt_name == "shifter":
         shifter = profile.containers.shifter
         if db_plan and shifter and not shifter.per_node_cache and profile.node_local is None:
@@ -485,6 +497,12 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     runtime.binds = _binds(campaign, profile, items, db_plan, root_var, workdir)
     runtime.env_names = sorted(set(profile.prologue.env) | set(campaign.software.env)
                                | set(campaign.chain.env))
+    found, rt_notes = runtime.problems()
+    notes.extend(rt_notes)
+    for problem in found:
+        report = checks.spec_error if problem.where == "spec" else checks.profile_error
+        report(problem.path, problem.message)
+    checks.raise_if_any()
 
     # ---- scripts: arrays unless each job needs its own stage lines -----------------------
     per_job_lines = bool(writer and bbspec and bbspec.stage_inputs)
@@ -546,28 +564,33 @@ def _checksum_plan(algo: str, profile: SiteProfile) -> Optional[ChecksumPlan]:
 
 def _binds(campaign: Campaign, profile: SiteProfile, items: List[InputItem],
            db_plan: Optional[DatabasePlan], root_var: Optional[str], workdir: str) -> List[Bind]:
-    """Host paths a container needs to see (Apptainer and podman-hpc bind them)."""
+    """Host paths a container needs to see (Apptainer, podman-hpc and Charliecloud bind them)."""
     plan_dir = '"${HPCRUN_PLAN_DIR}"'
-    binds = [Bind(plan_dir, plan_dir)]
+    binds = [Bind(plan_dir, plan_dir, origin=("plan",))]
     if db_plan is not None:
-        binds.append(Bind(quote(db_plan.payload), quote(db_plan.payload), read_only=True))
+        binds.append(Bind(quote(db_plan.payload), quote(db_plan.payload), read_only=True,
+                          path=db_plan.payload, origin=("spec", "database", "payload")))
         if profile.node_local is not None and db_plan.cache_dir.startswith(quote(profile.node_local.path)):
-            binds.append(Bind(quote(profile.node_local.path), quote(profile.node_local.path)))
+            binds.append(Bind(quote(profile.node_local.path), quote(profile.node_local.path),
+                              path=profile.node_local.path, origin=("profile", "node_local", "path")))
     bb = campaign.burst_buffer
     # the job creates these before any container starts; only bind what the job uses
-    used = [] if root_var else [workdir]
+    used = [] if root_var else [(workdir, "workdir" if campaign.outputs.workdir else "location")]
     if not (root_var and bb and bb.stage_outputs):
-        used.append(campaign.outputs.location)
-    for path in used:
-        binds.append(Bind(quote(path), quote(path)))
+        used.append((campaign.outputs.location, "location"))
+    for path, key in used:
+        binds.append(Bind(quote(path), quote(path), path=path, origin=("spec", "outputs", key)))
     if root_var:
         var = f'"${{{root_var}}}"'
-        binds.append(Bind(var, var))
+        binds.append(Bind(var, var, origin=("bb",)))
     if not (root_var and bb and bb.stage_inputs):
         parents = sorted({os.path.dirname(i.path) for i in items})
         if len(parents) > 20:
             parents = [os.path.commonpath(parents)]
-        binds += [Bind(quote(p), quote(p), read_only=True) for p in parents if p != "/"]
+        inputs_key = next(k for k in ("glob", "files", "list_file")
+                          if getattr(campaign.inputs, k))
+        binds += [Bind(quote(p), quote(p), read_only=True, path=p,
+                       origin=("spec", "inputs", inputs_key)) for p in parents if p != "/"]
     seen = set()
     unique = []
     for b in binds:

@@ -65,15 +65,49 @@ class PodmanHpcSettings(Strict):
     run_options: List[Line] = Field(default_factory=list)
 
 
+class CharliecloudSettings(Strict):
+    """Charliecloud ``ch-run`` of an image directory; every path appears at the same place
+    inside the container as outside, so the job's variables and arguments stay valid."""
+
+    command: Line = Field("ch-run", description="the ch-run program")
+    options: List[Line] = Field(default_factory=list, description=(
+        "extra ch-run options for every command (e.g. --unset-env=LD_LIBRARY_PATH)"))
+    binds: List[Line] = Field(default_factory=list, description=(
+        "site binds SRC[:DST] (DST defaults to SRC); hpcrun's own paths under a bind with "
+        "DST = SRC need no bind of their own"))
+    burst_buffer_root: Optional[AbsPath] = Field(None, description=(
+        "directory under which the burst-buffer system mounts job buffers ($DW_JOB_STRIPED "
+        "etc.), bound at the same path; needed by campaigns with a burst buffer"))
+    private_tmp: bool = Field(False, description=(
+        "ch-run --private-tmp: /tmp in the container is a private tmpfs instead of the host's"))
+    home: Optional[AbsPath] = Field(None, description=(
+        "HOME inside the container (default: the job's run directory; ch-run's "
+        "/home/$USER does not exist in most images)"))
+
+    @field_validator("binds")
+    @classmethod
+    def _binds(cls, value: List[str]) -> List[str]:
+        for bind in value:
+            parts = bind.split(":")
+            if len(parts) > 2 or not all(p.startswith("/") for p in parts):
+                raise ValueError(f"'{bind}' is not SRC or SRC:DST with absolute paths (ch-run "
+                                 "binds are read-write and take no options)")
+            if any(c.isspace() for c in bind) or "$" in bind:
+                raise ValueError(f"'{bind}' contains a blank or '$'; write the literal path")
+        return value
+
+
 class Containers(Strict):
     shifter: Optional[ShifterSettings] = None
     apptainer: Optional[ApptainerSettings] = None
     podman_hpc: Optional[PodmanHpcSettings] = Field(None, alias="podman-hpc")
+    charliecloud: Optional[CharliecloudSettings] = None
     none: bool = Field(True, description="jobs may run without a container")
 
     def offered(self) -> List[str]:
         names = [n for n, v in (("shifter", self.shifter), ("apptainer", self.apptainer),
-                                ("podman-hpc", self.podman_hpc)) if v is not None]
+                                ("podman-hpc", self.podman_hpc),
+                                ("charliecloud", self.charliecloud)) if v is not None]
         return names + (["none"] if self.none else [])
 
 

@@ -124,6 +124,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "merge_command": plan.commands.get("merge"), "chain_command": plan.commands["chain"],
         "qa": qa, "launcher": launcher, "runtime_prefix": prefix,
         "runtime_prefix_batch": (prefix + " ") if prefix else "",
+        "runtime_setup": plan.runtime.setup_lines(),
         "chain_srun_options": "--overcommit " if overcommit else "",
         "input_dir_expr": plan.input_dir_expr, "work_dir_expr": plan.work_dir_expr,
         "out_dir_expr": plan.out_dir_expr,

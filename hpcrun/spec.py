@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
 
@@ -70,9 +70,10 @@ class SiteRef(Strict):
 class ContainerSpec(Strict):
     """Container image and runtime; the runtime must be offered by the site profile."""
 
-    runtime: Literal["shifter", "apptainer", "podman-hpc", "none"] = "none"
+    runtime: Literal["shifter", "apptainer", "podman-hpc", "charliecloud", "none"] = "none"
     image: Optional[Line] = Field(None, description=(
-        "shifter: docker:<repo>:<tag>; apptainer: path to a .sif; podman-hpc: image name"))
+        "shifter: docker:<repo>:<tag>; apptainer: path to a .sif; podman-hpc: image name; "
+        "charliecloud: absolute path to an image directory"))
     options: List[Line] = Field(default_factory=list, description="extra runtime arguments")
     modules: List[Name] = Field(default_factory=list, description="Shifter modules (--module)")
 
@@ -82,10 +83,23 @@ class ContainerSpec(Strict):
             raise ValueError(f"container runtime '{self.runtime}' needs an 'image'")
         if self.runtime == "none" and self.image:
             raise ValueError("an image is given but runtime is 'none'; set runtime to "
-                             "shifter, apptainer or podman-hpc")
+                             "shifter, apptainer, podman-hpc or charliecloud")
         if self.runtime == "shifter" and self.image and ":" not in self.image:
             raise ValueError("a Shifter image names its type, e.g. docker:repo/name:tag")
         return self
+
+    @field_validator("image")
+    @classmethod
+    def _charliecloud_image(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if info.data.get("runtime") == "charliecloud" and value and not value.startswith("/"):
+            if ":" in value.split("/")[0]:
+                raise ValueError(
+                    f"'{value}' is a registry reference, but ch-run runs an unpacked image "
+                    "directory; unpack it first (e.g. ch-image pull, then ch-convert to a "
+                    "directory on a shared filesystem) and give that directory's absolute path")
+            raise ValueError(f"'{value}' is not an absolute path; a Charliecloud image is "
+                             "an image directory, e.g. /scratch/images/reco")
+        return value
 
 
 class SoftwareSpec(Strict):

@@ -74,6 +74,11 @@ APT_PACKAGES = [
     "util-linux",  # setpriv, runuser
     "passwd",  # useradd
     "procps",
+    # real containers: ch-run only (the charliecloud metapackage would pull in docker.io and
+    # buildah), and what tests/cluster/image.py builds and caches the test image with
+    "charliecloud-runtime",
+    "debootstrap",
+    "zstd",
 ]
 
 DAEMON_MARKER = "HPCRUN_HARNESS_DAEMON"

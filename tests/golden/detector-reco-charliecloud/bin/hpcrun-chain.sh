@@ -1,0 +1,59 @@
+#!/bin/bash
+# hpcrun 0.1.0: one chain (one srun task) of campaign detector-reco-charliecloud.
+# Runs inside the container; processes its slice of the events of every input of the job.
+set -uo pipefail
+chain=${SLURM_PROCID:?run me under srun}
+nchains=${SLURM_NTASKS:?run me under srun}
+export HPCRUN_CHAIN=$chain HPCRUN_NCHAINS=$nchains
+db_cache=/tmp/hpcrun.${SLURM_JOB_ID}.${SLURMD_NODENAME}
+export HPCRUN_DB_SOCKET="$db_cache/mysqld.sock"
+log="$HPCRUN_RUNDIR/chains/$chain.log"
+timeline="$HPCRUN_RUNDIR/chains/$chain.timeline"
+rc=0
+child=""
+stopping=0
+# shellcheck disable=SC2329  # trap handler: pass srun's SIGTERM on to the running program
+on_term() {
+  stopping=1
+  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+}
+trap on_term TERM INT
+printf 'start %s %s\n' "$(date +%s.%N)" "${SLURMD_NODENAME:-$(hostname)}" >> "$timeline"
+while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
+  if [ "$stopping" -eq 1 ]; then
+    rc=143
+    break
+  fi
+  export HPCRUN_STEM=$stem
+  export HPCRUN_INPUT=$path
+  [ -z "$HPCRUN_INPUT_DIR" ] || HPCRUN_INPUT="$HPCRUN_INPUT_DIR/${path##*/}"
+  if [ "$events" != "-" ]; then
+    first=$(( chain * events / nchains ))
+    next=$(( (chain + 1) * events / nchains ))
+    export HPCRUN_FIRST_EVENT=$first HPCRUN_NEVENTS=$(( next - first )) HPCRUN_LAST_EVENT=$(( next - 1 ))
+  fi
+  export HPCRUN_OUTPUT="$HPCRUN_WORKDIR/$stem.part$chain"
+  printf 'begin %s %s\n' "$(date +%s.%N)" "$stem" >> "$timeline"
+  /usr/bin/python3 /tmp/hpcrun-test-cluster/pfs/detector-reco/bin/chain.py --input "${HPCRUN_INPUT}" --output "${HPCRUN_OUTPUT}" --chain "${HPCRUN_CHAIN}" --nchains "${HPCRUN_NCHAINS}" --socket "${HPCRUN_DB_SOCKET}" >> "$log" 2>&1 &
+  child=$!
+  step=0
+  wait "$child" || step=$?
+  while kill -0 "$child" 2>/dev/null; do
+    step=0
+    wait "$child" || step=$?
+  done
+  child=""
+  printf 'end %s %s %s\n' "$(date +%s.%N)" "$stem" "$step" >> "$timeline"
+  if [ "$stopping" -eq 1 ]; then
+    printf 'chain %s stopped by a signal during %s\n' "$chain" "$stem" >> "$log"
+    rc=143
+    break
+  fi
+  if [ "$step" -ne 0 ]; then
+    rc=$step
+    printf 'chain %s failed on %s with exit code %s\n' "$chain" "$stem" "$step" >> "$log"
+  fi
+done < "$HPCRUN_RUNDIR/inputs.tsv"
+printf 'stop %s %s\n' "$(date +%s.%N)" "$rc" >> "$timeline"
+printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
+exit "$rc"

@@ -1,0 +1,112 @@
+#!/bin/bash
+# hpcrun 0.1.0: per-node database supervisor of campaign detector-reco-charliecloud.
+# Copies the payload into node-local storage, starts /usr/sbin/mariadbd, waits until it
+# answers, restarts it if it dies (at most 3 times), and shuts it
+# down cleanly on SIGTERM or when the job creates "$HPCRUN_RUNDIR/db/stop".
+set -uo pipefail
+node=${SLURMD_NODENAME:-$(hostname)}
+status="$HPCRUN_RUNDIR/db"
+cache=/tmp/hpcrun.${SLURM_JOB_ID}.${SLURMD_NODENAME}
+socket="$cache/mysqld.sock"
+payload=/tmp/hpcrun-test-cluster/pfs/detector-reco/conditions
+server=/usr/sbin/mariadbd
+log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >> "$status/$node.log"; }
+mark() { printf '%s\n' "$2" > "$status/$node.$1"; }
+probe() {
+  mariadb-admin --no-defaults --socket="$socket" --connect-timeout=2 ping > /dev/null 2>&1 || return 1
+  mariadb --no-defaults --socket="$socket" --connect-timeout=2 -e 'SELECT COUNT(*) FROM conditions.calib' > /dev/null 2>&1
+}
+
+watcher=""
+# shellcheck disable=SC2329  # EXIT trap: on every way out, free node-local space
+cleanup() {
+  [ -z "$watcher" ] || kill "$watcher" 2>/dev/null
+  rm -rf -- "$cache"
+}
+trap cleanup EXIT
+
+mkdir -p "$status"
+for tool in "$server" mariadb-admin mariadb; do
+  if ! command -v "$tool" > /dev/null; then
+    mark failed "'$tool' was not found on $node (PATH=$PATH); set database.server or fix the image"
+    exit 5
+  fi
+done
+if ! mkdir -p "$cache/tmp"; then
+  mark failed "payload: cannot create the node-local cache $cache"
+  exit 4
+fi
+log "copying payload $payload to $cache/data"
+t0=$(date +%s%N)
+if ! cp -a "$payload/." "$cache/data/"; then
+  mark failed "payload: copy of $payload to $cache failed"
+  exit 4
+fi
+mark copied "$(( ($(date +%s%N) - t0) / 1000000 )) ms"
+
+args=(--no-defaults --datadir="$cache/data" --socket="$socket" --pid-file="$cache/mysqld.pid"
+  --log-error="$status/$node.err" --tmpdir="$cache/tmp" --skip-networking --skip-grant-tables --innodb-buffer-pool-size=16M --innodb-log-file-size=8M)
+
+child=""
+stopping=0
+# shellcheck disable=SC2329  # trap handler
+on_term() {
+  stopping=1
+  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+}
+trap on_term TERM INT
+# Belt and braces: the job also asks for a stop by creating db/stop (if a launcher does not
+# forward SIGTERM, the watcher below delivers it).
+( while [ ! -e "$status/stop" ]; do sleep 1; done; kill -TERM $$ 2>/dev/null ) &
+watcher=$!
+restarts=0
+ready_once=0
+while :; do
+  rm -f "$socket" "$cache/mysqld.pid"
+  "$server" "${args[@]}" &
+  child=$!
+  log "started $server (pid $child)"
+  deadline=$(( SECONDS + 60 ))
+  until probe; do
+    kill -0 "$child" 2>/dev/null || break
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      mark failed "not answering after 60s: $(tail -n 3 "$status/$node.err" 2>/dev/null | tr '\n' ' ')"
+      kill -TERM "$child" 2>/dev/null
+      wait "$child"
+      exit 5
+    fi
+    sleep 0.5
+  done
+  if kill -0 "$child" 2>/dev/null; then
+    if [ "$ready_once" -eq 0 ]; then
+      mark ready "$(date +%s.%N)"
+      ready_once=1
+    fi
+    log "server answers on $socket"
+  fi
+  rc=0
+  wait "$child" || rc=$?
+  while kill -0 "$child" 2>/dev/null; do
+    rc=0
+    wait "$child" || rc=$?
+  done
+  child=""
+  if [ "$stopping" -eq 1 ] || [ -e "$status/stop" ]; then
+    log "server shut down (exit code $rc)"
+    mark stopped "$rc"
+    break
+  fi
+  restarts=$(( restarts + 1 ))
+  printf '%s %s\n' "$(date +%s.%N)" "$rc" >> "$status/$node.restarts"
+  log "server exited with code $rc; restart $restarts of 3"
+  if [ "$restarts" -gt 3 ]; then
+    mark failed "server died $restarts times (max_restarts 3); see $node.err"
+    exit 6
+  fi
+  if [ "$ready_once" -eq 0 ] && [ "$SECONDS" -ge "$deadline" ]; then
+    mark failed "not answering after 60s"
+    exit 5
+  fi
+  sleep 1
+done
+exit 0
