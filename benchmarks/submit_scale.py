@@ -14,7 +14,8 @@ is reported separately as ``cli_startup_s``).
 
 * **individual jobs** (``--jobs N``, default 200): a plan with ``jobs.array: never`` (N
   scripts). Baseline: a Python loop ``subprocess.run(["sbatch", "--parsable", script])``
-  over the same N scripts. hpcrun: ``hpcrun.submit.submit(plan)`` — registering the
+  over the same N scripts. Measured in the order raw, hpcrun, hpcrun, raw (each hpcrun run on
+  a fresh plan); the better of each side's two runs counts. hpcrun: ``hpcrun.submit.submit(plan)`` — registering the
   inputs, and per job a claim, ``sbatch --job-name=<tag>`` and the record, each in its own
   transaction in ``state.db``. Reported: jobs per second of each and the ratio (target >= 0.9).
 * **array tasks** (``--array-tasks N``, default 100000): a plan of N jobs packed into arrays
@@ -118,14 +119,22 @@ def main() -> int:
     env = dict(os.environ)
     result: dict = {"jobs": args.jobs, "array_tasks": args.array_tasks}
     try:
-        single = make_plan(work, "bench-single", args.jobs, "never")
-        scripts = sorted((single / "jobs").glob("*.sbatch"))
-        raw_s = raw_loop(scripts, "bench-raw")
-        cancel("bench-raw", env)
-        hp_s, n = hpcrun_submit(single)
-        cancel("bench-single.", env)
-        assert n == args.jobs, n
-        result["single"] = {"raw_s": raw_s, "hpcrun_s": hp_s, "raw_jobs_per_s": args.jobs / raw_s,
+        # A B B A: the controller slows down a little as cancelled jobs pile up (MinJobAge), so
+        # each side is measured once early and once late, and the better of its two counts
+        raws, hps = [], []
+        for k, side in enumerate(("raw", "hpcrun", "hpcrun", "raw")):
+            single = make_plan(work, f"bench-single{k}", args.jobs, "never")
+            scripts = sorted((single / "jobs").glob("*.sbatch"))
+            if side == "raw":
+                raws.append(raw_loop(scripts, "bench-raw"))
+                cancel("bench-raw", env)
+            else:
+                hp_s, n = hpcrun_submit(single)
+                cancel(f"bench-single{k}.", env)
+                assert n == args.jobs, n
+                hps.append(hp_s)
+        raw_s, hp_s = min(raws), min(hps)
+        result["single"] = {"raw_s": raw_s, "hpcrun_s": hp_s, "raw_runs_s": raws, "hpcrun_runs_s": hps, "raw_jobs_per_s": args.jobs / raw_s,
                             "hpcrun_jobs_per_s": args.jobs / hp_s, "ratio": raw_s / hp_s,
                             "target": ">= 0.9", "pass": raw_s / hp_s >= 0.9}
         t0 = time.perf_counter()

@@ -56,7 +56,10 @@ class JobState:
         return self.state in TERMINAL
 
 
-def _env() -> Dict[str, str]:
+def _env() -> Optional[Dict[str, str]]:
+    """The environment for Slurm commands: ours without ``SBATCH_*`` (None: ours as it is, the cheap case)."""
+    if not any(k.startswith("SBATCH_") for k in os.environ):
+        return None
     return {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
 
 

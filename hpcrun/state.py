@@ -649,12 +649,19 @@ class StateStore:
         """
         keys = list(rows[0])
         compiled = insert(table).values({k: bindparam(k) for k in keys}).compile(dialect=conn.dialect)
-        processors = {k: p for k in keys if (p := table.c[k].type.bind_processor(conn.dialect)) is not None}
-        order = compiled.positiontup
-        if order is None:  # named paramstyle (pyformat: psycopg)
-            params: Any = [{k: (processors[k](r[k]) if k in processors else r[k]) for k in keys} for r in rows]
-        else:
-            params = [tuple(processors[k](r[k]) if k in processors else r[k] for k in order) for r in rows]
+        order = list(compiled.positiontup or keys)
+        columns = []
+        for k in order:  # column by column; a value repeated down a column (a timestamp) is bound once
+            values = [r[k] for r in rows]
+            convert = table.c[k].type.bind_processor(conn.dialect)
+            if convert is not None:
+                memo: Dict[Any, Any] = {}
+                values = [v if v is None else memo[v] if v in memo else memo.setdefault(v, convert(v))
+                          for v in values]
+            columns.append(values)
+        params: Any = list(zip(*columns))
+        if compiled.positiontup is None:  # named paramstyle (pyformat: psycopg)
+            params = [dict(zip(order, p)) for p in params]
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         base_error = conn.dialect.loaded_dbapi.Error
         try:
@@ -842,11 +849,18 @@ class StateStore:
         who = (claimed_by or _whoami())[:255]
         now = _now()
         with self._write() as conn:
-            claim = (update(t).where(t.c.campaign_id == campaign_id, t.c.state == "pending")
+            # the inputs of these jobs by the (campaign, job) index, then the claim by primary key: a
+            # single UPDATE ... WHERE state = 'pending' AND job_index IN (...) may be planned on the
+            # (campaign, state) index and scan every pending input once per chunk
+            by_job = select(t.c.id).where(t.c.campaign_id == campaign_id)
+            ids: List[int] = []
+            for chunk in _chunks(list(job_indices)):
+                ids.extend(conn.scalars(by_job.where(t.c.job_index.in_(chunk))))
+            claim = (update(t).where(t.c.state == "pending")
                      .values(state="submitted", claim_token=token, claimed_by=who, claimed_at=now,
                              last_submission_id=None, updated_at=now))
-            for chunk in _chunks(list(job_indices)):
-                conn.execute(claim.where(t.c.job_index.in_(chunk)))
+            for chunk in _chunks(ids):
+                conn.execute(claim.where(t.c.id.in_(chunk)))
             rows = conn.execute(select(*_INPUT_COLUMNS).where(t.c.claim_token == token).order_by(t.c.id)).all()
         return Claim(token, who, tuple(InputRecord(*r) for r in rows))
 
@@ -1083,8 +1097,13 @@ class StateStore:
             by_token.setdefault(sub.claim_token, []).append(iid)
         bad: List[int] = []
         for token, iids in by_token.items():
-            if token is not None:  # one indexed query per claim instead of many IN lists
-                ok = set(conn.scalars(ready.where(t.c.claim_token == token)))
+            if token is not None:
+                # one query on the claim-token index (with the other conditions checked here: a
+                # planner offered (campaign, state) too may scan every submitted input instead)
+                by_claim = select(t.c.id, t.c.campaign_id, t.c.state, t.c.last_submission_id).where(
+                    t.c.claim_token == token)
+                ok = {i for i, camp, state, last in conn.execute(by_claim)
+                      if camp == campaign_id and state == "submitted" and last is None}
             else:
                 ok = set()
                 for chunk in _chunks(iids):

@@ -224,11 +224,16 @@ class Submitter:
         self.manifest = manifest
         self.campaign = campaign
         self.scripts = scripts_of(manifest)
+        self._script_by_job: Dict[int, ScriptInfo] = {}
         self.accounting = bool(manifest["submit"].get("accounting", True))
 
     def script_of(self, job_index: int) -> ScriptInfo:
+        hit = self._script_by_job.get(job_index)
+        if hit is not None:
+            return hit
         for s in self.scripts:
             if s.first <= job_index <= s.last:
+                self._script_by_job.update(dict.fromkeys(range(s.first, s.last + 1), s))
                 return s
         raise InputError([Problem(str(self.plan_dir / "manifest.json"), None, "", (
             f"has no script for job {job_index} recorded in {self.store.location}; the plan changed after "
