@@ -276,6 +276,7 @@ class QueuedJob:
     name: str
     state: str
     reason: str
+    raw_id: str = ""     # the unique numeric id (SLURM_JOB_ID inside the job; %A)
 
 
 def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
@@ -284,7 +285,7 @@ def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user:
 
     ``ended`` adds jobs that ended in the last MinJobAge seconds (``--states=all``).
     """
-    argv = ["squeue", "-h", "-o", "%i|%F|%j|%T|%R"]
+    argv = ["squeue", "-h", "-o", "%i|%F|%j|%T|%R|%A"]
     if expand:
         argv.append("-r")
     if ended:
@@ -303,9 +304,11 @@ def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user:
         raise SlurmError(f"squeue failed: {text}")
     out = []
     for line in proc.stdout.splitlines():
-        parts = line.split("|", 4)
+        head, _, raw = line.rpartition("|")
+        parts = head.split("|", 4)
         if len(parts) == 5:
-            out.append(QueuedJob(*(p.strip() for p in parts)))
+            job_id, array_job_id, name, state, reason = (p.strip() for p in parts)
+            out.append(QueuedJob(job_id, array_job_id, name, state, reason, raw.strip()))
     return out
 
 

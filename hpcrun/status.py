@@ -196,9 +196,12 @@ class Poller:
                 if state in slurm.TERMINAL and self.accounting and rec is None \
                         and (now - a.submitted_at).total_seconds() <= LOST_AFTER_S:
                     continue  # ended a moment ago: wait for accounting's record (CPU time, exit code)
-                changes.append(NewStateChange(a.id, state, now, reason=q.reason.strip("()")))
+                reason = q.reason.strip("()")
+                if state in slurm.TERMINAL and state != "COMPLETED" and q.raw_id:
+                    reason = _read(self._job_dir(a, q.raw_id) + "/reason") or reason  # the job's own words
+                changes.append(NewStateChange(a.id, state, now, reason=reason))
                 if state in slurm.TERMINAL:
-                    ended.append((a, ""))
+                    ended.append((a, q.raw_id))
                 continue
             if rec.state == a.last_state:
                 continue  # nothing new (the steady state of a long campaign: most polls change little)

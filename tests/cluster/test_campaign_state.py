@@ -350,6 +350,7 @@ def test_finalize_runs_once_after_every_reco_task(slurm_cluster, hpcrun_bin, exa
     """A 3-file array campaign with a finalize command that writes a summary of the outputs: the
     finalize job goes out with the array, chained by --dependency=afterany on the array id, starts
     only after every task ended (sacct Start/End), and a second submit does not send it again."""
+    began = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))  # earlier runs stay out
     glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 3)
     c = Campaign(slurm_cluster, hpcrun_bin, example_root, "finalize", burst_buffer=None, inputs__glob=glob,
                  jobs={"files_per_job": 1, "chains_per_node": 2, "array": "always"},
@@ -383,7 +384,7 @@ def test_finalize_runs_once_after_every_reco_task(slurm_cluster, hpcrun_bin, exa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     again = json.loads(proc.stdout)
     assert again["submitted"] == [] and again["finalize"]["action"] == "earlier", again
-    argv = ["sacct", "-n", "-X", "-P", "-S", "now-1hour", "--name", "e2e-finalize.finalize", "-o", "JobID"]
+    argv = ["sacct", "-n", "-X", "-P", "-S", began, "--name", "e2e-finalize.finalize", "-o", "JobID"]
     if slurm_cluster.accounting != "slurmdbd":
         argv.insert(1, "-c")
     named = slurm_cluster.run(argv)
@@ -410,3 +411,39 @@ def test_finalize_killed_after_sbatch_is_recovered_not_duplicated(slurm_cluster,
         assert third["finalize"]["action"] == "earlier" and held.queued()[("finalize.sbatch", "N/A")] == 1
     finally:
         held.cancel_all()
+
+
+def test_status_without_accounting_follows_squeue(slurm_cluster, hpcrun_bin, example_root):
+    """A site profile with `accounting: false`: status never calls sacct (a sacct that fails is
+    first on PATH) and still records each job's end from squeue and the job's own reason."""
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 2)
+    markers = slurm_cluster.pfs / "markers"
+    markers.mkdir()
+    (markers / "run1001.h5.fail").write_text("always\n")
+    slurm_cluster.chown(markers)
+    profiles = slurm_cluster.workdir / "profiles"
+    slurm_cluster.write(profiles / "local-noacct.yaml",
+                        "name: local-noacct\nextends: local-test\naccounting: false\n")
+    nosacct = slurm_cluster.workdir / "nosacct"
+    slurm_cluster.write(nosacct / "sacct", "#!/bin/sh\necho 'sacct must not be called' >&2\nexit 1\n", mode=0o755)
+    slurm_cluster.chown(profiles)
+    slurm_cluster.chown(nosacct)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "noacct", burst_buffer=None, inputs__glob=glob,
+                 chain_extra=["--fail-marked", str(markers)], site={"profile": "local-noacct"},
+                 jobs={"files_per_job": 1, "chains_per_node": 2})
+    env = {"HPCRUN_PROFILE_PATH": str(profiles), "COLUMNS": "200",
+           "PATH": f"{nosacct}:{slurm_cluster.user_env['PATH']}"}
+
+    def hp(*args: str) -> subprocess.CompletedProcess:
+        return slurm_cluster.run_as_user([c.hpcrun, *args], cwd=str(c.dir), env=env, timeout=400)
+
+    assert hp("plan", str(c.spec), "--out", str(c.plan)).returncode == 0
+    assert json.loads((c.plan / "manifest.json").read_text())["submit"]["accounting"] is False
+    assert hp("submit", str(c.plan)).returncode == 0
+    proc = hp("status", str(c.plan), "--wait", "--timeout", "240", "--json", "--all")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {j["job"]: j for j in json.loads(proc.stdout)["jobs"]}
+    assert (rows["e2e-noacct.00001"]["status"], rows["e2e-noacct.00001"]["state"]) == ("done", "COMPLETED")
+    bad = rows["e2e-noacct.00002"]
+    assert (bad["status"], bad["state"]) == ("failed", "FAILED"), bad
+    assert "chain(s) failed" in bad["reason"], bad
