@@ -304,11 +304,14 @@ def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user:
         raise SlurmError(f"squeue failed: {text}")
     out = []
     for line in proc.stdout.splitlines():
-        head, _, raw = line.rpartition("|")
-        parts = head.split("|", 4)
-        if len(parts) == 5:
-            job_id, array_job_id, name, state, reason = (p.strip() for p in parts)
-            out.append(QueuedJob(job_id, array_job_id, name, state, reason, raw.strip()))
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 5:
+            continue
+        # %R may itself hold a "|"; the raw id (%A) is all digits, and a squeue (or a stand-in)
+        # that prints only the first five fields gives none
+        raw = parts.pop() if len(parts) > 5 and parts[-1].isdigit() else ""
+        job_id, array_job_id, name, state = parts[:4]
+        out.append(QueuedJob(job_id, array_job_id, name, state, "|".join(parts[4:]), raw))
     return out
 
 

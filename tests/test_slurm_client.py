@@ -143,3 +143,21 @@ def test_submit_needs_a_plan(tmp_path):
     with pytest.raises(InputError) as exc:
         submit(Path(tmp_path))
     assert "not a plan directory" in str(exc.value)
+
+
+def test_squeue_rows_with_and_without_the_raw_id(tmp_path, monkeypatch):
+    """squeue -o '%i|%F|%j|%T|%R|%A'; a reason may hold '|', an older stand-in prints five fields."""
+    _fake_squeue = tmp_path / "bin"
+    _fake_squeue.mkdir()
+    (_fake_squeue / "squeue").write_text(
+        "#!/bin/sh\n"
+        "echo '123_4|123|camp.abc|COMPLETED|None|127'\n"
+        "echo '123_[5-9%2]|123|camp.abc|PENDING|(burst_buffer/lua: a|b)|123'\n"
+        "echo '130|130|camp.def|RUNNING|nid001'\n")
+    (_fake_squeue / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{_fake_squeue}:{os.environ['PATH']}")
+    rows = slurm.squeue_jobs(job_ids=["123", "130"], ended=True)
+    assert [(r.job_id, r.array_job_id, r.state, r.reason, r.raw_id) for r in rows] == [
+        ("123_4", "123", "COMPLETED", "None", "127"),
+        ("123_[5-9%2]", "123", "PENDING", "(burst_buffer/lua: a|b)", "123"),
+        ("130", "130", "RUNNING", "nid001", "")]
