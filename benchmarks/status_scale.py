@@ -43,33 +43,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from synthetic_campaign import make_plan  # noqa: E402
+
 SACCT = """#!/bin/sh
 printf '%s\n' "$*" >> "{log}"
 exec cat "{answer}"
 """
-
-
-def make_plan(work: Path, n: int) -> Path:
-    import textwrap
-
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
-
-    lst = work / "inputs.list"
-    with lst.open("w") as f:
-        for i in range(n):
-            f.write(f"/hpcrun-bench-nonexistent/raw/f{i:07d}.raw 1GB 2000\n")
-    spec = work / "campaign.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: status-bench
-        site: {{profile: local-test}}
-        walltime: 10m
-        inputs: {{list_file: {lst}, checksum: none}}
-        jobs: {{files_per_job: 1, chains_per_node: 1, array: always}}
-        chain: {{command: [/bin/true, "{{input}}"]}}
-        outputs: {{location: {work}/out, pattern: "{{stem}}.out"}}
-        """))
-    return write_plan(load_plan(spec), work / "plan").out_dir
 
 
 def record_submissions(plan: Path) -> list:
@@ -129,7 +108,7 @@ def main() -> int:
         from hpcrun.status import poll
 
         t0 = time.perf_counter()
-        plan = make_plan(work, args.tasks)
+        plan = make_plan(work, "status-bench", args.tasks, "always")
         arrays = record_submissions(plan)
         setup_s = time.perf_counter() - t0
         bindir = work / "bin"

@@ -36,37 +36,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from synthetic_campaign import make_plan  # noqa: E402
+
 from tests.cluster.pytest_cluster import read_env_file  # noqa: E402
 
 WRAPPER = '#!/bin/sh\nexec /usr/bin/sbatch --hold "$@"\n'
-
-
-def make_plan(work: Path, name: str, n: int, array: str) -> Path:
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
-
-    lst = work / f"{name}.list"
-    with lst.open("w") as f:
-        for i in range(n):
-            f.write(f"/hpcrun-bench-nonexistent/raw/f{i:07d}.raw 1GB 2000\n")
-    spec = work / f"{name}.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: {name}
-        site: {{profile: local-test}}
-        walltime: 10m
-        inputs: {{list_file: {lst}, checksum: none}}
-        jobs: {{files_per_job: 1, chains_per_node: 1, array: {array}}}
-        chain: {{command: [/bin/true, "{{input}}"]}}
-        outputs: {{location: {work}/out, pattern: "{{stem}}.out"}}
-        """))
-    return write_plan(load_plan(spec), work / f"{name}.plan").out_dir
 
 
 def cancel(name_prefix: str, env: dict) -> None:

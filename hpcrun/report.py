@@ -14,14 +14,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .state import ReportData, RunRow
+from .slurm import TERMINAL
+from .state import ReportData, RunRow, slurm_task_id
 
 # what the generated job's exit codes mean (docs/generated-job.md)
 EXIT_LABELS = {3: "setup failed", 4: "payload copy failed", 5: "database never ready",
                6: "database died too often", 7: "chain failed", 8: "merge failed", 9: "QA failed",
                10: "time limit", 11: "input checksum mismatch"}
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-         "PREEMPTED", "REVOKED"}
 
 
 @dataclass
@@ -126,7 +125,7 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
         if i.job_index is not None and i.events is not None:
             planned_events[i.job_index] = planned_events.get(i.job_index, 0) + i.events
 
-    ended = [r for r in data.runs if r.slurm_state in ENDED or r.slurm_state == "LOST"]
+    ended = [r for r in data.runs if r.slurm_state in TERMINAL or r.slurm_state == "LOST"]
     cpu = sum(r.cpu_s or 0.0 for r in ended)
     alloc = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 0) for r in ended)
     runs: List[RunMetrics] = []
@@ -139,7 +138,7 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
         nbytes = r.input_bytes or 0
         runs.append(RunMetrics(
             job_names.get(r.job_index, f"#{r.job_index}") if r.job_index is not None else "?",
-            r.job_id if r.array_index is None else f"{r.job_id}_{r.array_index}",
+            slurm_task_id(r.job_id, r.array_index),
             r.elapsed_s, r.cpu_s or 0.0, r.alloc_cpus or 0,
             _ratio(r.cpu_s or 0.0, r.elapsed_s * (r.alloc_cpus or 0)),
             nbytes, events, nbytes / 1e6 / r.elapsed_s, events / r.elapsed_s if events else None,

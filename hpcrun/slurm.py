@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from .errors import HpcrunError
 
@@ -126,31 +126,6 @@ def sacct(job_ids: Sequence[str], since: str = "now-30days") -> List[JobState]:
     if proc.returncode != 0:
         raise SlurmError(f"sacct failed: {proc.stderr.strip()}")
     return parse_sacct(proc.stdout)
-
-
-def squeue_states(job_ids: Sequence[str]) -> Dict[str, Tuple[str, str]]:
-    """State and reason (e.g. a burst-buffer stage-in failure text) of queued jobs, keyed by
-    job id as squeue prints it (pending array tasks as ``123_[0-9%2]``)."""
-    if not job_ids:
-        return {}
-    proc = _run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%R"])
-    out: Dict[str, Tuple[str, str]] = {}
-    if proc.returncode != 0:
-        return out
-    for line in proc.stdout.splitlines():
-        job_id, state, reason = (line.split("|", 2) + ["", ""])[:3]
-        out[job_id.strip()] = (state.strip(), reason.strip())
-    return out
-
-
-def scontrol_job(job_id: str) -> Dict[str, str]:
-    proc = _run(["scontrol", "show", "job", "-o", job_id])
-    if proc.returncode != 0:
-        return {}
-    fields: Dict[str, str] = {}
-    for m in re.finditer(r"(\w+)=(.*?)(?= \w+=|$)", proc.stdout.strip()):
-        fields[m.group(1)] = m.group(2)
-    return fields
 
 
 # ---- campaign-level queries: tags, accounting records, queue size -------------------------

@@ -289,9 +289,7 @@ class JobState:
 
     @property
     def slurm_id(self) -> Optional[str]:
-        if self.slurm_job_id is None:
-            return None
-        return self.slurm_job_id if self.array_index is None else f"{self.slurm_job_id}_{self.array_index}"
+        return None if self.slurm_job_id is None else slurm_task_id(self.slurm_job_id, self.array_index)
 
 
 @dataclass(frozen=True)
@@ -358,7 +356,7 @@ class ActiveSubmission:
 
     @property
     def slurm_id(self) -> str:
-        return self.job_id if self.array_index is None else f"{self.job_id}_{self.array_index}"
+        return slurm_task_id(self.job_id, self.array_index)
 
 
 @dataclass(frozen=True)
@@ -408,6 +406,11 @@ class FinalizeRecord:
     started_at: Optional[dt.datetime]
     ended_at: Optional[dt.datetime]
     reason: Optional[str]
+
+
+def slurm_task_id(job_id: str, array_index: Optional[int]) -> str:
+    """How Slurm names a job or an array task: ``123`` or ``123_4``."""
+    return job_id if array_index is None else f"{job_id}_{array_index}"
 
 
 def normalize_slurm_state(state: str) -> str:

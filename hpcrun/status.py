@@ -29,8 +29,10 @@ from .state import (
     StateStore,
     StateStoreError,
     normalize_slurm_state,
+    parse_exit_code,
 )
 from .submit import open_plan_store, read_manifest
+from .units import format_duration
 
 IN_FLIGHT = ("submitted", "running")
 LOST_AFTER_S = 60.0  # a job neither squeue nor sacct knows this long after sbatch is gone
@@ -108,10 +110,7 @@ def _read(path: str) -> str:
 
 
 def _fmt_elapsed(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return ""
-    s = int(seconds)
-    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return "" if seconds is None else format_duration(int(seconds))
 
 
 class Poller:
@@ -205,7 +204,7 @@ class Poller:
                 continue
             if rec.state == a.last_state:
                 continue  # nothing new (the steady state of a long campaign: most polls change little)
-            code, sig = _exit(rec.exit_code)
+            code, sig = parse_exit_code(rec.exit_code)
             reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
             if rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
                 # sacct keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
@@ -261,7 +260,7 @@ def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> 
                        if q.job_id == row.job_id), None)
     own = _read(f"{poller.run_dir}/finalize/{row.job_id}/reason")
     if rec is not None and not (rec.state == "PENDING" and queued is not None):
-        code, _sig = _exit(rec.exit_code)
+        code, _sig = parse_exit_code(rec.exit_code)
         if rec.state == "PENDING":
             reason = rec.reason
         elif rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
@@ -305,14 +304,6 @@ def finalize_summary(manifest: Dict[str, Any], store: Optional[StateStore],
             "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}
 
 
-def _exit(text: str) -> Tuple[Optional[int], Optional[int]]:
-    code, _, sig = text.partition(":")
-    try:
-        return int(code), int(sig or 0)
-    except ValueError:
-        return None, None
-
-
 # without --all: the jobs a human must look at, and those in flight while they are few enough to list
 NEED_A_HUMAN = ("failed", "parked")
 MAX_IN_FLIGHT_ROWS = 500
@@ -338,7 +329,7 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     report = StatusReport(campaign, store.location)
     report.counts = store.job_counts(campaign_id)
     report.inputs = store.counts_by_state(campaign_id)
-    report.held = sum(1 for why in waiting.values() if "burst_buffer" in why)
+    report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
     if all_jobs:
         states: Optional[Tuple[str, ...]] = None
     elif sum(report.counts.get(s, 0) for s in IN_FLIGHT) <= MAX_IN_FLIGHT_ROWS:
@@ -384,9 +375,9 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
         return report
 
 
-def needs_attention(row: JobRow) -> bool:
+def held_for_a_human(pending_reason: str) -> bool:
     """A pending job that Slurm holds because of a burst-buffer failure will not start by itself."""
-    return row.state == "PENDING" and "burst_buffer" in row.reason
+    return "burst_buffer" in pending_reason
 
 
 def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Optional[float] = None,
