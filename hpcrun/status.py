@@ -205,6 +205,10 @@ class Poller:
             if rec.state == a.last_state:
                 continue  # nothing new (the steady state of a long campaign: most polls change little)
             code, sig = parse_exit_code(rec.exit_code)
+            if rec.state in slurm.TERMINAL and (code is None or rec.elapsed_s is None):
+                ended_at = slurm.parse_time(rec.end)
+                if ended_at is None or (now - ended_at).total_seconds() <= LOST_AFTER_S:
+                    continue  # accounting has the end but not yet its exit code or elapsed time: next poll
             reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
             if rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
                 # sacct keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
