@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 from .profile import SiteProfile
-from .shell import quote, sbatch_value
+from .shell import Shell, quote, sbatch_value
 from .spec import ContainerSpec
 from .units import format_binary_suffix
 
@@ -62,9 +62,9 @@ class Runtime:
         """What is wrong with the plan for this runtime, and notes for the user."""
         return [], []
 
-    def prefix(self) -> str:
+    def prefix(self) -> Shell:
         """Shell words placed between ``srun [opts]`` and the command."""
-        return ""
+        return Shell("")
 
     def node_cache_dir(self) -> Optional[str]:
         """Where the payload cache lives as seen inside the container (None: use node-local)."""
@@ -129,10 +129,10 @@ class Shifter(Runtime):
             opts.append(f"--module={sbatch_value(','.join(modules))}")
         return opts
 
-    def prefix(self) -> str:
-        words = [quote(self.settings.command)]
+    def prefix(self) -> Shell:
+        words: List[str] = [quote(self.settings.command)]
         words += [quote(o) for o in self.spec.options]
-        return " ".join(words)
+        return Shell(" ".join(words))
 
     def node_cache_dir(self) -> Optional[str]:
         return self.settings.cache_mount if self.uses_per_node_cache() else None
@@ -148,10 +148,10 @@ class Apptainer(Runtime):
     # options that drop the host environment, through which hpcrun passes HPCRUN_* to tasks
     CLEARS_ENV: ClassVar[frozenset] = frozenset({"--cleanenv", "-e", "--containall", "-C", "--compat"})
 
-    def prefix(self) -> str:
+    def prefix(self) -> Shell:
         settings = self.profile.containers.apptainer
         assert settings is not None
-        words = [quote(settings.command), "exec"]
+        words: List[str] = [quote(settings.command), "exec"]
         words += [quote(o) for o in settings.exec_options]
         words += [quote(o) for o in self.spec.options]
         for site_bind in settings.binds:
@@ -160,7 +160,7 @@ class Apptainer(Runtime):
             spec = f"{bind.source}:{bind.target}" + (":ro" if bind.read_only else "")
             words += ["-B", spec]
         words.append(quote(self.spec.image))
-        return " ".join(words)
+        return Shell(" ".join(words))
 
 
 @register
@@ -170,10 +170,10 @@ class PodmanHpc(Runtime):
 
     name: ClassVar[str] = "podman-hpc"
 
-    def prefix(self) -> str:
+    def prefix(self) -> Shell:
         settings = self.profile.containers.podman_hpc
         assert settings is not None
-        words = [quote(settings.command), "run", "--rm"]
+        words: List[str] = [quote(settings.command), "run", "--rm"]
         words += [quote(o) for o in settings.run_options]
         words += [quote(o) for o in self.spec.options]
         for pattern in ("HPCRUN_*", "SLURM_*", "DW_*", *self.env_names):
@@ -182,7 +182,7 @@ class PodmanHpc(Runtime):
             spec = f"{bind.source}:{bind.target}" + (":ro" if bind.read_only else "")
             words += ["-v", spec]
         words.append(quote(self.spec.image))
-        return " ".join(words)
+        return Shell(" ".join(words))
 
 
 def _under(path: str, root: str) -> bool:
@@ -259,9 +259,9 @@ class Charliecloud(Runtime):
         return _under(path, "/tmp") or any(
             b.path is not None and _under(path, b.path) for b in self.mounts())
 
-    def prefix(self) -> str:
+    def prefix(self) -> Shell:
         s = self.settings
-        words = [quote(s.command)]
+        words: List[str] = [quote(s.command)]
         words += [quote(o) for o in s.options]
         words += [quote(o) for o in self.spec.options]
         if s.private_tmp:
@@ -272,7 +272,7 @@ class Charliecloud(Runtime):
         words.append(f"--set-env=HOME={home}")
         assert self.spec.image is not None
         words += [quote(self.spec.image), "--"]
-        return " ".join(words)
+        return Shell(" ".join(words))
 
     def setup_lines(self) -> List[str]:
         s = self.settings

@@ -13,7 +13,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Set
 
 from .errors import did_you_mean
-from .shell import quote
+from .shell import Shell, quote
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{((?:env:)?[A-Za-z_][A-Za-z0-9_]*)\}|\{|\}")
 
@@ -69,7 +69,7 @@ def check(args: Sequence[str], allowed: Set[str], allow_env: bool = True) -> Opt
     return None
 
 
-def to_shell(args: Sequence[str]) -> str:
+def to_shell(args: Sequence[str]) -> Shell:
     """Render argv (already checked) as one line of shell words."""
     words: List[str] = []
     for arg in args:
@@ -97,7 +97,7 @@ def to_shell(args: Sequence[str]) -> str:
         if literal or not pieces:
             pieces.append(quote(literal))
         words.append("".join(pieces))
-    return " ".join(words)
+    return Shell(" ".join(words))
 
 
 def expand_pattern(pattern: str, **values: str) -> str:

@@ -1,8 +1,10 @@
 """Renderers: a Plan becomes text (job scripts, helper scripts, tasks table, manifest).
 
 Jinja2 runs with StrictUndefined, so a misspelt variable in a template is an
-error, never an empty string. Every value reaching shell goes through the ``q``
-filter (single-quote) unless Python already produced shell words.
+error, never an empty string. Quoting is the default (``finalize``): every ``{{ value }}``
+is written as one single-quoted shell word unless Python built it as :class:`Shell`
+text (quoted words, vetted directive lines, one-line comments). Template fragments
+(the macros of ``_shell.j2``) are inserted with ``{% call %}``, which is not quoted.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import jinja2
 from . import __version__
 from .planner import Plan, ScriptPlan
 from .resources import site_template_dirs
-from .shell import quote, sbatch_value
+from .shell import Shell, comment, finalize, join, quote, sbatch_value
 from .units import format_capacity, format_duration
 
 
@@ -35,9 +37,15 @@ def environment(search: Iterable[Path]) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, autoescape=False, trim_blocks=True,
         lstrip_blocks=True, keep_trailing_newline=True, auto_reload=False,
         # bash's ${#array[@]} would open a Jinja comment; use {## ... ##} for comments.
-        comment_start_string="{##", comment_end_string="##}")
-    env.filters["q"] = quote
+        comment_start_string="{##", comment_end_string="##}", finalize=finalize)
+    env.filters["q"] = _q
+    env.filters["comment"] = comment
     return env
+
+
+def _q(value: object) -> Shell:
+    """The explicit quoting filter of older site templates; quoting is now the default."""
+    return value if isinstance(value, Shell) else quote(value)
 
 
 def template_dirs(plan: Plan) -> List[Path]:
@@ -45,50 +53,54 @@ def template_dirs(plan: Plan) -> List[Path]:
     return site_template_dirs(plan.profile_files)
 
 
-def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[str]:
+def _opt(name: str, value: object = None) -> Shell:
+    """One ``#SBATCH`` option: ``--name`` or ``--name=value`` (the value checked for the line)."""
+    return Shell(name if value is None else f"{name}={sbatch_value(value)}")
+
+
+def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[Shell]:
     c, part = plan.campaign, plan.partition
     name = c.name if script.array else script.jobs[0].name
-    opts = [f"--job-name={sbatch_value(name)}"]
+    opts = [_opt("--job-name", name)]
     opts += _site_options(plan)
-    opts.append(f"--nodes={c.jobs.nodes}")
+    opts.append(_opt("--nodes", c.jobs.nodes))
     if part.exclusive:
-        opts.append("--exclusive")
+        opts.append(_opt("--exclusive"))
     else:
         per_node = max(j.chains_per_node for j in script.jobs)
-        opts.append(f"--ntasks-per-node={min(per_node, part.cpus)}")
-    opts.append(f"--time={format_duration(c.walltime)}")
-    opts.append(f"--signal=B:USR1@{plan.profile.signal_before_timeout}")
+        opts.append(_opt("--ntasks-per-node", min(per_node, part.cpus)))
+    opts.append(_opt("--time", format_duration(c.walltime)))
+    opts.append(_opt("--signal", f"B:USR1@{plan.profile.signal_before_timeout}"))
     log = f"{plan_dir}/logs/%x-%A_%a.out" if script.array else f"{plan_dir}/logs/%x-%j.out"
-    opts.append(f"--output={sbatch_value(log)}")
-    opts.append(f"--comment={sbatch_value('hpcrun:' + c.name)}")
+    opts.append(_opt("--output", log))
+    opts.append(_opt("--comment", "hpcrun:" + c.name))
     if script.array:
-        opts.append(f"--array={script.array}")
-    opts += plan.runtime.sbatch_options()
-    opts += list(c.site.extra_sbatch and [_extra(o) for o in c.site.extra_sbatch] or [])
+        opts.append(_opt("--array", script.array))
+    opts += [Shell(o) for o in plan.runtime.sbatch_options()]
+    opts += [_extra(o) for o in c.site.extra_sbatch]
     return opts
 
 
-def _extra(opt: str) -> str:
+def _extra(opt: str) -> Shell:
     key, sep, value = opt.partition("=")
-    return key + (sep + sbatch_value(value) if sep else "")
+    return _opt(key, value if sep else None)
 
 
 def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
     db = plan.database
     if db is None:
         return None
-    leading = ""
     options = list(db.options)
     if options and options[0].startswith(("--defaults-file", "--defaults-extra-file", "--no-defaults")):
-        leading = quote(options.pop(0)) + " "
+        leading = quote(options.pop(0))
     else:
-        leading = "--no-defaults "
+        leading = Shell("--no-defaults")
     remove_cache = plan.runtime.node_cache_dir() is None
     return {
         "server": db.server, "client": db.client, "admin": db.admin, "payload": db.payload,
-        "cache_dir": db.cache_dir, "networking": db.networking,
+        "cache_dir": Shell(db.cache_dir), "networking": db.networking,
         "leading_options": leading,
-        "options": "".join(" " + quote(o) for o in options),
+        "options": join(options),
         "ready_timeout": db.ready_timeout, "max_restarts": db.max_restarts,
         "backoff": db.backoff, "check_query": db.check_query,
         "port_base": plan.profile.db_port_base,
@@ -97,6 +109,10 @@ def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
         # copying the payload takes time too: allow 1 GB/s at worst 30 MB/s plus the timeout
         "wait_seconds": db.ready_timeout + 60 + db.payload_bytes // (30 * 10**6),
     }
+
+
+def _shell_or_none(text: Optional[str]) -> Optional[Shell]:
+    return None if text is None else Shell(text)
 
 
 def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
@@ -109,25 +125,25 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     modules = list(plan.profile.prologue.modules) + list(c.software.modules)
     qa = None
     if c.qa:
-        qa = {"count_command": plan.commands.get("count_events"),
-              "command": plan.commands.get("qa"), "min_fraction": repr(c.qa.min_event_fraction)}
-    launcher = " ".join([quote(plan.profile.launcher.command)]
-                        + [quote(o) for o in plan.profile.launcher.options])
+        qa = {"count_command": _shell_or_none(plan.commands.get("count_events")),
+              "command": _shell_or_none(plan.commands.get("qa")), "min_fraction": repr(c.qa.min_event_fraction)}
+    launcher = join([plan.profile.launcher.command, *plan.profile.launcher.options])
     prefix = plan.runtime.prefix()
     overcommit = c.jobs.overcommit and any(j.chains_per_node > plan.partition.cpus for j in plan.jobs)
     return {
         "chain_env": sorted(c.chain.env.items()),
-        "version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
+        "version": __version__, "campaign": c.name, "spec_file": comment(plan.spec_file),
         "profile_name": plan.profile.name, "plan_dir": plan_dir,
         "release": c.software.release or "", "env": env, "modules": modules,
         "database": _database_context(plan), "merge": plan.commands.get("merge") is not None,
-        "merge_command": plan.commands.get("merge"), "chain_command": plan.commands["chain"],
-        "qa": qa, "launcher": launcher, "runtime_prefix": prefix,
-        "runtime_prefix_batch": (prefix + " ") if prefix else "",
-        "runtime_setup": plan.runtime.setup_lines(),
-        "chain_srun_options": "--overcommit " if overcommit else "",
-        "input_dir_expr": plan.input_dir_expr, "work_dir_expr": plan.work_dir_expr,
-        "out_dir_expr": plan.out_dir_expr,
+        "merge_command": _shell_or_none(plan.commands.get("merge")),
+        "chain_command": Shell(plan.commands["chain"]),
+        "qa": qa, "launcher": launcher, "runtime_prefix": Shell(prefix),
+        "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
+        "runtime_setup": [Shell(line) for line in plan.runtime.setup_lines()],
+        "chain_srun_options": Shell("--overcommit " if overcommit else ""),
+        "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
+        "out_dir_expr": Shell(plan.out_dir_expr),
         "cleanup_workdir": plan.bb is None and plan.commands.get("merge") is not None,
         "checksum": _checksum_context(plan),
     }
@@ -137,7 +153,7 @@ def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
     cs = plan.checksum
     if cs is None or not any(v for j in plan.jobs for v in j.checksums):
         return None  # nothing to verify: the job has no checksum step
-    return {"algo": cs.algo, "tool": cs.tool, "command": cs.command, "hint": cs.hint}
+    return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint}
 
 
 def render_script(env: jinja2.Environment, template: str, plan: Plan, script: ScriptPlan,
@@ -148,16 +164,16 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
         comments = []
     else:
         label = f"job {first.index + 1} of {len(plan.jobs)}"
-        comments = ["inputs: " + " ".join(i.path for i in first.inputs[:20])
-                    + (" ..." if len(first.inputs) > 20 else "")]
+        comments = [comment("inputs: " + " ".join(i.path for i in first.inputs[:20])
+                            + (" ..." if len(first.inputs) > 20 else ""))]
         if first.bb_capacity:
-            comments.append(f"burst buffer: {format_capacity(first.bb_capacity)} "
-                            f"(needed {first.bb_needed} bytes)")
+            comments.append(comment(f"burst buffer: {format_capacity(first.bb_capacity)} "
+                                    f"(needed {first.bb_needed} bytes)"))
     ctx = dict(common)
     ctx.update({
         "sbatch_options": _sbatch_options(plan, script, plan_dir),
-        "bb_lines": list(script.bb_lines), "is_array": script.array is not None,
-        "first_index": first.index, "script_label": label, "comment_lines": comments,
+        "bb_lines": [Shell(line) for line in script.bb_lines], "is_array": script.array is not None,
+        "first_index": first.index, "script_label": comment(label), "comment_lines": comments,
     })
     return env.get_template(template).render(ctx)
 
@@ -170,34 +186,34 @@ def finalize_name(campaign: str) -> str:
     return f"{campaign}.finalize"
 
 
-def _site_options(plan: Plan) -> List[str]:
+def _site_options(plan: Plan) -> List[Shell]:
     """Where every job of the campaign runs and who pays: partition, QOS, account, reservation, constraint."""
     c, part = plan.campaign, plan.partition
     opts = []
     if part.slurm_partition:
-        opts.append(f"--partition={sbatch_value(part.slurm_partition)}")
+        opts.append(_opt("--partition", part.slurm_partition))
     if plan.qos:
-        opts.append(f"--qos={sbatch_value(plan.qos)}")
+        opts.append(_opt("--qos", plan.qos))
     if c.site.account:
-        opts.append(f"--account={sbatch_value(c.site.account)}")
+        opts.append(_opt("--account", c.site.account))
     if c.site.reservation:
-        opts.append(f"--reservation={sbatch_value(c.site.reservation)}")
+        opts.append(_opt("--reservation", c.site.reservation))
     if part.constraint:
-        opts.append(f"--constraint={sbatch_value(part.constraint)}")
+        opts.append(_opt("--constraint", part.constraint))
     return opts
 
 
-def _finalize_options(plan: Plan, plan_dir: str) -> List[str]:
+def _finalize_options(plan: Plan, plan_dir: str) -> List[Shell]:
     """One task on one node of the campaign's partition; no array, no burst buffer, no container."""
     c = plan.campaign
     assert c.finalize is not None
-    opts = [f"--job-name={sbatch_value(finalize_name(c.name))}"]
+    opts = [_opt("--job-name", finalize_name(c.name))]
     opts += _site_options(plan)
-    opts += ["--nodes=1", "--ntasks=1"]
-    opts.append(f"--time={format_duration(c.finalize.walltime or c.walltime)}")
-    opts.append(f"--signal=B:USR1@{plan.profile.signal_before_timeout}")
-    opts.append(f"--output={sbatch_value(plan_dir + '/logs/%x-%j.out')}")
-    opts.append(f"--comment={sbatch_value('hpcrun:' + c.name)}")
+    opts += [_opt("--nodes", 1), _opt("--ntasks", 1)]
+    opts.append(_opt("--time", format_duration(c.finalize.walltime or c.walltime)))
+    opts.append(_opt("--signal", f"B:USR1@{plan.profile.signal_before_timeout}"))
+    opts.append(_opt("--output", plan_dir + "/logs/%x-%j.out"))
+    opts.append(_opt("--comment", "hpcrun:" + c.name))
     opts += [_extra(o) for o in c.site.extra_sbatch]
     return opts
 
@@ -208,7 +224,7 @@ def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any],
     ctx = dict(common)
     ctx.update({"sbatch_options": _finalize_options(plan, plan_dir), "after": c.finalize.after,
                 "job_name": finalize_name(c.name), "outdir": c.outputs.location,
-                "finalize_command": plan.commands["finalize"]})
+                "finalize_command": Shell(plan.commands["finalize"])})
     return env.get_template("finalize.sh.j2").render(ctx)
 
 

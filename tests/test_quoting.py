@@ -117,3 +117,62 @@ def test_sbatch_values_cannot_break_the_directive_block(spec_factory, tmp_path):
     text = next((write_plan(load_plan(spec), tmp_path / "p").out_dir / "jobs").glob("*")).read_text()
     assert '#SBATCH --mail-type="a b $(x)"' in text
     assert "#SBATCH --mail-user=me@x.org" in text
+
+
+# ---- regressions: values that reached the job unquoted before quoting became the default ----
+
+def _marker_free(*dirs: Path) -> None:
+    for where in dirs:
+        hits = [p for p in where.rglob("PWNED*")]
+        assert not hits, f"injection ran: {hits}"
+
+
+@pytest.mark.parametrize("quote_char", ["", '"'])
+def test_database_payload_and_server_never_run_as_commands(spec_factory, tmp_path, quote_char):
+    """Both values were written unquoted into a double-quoted log line of every job: the
+    commands ran on the batch node, and a double quote killed every job with a syntax error."""
+    payload = tmp_path / f"payload`touch PWNED-payload`$(touch PWNED-payload2){quote_char}x"
+    payload.mkdir()
+    (payload / "table.frm").write_bytes(b"x")
+    server = f"/usr/sbin/mariadbd$(touch PWNED-server)`touch PWNED-server2`{quote_char}"
+    spec = spec_factory({"database": {"payload": str(payload), "server": server, "ready_timeout": "5s"}}, inputs=1)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = _run_job(plan_dir, cwd)
+    _marker_free(tmp_path)
+    # the server does not exist, so the job fails as it should: with exit 5 and a reason that
+    # names the server exactly as written (before: a syntax error and no reason file)
+    assert proc.returncode == 5, proc.stderr
+    run = next((plan_dir / "run").glob("*/4242"))
+    assert server in (run / "reason").read_text()
+    assert f"payload {payload})" in proc.stderr
+
+
+def test_spec_file_name_with_a_newline_stays_a_comment(spec_factory, tmp_path):
+    """The spec's file name is printed in a header comment; a newline ended the comment."""
+    spec = spec_factory(name="camp\ntouch PWNED-name\n$(touch PWNED-name2).yaml", inputs=1)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    script = next((plan_dir / "jobs").glob("*.sbatch"))
+    header = [line for line in script.read_text().splitlines() if "Generated from" in line]
+    assert header == [f"# Generated from {tmp_path}/camp\\ntouch PWNED-name\\n$(touch PWNED-name2).yaml "
+                      "with site profile local-test; re-run `hpcrun plan`"]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = _run_job(plan_dir, cwd)
+    _marker_free(tmp_path)
+    assert "touch PWNED" not in proc.stderr or proc.returncode == 0
+
+
+@pytest.mark.parametrize("value", ["a\nb", "tab\there", "\x01ctl", "x\r\n", "é\n✓"])
+def test_quoted_values_are_always_one_line(value):
+    assert "\n" not in quote(value) and "\r" not in quote(value)
+    out = subprocess.run(["bash", "-c", f"printf %s {quote(value)}"], capture_output=True, check=True).stdout
+    assert out.decode() == value
+
+
+def test_quote_is_the_standard_library_for_printable_text():
+    import shlex
+    for value in HOSTILE:
+        if "\t" not in value:
+            assert quote(value) == shlex.quote(value)

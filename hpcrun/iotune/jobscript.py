@@ -14,7 +14,7 @@ from ..dwgrammar import check_script
 from ..errors import HpcrunError
 from ..render import environment
 from ..resources import site_template_dirs
-from ..shell import quote
+from ..shell import Shell, comment, quote
 from ..units import format_size
 from . import fio, ior_engine
 from .plan import SweepPlan, sbatch_options, target_dir_expr, target_root_expr
@@ -24,7 +24,7 @@ TEMPLATE = "iotune.sh.j2"
 _VARS = {DIR: '"$POINT_DIR"', RAW: '"$RAW"'}
 
 
-def word(text: str) -> str:
+def word(text: str) -> Shell:
     """One shell word; placeholders become double-quoted variable references."""
     out: List[str] = []
     literal = ""
@@ -42,11 +42,11 @@ def word(text: str) -> str:
         i += len(hit)
     if literal or not out:
         out.append(quote(literal))
-    return "".join(out)
+    return Shell("".join(out))
 
 
-def words(argv: Sequence[str]) -> str:
-    return " ".join(word(w) for w in argv)
+def words(argv: Sequence[str]) -> Shell:
+    return Shell(" ".join(word(w) for w in argv))
 
 
 def label(point: Point) -> str:
@@ -54,7 +54,7 @@ def label(point: Point) -> str:
             f"transfer {format_size(point.transfer)}, block {format_size(point.block)}, {point.layout}")
 
 
-def step_words(plan: SweepPlan, step: Step) -> str:
+def step_words(plan: SweepPlan, step: Step) -> Shell:
     """launcher, container prefix, Darshan variables and the engine argv, as shell text."""
     parts: List[str] = []
     assert plan.runtime is not None
@@ -75,7 +75,7 @@ def step_words(plan: SweepPlan, step: Step) -> str:
         else:
             parts += ["env"] + [word(f"{k}={v}") for k, v in step.env]
     parts.append(words(step.argv))
-    return " ".join(parts)
+    return Shell(" ".join(parts))
 
 
 def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
@@ -88,20 +88,21 @@ def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
         for p in plan.points:
             if p.target != t.name:
                 continue
-            points.append({"id": p.id, "label": label(p), "log": quote(f"{p.id}: {label(p)}"), "steps": [
+            points.append({"id": p.id, "label": comment(label(p)), "log": quote(f"{p.id}: {label(p)}"), "steps": [
                 {"name": s.name, "stdout": quote(s.stdout), "words": step_words(plan, s),
-                 "darshan_dir": quote(s.darshan) if s.darshan and not s.darshan.endswith(".darshan") else ""}
+                 "darshan_dir": quote(s.darshan) if s.darshan and not s.darshan.endswith(".darshan") else Shell("")}
                 for s in plan.steps_of(p)]})
         # target paths hold no newline (validated), so a label is safe in a comment
         shown = t.name + (f" ({t.path})" if t.path and t.kind != "path" else "")
-        targets.append({"index": t.index, "label": shown, "root_expr": target_root_expr(plan, t),
-                        "dir_expr": target_dir_expr(plan, t), "points": points})
+        targets.append({"index": t.index, "label": comment(shown), "root_expr": Shell(target_root_expr(plan, t)),
+                        "dir_expr": Shell(target_dir_expr(plan, t)), "points": points})
     return {
         "version": __version__, "sweep_name": plan.sweep.name, "engine": plan.engine,
-        "profile_name": plan.profile.name, "out_dir": quote(out_dir), "out_dir_shown": out_dir.replace("\n", " "),
-        "sbatch_options": sbatch_options(plan, out_dir), "bb_lines": plan.bb_lines,
+        "profile_name": plan.profile.name, "out_dir": quote(out_dir), "out_dir_shown": comment(out_dir),
+        "sbatch_options": [Shell(o) for o in sbatch_options(plan, out_dir)],
+        "bb_lines": [Shell(line) for line in plan.bb_lines],
         "env": env, "modules": list(plan.profile.prologue.modules),
-        "darshan_lib": quote(plan.darshan_lib) if plan.darshan_lib else "",
+        "darshan_lib": quote(plan.darshan_lib) if plan.darshan_lib else Shell(""),
         "version_command": words(version_argv), "targets": targets, "points": plan.points,
     }
 

@@ -10,6 +10,8 @@ cache=/tmp/hpcrun.${SLURM_JOB_ID}.${SLURMD_NODENAME}
 socket="$cache/mysqld.sock"
 payload=/tmp/hpcrun-test-cluster/pfs/detector-reco/conditions
 server=/usr/sbin/mariadbd
+ready_timeout=60
+max_restarts=3
 log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >> "$status/$node.log"; }
 mark() { printf '%s\n' "$2" > "$status/$node.$1"; }
 probe() {
@@ -66,11 +68,11 @@ while :; do
   "$server" "${args[@]}" &
   child=$!
   log "started $server (pid $child)"
-  deadline=$(( SECONDS + 60 ))
+  deadline=$(( SECONDS + ready_timeout ))
   until probe; do
     kill -0 "$child" 2>/dev/null || break
     if [ "$SECONDS" -ge "$deadline" ]; then
-      mark failed "not answering after 60s: $(tail -n 3 "$status/$node.err" 2>/dev/null | tr '\n' ' ')"
+      mark failed "not answering after ${ready_timeout}s: $(tail -n 3 "$status/$node.err" 2>/dev/null | tr '\n' ' ')"
       kill -TERM "$child" 2>/dev/null
       wait "$child"
       exit 5
@@ -98,13 +100,13 @@ while :; do
   fi
   restarts=$(( restarts + 1 ))
   printf '%s %s\n' "$(date +%s.%N)" "$rc" >> "$status/$node.restarts"
-  log "server exited with code $rc; restart $restarts of 3"
-  if [ "$restarts" -gt 3 ]; then
-    mark failed "server died $restarts times (max_restarts 3); see $node.err"
+  log "server exited with code $rc; restart $restarts of $max_restarts"
+  if [ "$restarts" -gt "$max_restarts" ]; then
+    mark failed "server died $restarts times (max_restarts $max_restarts); see $node.err"
     exit 6
   fi
   if [ "$ready_once" -eq 0 ] && [ "$SECONDS" -ge "$deadline" ]; then
-    mark failed "not answering after 60s"
+    mark failed "not answering after ${ready_timeout}s"
     exit 5
   fi
   sleep 1
