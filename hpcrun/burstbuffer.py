@@ -3,16 +3,34 @@
 ``datawarp``: Cray DataWarp ``#DW`` lines. ``slurm-lua``: the same DataWarp
 vocabulary under the site's ``Directive=`` word (e.g. the shipped emulator), with
 ``pool=`` always written because the Lua plugin rejects a capacity without a
-pool. ``rabbit``: HPE Near Node Flash (``#DW jobdw type=xfs ... name=``,
+pool. ``rabbit``: HPE Near Node Flash (``#DW jobdw type=xfs ... name=``, ``type=lustre`` for jobs on several nodes,
 ``copy_in``/``copy_out``). ``none``: no lines.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar, Dict, List, Optional, Type
 
 from .units import format_capacity
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def value_problem(value: str) -> str:
+    """Why ``value`` cannot be one ``key=value`` token of a DataWarp-style line, or ''.
+
+    The grammar splits on blanks and has no quoting; ``$`` would be read as a variable by
+    the burst-buffer side; a control character would end or corrupt the line.
+    """
+    if _CONTROL.search(value):
+        return "a control character (line break, TAB, ...)"
+    if any(c.isspace() for c in value):
+        return "a blank"
+    if "$" in value:
+        return "'$'"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -31,6 +49,7 @@ class BufferRequest:
     stage_in: List[Stage] = field(default_factory=list)
     stage_out: List[Stage] = field(default_factory=list)
     persistent: List[str] = field(default_factory=list)
+    nodes: int = 1
 
 
 class Writer:
@@ -90,7 +109,10 @@ class Rabbit(Writer):
 
     def lines(self, req: BufferRequest) -> List[str]:
         p = self.prefix
-        out = [f"{p} jobdw type=xfs capacity={format_capacity(req.capacity)} name={self.NAME}"]
+        # xfs is a file system per compute node; a job on several nodes needs the one they share,
+        # or the merge on the first node would not see the parts written on the others
+        kind = "xfs" if req.nodes == 1 else "lustre"
+        out = [f"{p} jobdw type={kind} capacity={format_capacity(req.capacity)} name={self.NAME}"]
         out += [f"{p} persistentdw name={n}" for n in req.persistent]
         out += [f"{p} copy_in source={s.source} destination={s.destination}" for s in req.stage_in]
         out += [f"{p} copy_out source={s.source} destination={s.destination}" for s in req.stage_out]

@@ -71,7 +71,10 @@ def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool
         return
     out.print(plan_table(plan, str(result.out_dir)))
     if want_diff:
-        if result.diff:
+        if not result.previous:
+            out.print(f"no previous plan in {result.out_dir} to compare with: every file above is new",
+                      highlight=False)
+        elif result.diff:
             click.echo(result.diff, nl=False)
         else:
             out.print("no changes against the previous plan")

@@ -12,10 +12,13 @@ import hashlib
 import itertools
 import os
 import shutil
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from . import carried
 from .dwgrammar import check_script
 from .errors import HpcrunError, InputError, Problem
 from .planner import Plan
@@ -37,6 +40,7 @@ class WriteResult:
     files: List[RenderedFile]
     diff: Optional[str]
     manifest: dict
+    previous: bool = False     # a plan was already in the directory (what --diff compares with)
 
 
 def _check_rendered(plan: Plan, files: List[RenderedFile]) -> None:
@@ -50,7 +54,15 @@ def _check_rendered(plan: Plan, files: List[RenderedFile]) -> None:
                                     "this is a bug in hpcrun or a site template")
 
 
+def _check_out_dir(out_dir: Path) -> None:
+    why = carried.check_plan_dir(str(out_dir))
+    if why:
+        raise InputError([Problem(str(out_dir).replace("\n", "\\n"), None, "--out",
+                                  why + "; choose a directory whose path has neither.")])
+
+
 def _render(plan: Plan, out_dir: Path) -> tuple:
+    _check_out_dir(out_dir)
     plan_dir = str(out_dir)
     files = render_all(plan, plan_dir)
     _check_rendered(plan, files)
@@ -82,6 +94,8 @@ def _diff(old_dir: Path, files: List[RenderedFile], manifest: str) -> str:
 
 def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool = False) -> WriteResult:
     out_dir = Path(os.path.abspath(out_dir))
+    _check_out_dir(out_dir)
+    recover_interrupted(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
             raise InputError([Problem(str(out_dir), None, "--out", "exists and is not a directory")])
@@ -96,8 +110,8 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
     plan_dir = str(out_dir)
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".{out_dir.name}.hpcrun-tmp-{os.getpid()}"
-    old = parent / f".{out_dir.name}.hpcrun-old-{os.getpid()}"
+    tmp = parent / f".{out_dir.name}.hpcrun-tmp-{_HOST}-{os.getpid()}"
+    old = parent / f".{out_dir.name}.hpcrun-old-{_HOST}-{os.getpid()}"
     try:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -131,8 +145,9 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
         manifest_text = manifest_json(data)
         (tmp / MANIFEST).write_text(manifest_text, encoding="utf-8")
         diff = None
-        if want_diff:
-            diff = _diff_dirs(out_dir, tmp) if out_dir.is_dir() else ""
+        previous = (out_dir / MANIFEST).is_file()
+        if want_diff and previous:
+            diff = _diff_dirs(out_dir, tmp)
         if out_dir.exists():
             # job logs and run records of the previous plan are kept, not thrown away
             for keep in ("logs", "run"):
@@ -154,7 +169,79 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
-    return WriteResult(out_dir, files, diff, data)
+    return WriteResult(out_dir, files, diff, data, previous)
+
+
+_HOST = socket.gethostname().replace("/", "_") or "localhost"
+STALE_OTHER_HOST = 24 * 3600   # a temporary directory of another login node is stale after a day
+
+
+def _stale(path: Path, owner: str) -> bool:
+    """A temporary directory of a plan run that died (killed, node rebooted); ``owner`` is
+    the ``HOST-PID`` (older runs: ``PID``) in its name."""
+    host, _, pid = owner.rpartition("-")
+    if host and host != _HOST:
+        try:
+            return time.time() - path.stat().st_mtime > STALE_OTHER_HOST
+        except OSError:
+            return False
+    try:
+        os.kill(int(pid), 0)
+    except ValueError:
+        return True
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid) == os.getpid()
+
+
+def recover_interrupted(out_dir: Path) -> None:
+    """Finish or undo a plan run that was killed, so no record is lost and no debris stays.
+
+    A run renders into ``.NAME.hpcrun-tmp-HOST-PID``, moves the kept files (state store,
+    logs, run records) into it, renames the old plan to ``.NAME.hpcrun-old-HOST-PID`` and
+    the new one into place. Killed before the last rename, the kept files are in the
+    temporary directory: they go back (or the complete new plan goes into place), then the
+    debris is removed.
+    """
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return
+    prefix = f".{out_dir.name}.hpcrun-"
+    try:
+        debris = [p for p in parent.iterdir() if p.name.startswith((prefix + "tmp-", prefix + "old-"))
+                  and p.is_dir() and _stale(p, p.name[len(prefix) + 4:])]
+    except OSError:
+        return
+    tmps = [p for p in debris if p.name.startswith(prefix + "tmp-")]
+    olds = [p for p in debris if p.name.startswith(prefix + "old-")]
+    if not out_dir.exists():
+        done = next((t for t in tmps if (t / MANIFEST).is_file()), None)
+        if done is not None:
+            os.rename(done, out_dir)
+            tmps.remove(done)
+        elif olds:
+            os.rename(olds[0], out_dir)
+            olds.pop(0)
+    for tmp in tmps:
+        if out_dir.is_dir():
+            for keep in ("logs", "run", *KEPT_FILES):
+                if os.path.lexists(tmp / keep) and not _has_records(out_dir, keep):
+                    if os.path.isdir(out_dir / keep) and not os.path.islink(out_dir / keep):
+                        shutil.rmtree(out_dir / keep)
+                    os.rename(tmp / keep, out_dir / keep)
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in olds:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _has_records(out_dir: Path, keep: str) -> bool:
+    """Whether the plan directory already holds ``keep`` with something in it."""
+    path = out_dir / keep
+    if not os.path.lexists(path):
+        return False
+    return not path.is_dir() or any(path.iterdir())
 
 
 def _read_tree(top: Path) -> Dict[str, str]:

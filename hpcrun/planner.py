@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import carried
 from . import placeholders as ph
 from .burstbuffer import BufferRequest, Stage, Writer, writer_for
 from .checksums import assign as assign_checksums
@@ -26,7 +27,7 @@ from .units import format_capacity, format_duration, format_size, round_up
 from .yamlsrc import Located
 
 SOCKET_MAX = 107
-_BLANK_OR_DOLLAR = re.compile(r"[\s$]")
+_BLANK_OR_DOLLAR = re.compile(r"[\s$\x00-\x1f\x7f]")
 DB_CACHE_HEADROOM = 1.25  # payload copy + logs + temp tables
 
 
@@ -214,6 +215,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
             f"{campaign.jobs.nodes} nodes per job, but partition '{pname}' allows at most "
             f"{max_nodes}."))
 
+    carried.check_sbatch_values(campaign, profile, pname, checks.spec_error, checks.profile_error)
+
     # ---- container runtime -----------------------------------------------------------------
     offered = profile.containers.offered()
     rt_name = campaign.container.runtime
@@ -229,6 +232,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     except InputError as exc:
         checks.problems.extend(exc.problems)
         items = []
+    inputs_key = next(k for k in ("files", "glob", "list_file") if getattr(campaign.inputs, k))
+    carried.check_table_values(items, inputs_key, checks.spec_error)
     sums = assign_checksums(campaign.inputs, spec_src, spec_dir, [i.path for i in items])
     checks.problems.extend(sums.problems)
     cpus = partition.cpus
@@ -254,6 +259,10 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         checks.spec_error(("outputs", "pattern"), bad)
     elif "/" in ph.expand_pattern(campaign.outputs.pattern, stem="x", name="x"):
         checks.spec_error(("outputs", "pattern"), "the output name pattern cannot contain '/'.")
+    else:
+        stage_inputs = bool(campaign.burst_buffer and campaign.burst_buffer.stage_inputs)
+        groups = [items[s:s + js.files_per_job] for s in range(0, len(items), js.files_per_job)]
+        carried.check_output_names(campaign.outputs.pattern, groups, stage_inputs, checks.spec_error)
     used = ph.used(campaign.chain.command)
     if used & {"db_socket", "db_port", "db_host"} and campaign.database is None:
         checks.spec_error(("chain", "command"), (
@@ -318,10 +327,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                         checks.spec_error(("burst_buffer", kind, i, bb_key), (
                             f"'{bb_side}' is a path inside the job's burst buffer; write it "
                             "relative to the buffer (e.g. in/calib), without '..'."))
-                    for key, value in ((fs_key, fs_side), (bb_key, bb_side)):
-                        if any(c.isspace() for c in value) or "$" in value:
-                            checks.spec_error(("burst_buffer", kind, i, key), (
-                                "burst-buffer directive values cannot contain blanks or '$'."))
+                    carried.check_dw_values([(("burst_buffer", kind, i, fs_key), fs_side),
+                                             (("burst_buffer", kind, i, bb_key), bb_side)], checks.spec_error)
                     if kind == "stage_in" and bbset.stage_from and not any(
                             fs_side.startswith(pref.rstrip("/") + "/") for pref in bbset.stage_from):
                         checks.spec_error(("burst_buffer", kind, i, "source"), (
@@ -336,14 +343,15 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                         f"'{profile.name}': stage-in reads only from " + ", ".join(bbset.stage_from)
                         + "; copy them to scratch first or set stage_inputs: false."))
             if bbspec.stage_inputs:
-                blank = [i.path for i in items if _BLANK_OR_DOLLAR.search(i.path)]
-                if blank:
-                    checks.spec_error(("inputs",), (
-                        f"input '{blank[0]}' has a blank or '$' and cannot appear in a #DW line."))
-            if bbspec.stage_outputs and (any(c.isspace() for c in campaign.outputs.location)
-                                         or "$" in campaign.outputs.location):
-                checks.spec_error(("outputs", "location"), (
-                    "outputs.location cannot contain blanks or '$' when it appears in #DW lines."))
+                blank = next((i.path for i in items if _BLANK_OR_DOLLAR.search(i.path)), None)
+                if blank is not None:
+                    carried.check_dw_values([(("inputs", inputs_key), blank)], checks.spec_error)
+            if bbspec.stage_outputs:
+                carried.check_dw_values([(("outputs", "location"), campaign.outputs.location)],
+                                        checks.spec_error)
+            if bbspec.capacity != "auto" and bbspec.capacity < 1:
+                checks.spec_error(("burst_buffer", "capacity"), (
+                    "a burst buffer of 0 bytes holds nothing; give a size or 'auto'."))
 
     # ---- database --------------------------------------------------------------------------
     db_plan = None
@@ -427,6 +435,14 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                     "is node_local.size."))
     if rt_name == "shifter":
         shifter = profile.containers.shifter
+        if runtime.node_cache_dir() is not None:
+            for i, opt in enumerate(campaign.container.options):
+                if "pernodecache" in opt.lower():
+                    checks.spec_error(("container", "options", i), (
+                        "hpcrun already gives each node a perNodeCache for the database payload, "
+                        "sized from database.size (or the payload) and mounted at "
+                        f"{runtime.node_cache_dir()}; a second one here would be stacked on it. "
+                        "Remove this option; give database.size to change the cache's size."))
         if db_plan and shifter and not shifter.per_node_cache and profile.node_local is None:
             checks.profile_error(("containers", "shifter", "per_node_cache"), (
                 "perNodeCache is off and there is no node_local storage for the payload."))
@@ -440,6 +456,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     rounded = 0
     rounding_example = ""
     too_big: List[str] = []
+    too_small = ""
     width = max(5, len(str(len(items))))
     for index, start in enumerate(range(0, len(items), js.files_per_job)):
         group = tuple(items[start:start + js.files_per_job])
@@ -459,6 +476,11 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 needed = int(math.ceil((in_bytes + 2 * out_bytes) * bbspec.safety_factor))
             else:
                 needed = int(bbspec.capacity)
+                floor = _bb_floor(in_bytes, campaign.outputs.size_ratio, bbspec.stage_inputs,
+                                  bbspec.stage_outputs)
+                if needed < floor and not too_small:
+                    too_small = (f"job {index + 1} stages and writes {format_size(floor, binary=False)} "
+                                 f"in its buffer ({_bb_floor_parts(in_bytes, campaign, bbspec)})")
             needed = max(needed, 1)
             capacity = round_up(needed, pool.granularity)
             if capacity != needed:
@@ -480,6 +502,11 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
             f"{format_capacity(min(x for x in (pool.max_per_job, pool.total, 2**63) if x))} that pool "
             f"'{pool.name}' can give one job (its max_per_job and total); use fewer files_per_job or "
             "a smaller safety_factor."))
+    if too_small and bbspec is not None:
+        checks.spec_error(("burst_buffer", "capacity"), (
+            f"capacity {format_size(int(bbspec.capacity), binary=False)} is too small: {too_small}. A job "
+            "that fills its buffer fails and can leave the burst-buffer node needing repair; use "
+            "capacity: auto or at least that much."))
     if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
         notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")
     checks.raise_if_any()
@@ -542,6 +569,21 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 database=db_plan, input_dir_expr=input_dir, work_dir_expr=work_dir,
                 out_dir_expr=out_dir, notes=notes, commands=commands,
                 checksum=_checksum_plan(campaign.inputs.checksum, profile))
+
+
+def _bb_floor(in_bytes: int, size_ratio: float, stage_inputs: bool, stage_outputs: bool) -> int:
+    """Bytes a job certainly puts into its buffer: staged inputs, chain parts, merged outputs."""
+    out_bytes = in_bytes * size_ratio
+    return int(math.ceil((in_bytes if stage_inputs else 0) + out_bytes * (2 if stage_outputs else 1)))
+
+
+def _bb_floor_parts(in_bytes: int, campaign: Campaign, bbspec) -> str:  # type: ignore[no-untyped-def]
+    out = format_size(int(in_bytes * campaign.outputs.size_ratio), binary=False)
+    parts = [f"inputs {format_size(in_bytes, binary=False)}"] if bbspec.stage_inputs else []
+    parts.append(f"chain parts {out}")
+    if bbspec.stage_outputs:
+        parts.append(f"merged outputs {out}")
+    return " + ".join(parts)
 
 
 def _checksum_plan(algo: str, profile: SiteProfile) -> Optional[ChecksumPlan]:
@@ -637,5 +679,5 @@ def _bb_lines(writer: Optional[Writer], bbspec, pool: Optional[Pool], campaign: 
     pool_name = bbspec.pool or (pool.name if (pool and writer.always_pool) else None)
     req = BufferRequest(capacity=capacity, access_mode=bbspec.access_mode, type=bbspec.type,
                         pool=pool_name, stage_in=stage_in, stage_out=stage_out,
-                        persistent=list(bbspec.persistent))
+                        persistent=list(bbspec.persistent), nodes=campaign.jobs.nodes)
     return writer.lines(req)
