@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import Problem, dotted
+from .textfile import LIST_MAX_BYTES, TextFileError, read_text
 from .spec import InputFile, InputsSpec
 from .yamlsrc import Located
 
@@ -135,12 +136,14 @@ def read_catalog(name: str, src: Located, spec_dir: Path, algo: str,
     relative to the catalog's directory (as ``md5sum -c`` run there reads them)."""
     path = Path(name) if os.path.isabs(name) else spec_dir / name
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        file, line = src.where(("inputs", "checksum_catalog"))
-        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
-        problems.append(Problem(file, line, "inputs.checksum_catalog",
-                                f"cannot read the checksum catalog '{path}': {why}"))
+        lines = read_text(path, LIST_MAX_BYTES).splitlines()
+    except TextFileError as exc:
+        if exc.line is not None:
+            problems.append(Problem(str(path), exc.line, "", f"cannot read the checksum catalog: {exc.message}"))
+        else:
+            file, line = src.where(("inputs", "checksum_catalog"))
+            problems.append(Problem(file, line, "inputs.checksum_catalog",
+                                    f"cannot read the checksum catalog '{path}': {exc.message}"))
         return {}
     digits = HEX_DIGITS[algo]
     base = path.parent

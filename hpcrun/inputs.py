@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .errors import InputError, Problem
 from .spec import InputFile, InputsSpec
+from .textfile import LIST_MAX_BYTES, TextFileError, read_text
 from .units import UnitError, parse_size
 from .yamlsrc import Located
 
@@ -94,11 +95,14 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
 def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem]):
     path = Path(name) if os.path.isabs(name) else spec_dir / name
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        file, line = src.where(("inputs", "list_file"))
-        problems.append(Problem(file, line, "inputs.list_file",
-                                f"cannot read the list file '{path}': {exc.strerror}"))
+        lines = read_text(path, LIST_MAX_BYTES).splitlines()
+    except TextFileError as exc:
+        if exc.line is not None:
+            problems.append(Problem(str(path), exc.line, "", f"cannot read the list file: {exc.message}"))
+        else:
+            file, line = src.where(("inputs", "list_file"))
+            problems.append(Problem(file, line, "inputs.list_file",
+                                    f"cannot read the list file '{path}': {exc.message}"))
         return []
     out = []
     for n, text in enumerate(lines, 1):

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
 from .errors import InputError, Problem
+from .textfile import YAML_MAX_BYTES, TextFileError, read_text
 
 KeyPath = Tuple[Any, ...]
+MAX_VALUES = 2_000_000   # values after alias expansion: 20x a spec listing 10^5 files inline
+MAX_DEPTH = 64           # mappings and lists nested in each other
 
 
 @dataclass
@@ -69,21 +72,67 @@ class _Builder:
         return self.loader.construct_object(node, deep=True)
 
 
+def _check_shape(name: str, root: yaml.Node) -> None:
+    """Refuse documents that would expand beyond MAX_VALUES values (an alias "bomb": 1 KB of
+    nested aliases can stand for 10^9 values), nest deeper than MAX_DEPTH or refer to
+    themselves. Each distinct node is visited once, so this costs as much as the file's size."""
+    size: Dict[int, int] = {}
+    depth: Dict[int, int] = {}
+    on_path: set = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        kids = _children(node)
+        if done:
+            on_path.discard(key)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            where = node.start_mark.line + 1
+            if size[key] > MAX_VALUES:
+                raise InputError([Problem(name, where, "", (
+                    f"this value expands to more than {MAX_VALUES:,} values through YAML aliases (*name); "
+                    "write the values out or use inputs.list_file for long lists"))])
+            if depth[key] > MAX_DEPTH:
+                raise InputError([Problem(name, where, "", (
+                    f"mappings and lists are nested more than {MAX_DEPTH} levels deep here"))])
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise InputError([Problem(name, node.start_mark.line + 1, "", (
+                "this alias refers to a value that contains it; a spec or profile cannot be recursive"))])
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in size)
+
+
+def _children(node: yaml.Node) -> List[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
 def load_yaml(path: Path, text: Optional[str] = None) -> Located:
     """Parse one YAML document; syntax errors become an :class:`InputError`."""
     name = str(path)
-    try:
-        if text is None:
-            text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError([Problem(name, None, "", f"cannot read the file: {exc.strerror}")]) from None
-    except UnicodeDecodeError:
-        raise InputError([Problem(name, None, "", "the file is not UTF-8 text")]) from None
+    if text is None:
+        try:
+            text = read_text(Path(path), YAML_MAX_BYTES)
+        except TextFileError as exc:
+            raise InputError([Problem(name, exc.line, "", f"cannot read the file: {exc.message}")]) from None
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise InputError([Problem(name, None, "", (
+                f"the YAML is nested too deeply to read; hpcrun accepts at most {MAX_DEPTH} levels"))]) from None
         if node is None:
             raise InputError([Problem(name, None, "", "the file is empty; it must hold a YAML mapping")])
+        _check_shape(name, node)
         builder = _Builder(name, loader)
         data = builder.build(node, ())
     except yaml.MarkedYAMLError as exc:
