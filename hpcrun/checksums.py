@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import Problem, dotted
-from .textfile import LIST_MAX_BYTES, TextFileError, read_text
 from .spec import InputFile, InputsSpec
+from .textfile import LIST_MAX_BYTES, TextFileError, read_text
 from .yamlsrc import Located
 
 CHUNK = 8 * 1024 * 1024

@@ -6,11 +6,15 @@ only describes the merged result.
 
 from __future__ import annotations
 
-from typing import Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .fields import AbsPath, Duration, EnvVars, Line, Name, Size
+
+# What site staff write as a program or its options is trusted code (it runs as written);
+# every other profile value is data and untrusted like a spec value (docs/security.md).
+TRUSTED: Dict[str, Any] = {"x-hpcrun-trusted": "code"}
 
 
 class Strict(BaseModel):
@@ -49,29 +53,29 @@ class ShifterSettings(Strict):
     cache_mount: AbsPath = Field("/dbcache", description="where the cache appears in the container")
     volume_source: AbsPath = Field(description="an existing path used as the perNodeCache source")
     modules: List[Name] = Field(default_factory=list, description="default --module list")
-    command: Line = "shifter"
+    command: Line = Field("shifter", json_schema_extra=TRUSTED)
 
 
 class ApptainerSettings(Strict):
-    command: Line = "apptainer"
+    command: Line = Field("apptainer", json_schema_extra=TRUSTED)
     cachedir: Optional[AbsPath] = None
     tmpdir: Optional[AbsPath] = None
-    exec_options: List[Line] = Field(default_factory=list)
+    exec_options: List[Line] = Field(default_factory=list, json_schema_extra=TRUSTED)
     binds: List[Line] = Field(default_factory=list, description="site binds (src[:dst[:ro]])")
 
 
 class PodmanHpcSettings(Strict):
-    command: Line = "podman-hpc"
-    run_options: List[Line] = Field(default_factory=list)
+    command: Line = Field("podman-hpc", json_schema_extra=TRUSTED)
+    run_options: List[Line] = Field(default_factory=list, json_schema_extra=TRUSTED)
 
 
 class CharliecloudSettings(Strict):
     """Charliecloud ``ch-run`` of an image directory; every path appears at the same place
     inside the container as outside, so the job's variables and arguments stay valid."""
 
-    command: Line = Field("ch-run", description="the ch-run program")
+    command: Line = Field("ch-run", description="the ch-run program", json_schema_extra=TRUSTED)
     options: List[Line] = Field(default_factory=list, description=(
-        "extra ch-run options for every command (e.g. --unset-env=LD_LIBRARY_PATH)"))
+        "extra ch-run options for every command (e.g. --unset-env=LD_LIBRARY_PATH)"), json_schema_extra=TRUSTED)
     binds: List[Line] = Field(default_factory=list, description=(
         "site binds SRC[:DST] (DST defaults to SRC); hpcrun's own paths under a bind with "
         "DST = SRC need no bind of their own"))
@@ -152,8 +156,8 @@ class Filesystem(Strict):
 
 
 class Launcher(Strict):
-    command: Line = "srun"
-    options: List[Line] = Field(default_factory=list, description="added to every srun")
+    command: Line = Field("srun", json_schema_extra=TRUSTED)
+    options: List[Line] = Field(default_factory=list, description="added to every srun", json_schema_extra=TRUSTED)
 
 
 class Prologue(Strict):
@@ -163,12 +167,14 @@ class Prologue(Strict):
 
 class ToolPaths(Strict):
     python: Line = Field("python3", description=(
-        "Python 3 on the compute nodes (runs bin/hpcrun-checksum.py for adler32 checksums)"))
+        "Python 3 on the compute nodes (runs bin/hpcrun-checksum.py for adler32 checksums)"),
+        json_schema_extra=TRUSTED)
     xrdadler32: Optional[Line] = Field(None, description=(
-        "XRootD's xrdadler32; when set, jobs compute adler32 checksums with it instead of Python"))
+        "XRootD's xrdadler32; when set, jobs compute adler32 checksums with it instead of Python"),
+        json_schema_extra=TRUSTED)
     darshan_lib: Optional[AbsPath] = None
     darshan_module: Optional[Line] = None
-    ior: Optional[Line] = None
+    ior: Optional[Line] = Field(None, json_schema_extra=TRUSTED)
     ior_module: Optional[Line] = None
 
 
@@ -191,9 +197,9 @@ class IotuneSettings(Strict):
         "directory the 'scratch' target writes under (default: filesystems.scratch.path)"))
     node_local: Optional[AbsPath] = Field(None, description=(
         "directory the 'node-local' target writes under (default: node_local.path)"))
-    fio: Line = Field("fio", description="the fio binary")
+    fio: Line = Field("fio", description="the fio binary", json_schema_extra=TRUSTED)
     mpirun: List[Line] = Field(default_factory=lambda: ["mpirun"], description=(
-        "MPI launcher for IOR with --local (argv; batch jobs use launcher)"))
+        "MPI launcher for IOR with --local (argv; batch jobs use launcher)"), json_schema_extra=TRUSTED)
     recommended: Optional[IotuneRecommended] = None
 
 
@@ -221,7 +227,8 @@ class SiteProfile(Strict):
     accounting: bool = Field(True, description=(
         "the site runs slurmdbd, so sacct knows finished jobs; false: status follows squeue only"))
     signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
-    template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)")
+    template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)",
+                                     json_schema_extra=TRUSTED)
     db_port_base: int = Field(20000, ge=1024, le=55535, description=(
         "TCP database servers listen on db_port_base + (job id mod 10000)"))
 

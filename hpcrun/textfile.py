@@ -26,7 +26,7 @@ class TextFileError(Exception):
         self.line = line
 
 
-def read_text(path: "os.PathLike[str] | str", limit: int) -> str:
+def read_text(path: os.PathLike[str] | str, limit: int) -> str:
     """The file's text; :class:`TextFileError` for a non-regular file, one over ``limit``
     bytes, a NUL byte or bytes that are not UTF-8."""
     try:

@@ -123,7 +123,13 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Located:
             text = read_text(Path(path), YAML_MAX_BYTES)
         except TextFileError as exc:
             raise InputError([Problem(name, exc.line, "", f"cannot read the file: {exc.message}")]) from None
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        raise InputError([Problem(name, line, "", (
+            f"the file contains the control character #x{exc.character:04x} (as text), which YAML does "
+            "not allow"))]) from None
     try:
         try:
             node = loader.get_single_node()
@@ -139,6 +145,9 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Located:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else None
         raise InputError([Problem(name, line, "", f"YAML syntax error: {exc.problem}")]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        raise InputError([Problem(name, line, "", "the file contains a character YAML does not allow")]) from None
     except yaml.YAMLError as exc:
         raise InputError([Problem(name, None, "", f"YAML error: {exc}")]) from None
     finally:

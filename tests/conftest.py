@@ -93,3 +93,26 @@ def shared_dir(sub: str) -> Path:
 
 
 os.environ.setdefault("HPCRUN_PROFILE_PATH", "")
+
+_READABLE: dict = {}
+
+
+def readable_copy(rel: str) -> Path:
+    """A world-readable copy of REPO/rel for tests that run programs as the unprivileged test
+    user: the checkout itself may sit under a directory that user cannot enter (a home
+    directory, a 0700 CI workspace). Copied once per session, removed at exit."""
+    if rel not in _READABLE:
+        import atexit
+        import tempfile
+        root = _READABLE.setdefault("", Path(tempfile.mkdtemp(prefix="hpcrun-test-readable-", dir="/tmp")))
+        if len(_READABLE) == 1:
+            atexit.register(shutil.rmtree, root, True)
+        root.chmod(0o755)
+        dest = root / rel
+        shutil.copytree(REPO / rel, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [dest, *dest.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+        for parent in dest.relative_to(root).parents:
+            (root / parent).chmod(0o755)
+        _READABLE[rel] = dest
+    return _READABLE[rel]

@@ -27,10 +27,10 @@ from hpcrun.pipeline import load_plan
 from hpcrun.plandir import write_plan
 
 from .cluster import image as test_image
-from .conftest import REPO
+from .conftest import REPO, readable_copy
 from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user
 
-EXAMPLE = REPO / "examples" / "detector-reco-local"
+EXAMPLE = REPO / "examples" / "detector-reco-local"   # read here; run from readable_copy
 ROOT = Path("/var/tmp/hpcrun-test")        # a mount point in the test image (image.MOUNT_POINTS)
 
 
@@ -63,7 +63,7 @@ def prepared(image):
     root = Path(tempfile.mkdtemp(prefix="cc-", dir=ROOT))
     root.chmod(0o755)
     shutil.chown(root, USER)
-    as_user([SYSTEM_PYTHON, str(EXAMPLE / "prepare.py"), "--root", str(root / "pfs"), "--files", "1",
+    as_user([SYSTEM_PYTHON, str(readable_copy("examples/detector-reco-local") / "prepare.py"), "--root", str(root / "pfs"), "--files", "1",
              "--events", "1200"], check=True, capture_output=True)
     profile = root / "site.yaml"
     profile.write_text(yaml.safe_dump({
@@ -103,7 +103,7 @@ def _plan(prepared, name: str, chain_extra=(), **changes) -> Path:
 
 def _start(case: Path, job_id: str, **extra: str) -> subprocess.Popen:
     # USER is deliberately not set (the job sets it for ch-run); HOME is the host's
-    env = {"PATH": f"{REPO / 'tests' / 'fakes'}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
+    env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
            "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp", **extra}
     script = next((case / "plan" / "jobs").glob("*.sbatch"))
     return subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i",

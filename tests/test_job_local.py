@@ -25,9 +25,9 @@ import yaml
 from hpcrun.pipeline import load_plan
 from hpcrun.plandir import write_plan
 
-from .conftest import REPO
+from .conftest import REPO, readable_copy
 
-EXAMPLE = REPO / "examples" / "detector-reco-local"
+EXAMPLE = REPO / "examples" / "detector-reco-local"   # read here; run from readable_copy
 USER = os.environ.get("HPCRUN_TEST_USER", "hpcuser")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -61,7 +61,7 @@ def prepared():
     root.chmod(0o755)
     shutil.chown(root, USER)
     pfs = root / "pfs"
-    as_user([SYSTEM_PYTHON, str(EXAMPLE / "prepare.py"), "--root", str(pfs), "--files", "1",
+    as_user([SYSTEM_PYTHON, str(readable_copy("examples/detector-reco-local") / "prepare.py"), "--root", str(pfs), "--files", "1",
              "--events", "1200"], check=True, capture_output=True)
     yield root
     shutil.rmtree(root, ignore_errors=True)
@@ -90,7 +90,7 @@ def _plan(root: Path, name: str, chain_extra=(), **changes) -> Path:
 
 
 def _start(case: Path, job_id: str) -> subprocess.Popen:
-    env = {"PATH": f"{REPO / 'tests' / 'fakes'}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
+    env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
            "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp"}
     script = next((case / "plan" / "jobs").glob("*.sbatch"))
     return subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i",

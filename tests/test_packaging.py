@@ -1,5 +1,6 @@
 """The wheel carries templates and site profiles, and works outside the source tree."""
 
+import os
 import subprocess
 import sys
 import venv
@@ -45,20 +46,23 @@ def test_wheel_in_fresh_venv(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
+    # a fresh venv sees nothing of the caller's PYTHONPATH (the self-check sets one)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(wheel)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=clean)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hpcrun = env_dir / "bin" / "hpcrun"
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    listed = subprocess.run([str(hpcrun), "profiles", "list"], cwd=outside, capture_output=True, text=True)
+    listed = subprocess.run([str(hpcrun), "profiles", "list"], cwd=outside, capture_output=True, text=True,
+                            env=clean)
     assert listed.returncode == 0, listed.stderr
     assert "nersc-cori-haswell" in listed.stdout and str(REPO) not in listed.stdout
     example = REPO / "examples" / "star-cori"
     for f in ("campaign.yaml", "raw-files.txt", "raw-files.md5"):
         (outside / f).write_text((example / f).read_text())
     planned = subprocess.run([str(hpcrun), "plan", "campaign.yaml", "--out", "plan"], cwd=outside,
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=clean)
     assert planned.returncode == 0, planned.stderr
     assert (outside / "plan" / "jobs" / "job00001.sbatch").is_file()
     assert "core-hours" in planned.stdout
