@@ -63,7 +63,8 @@ def prepared(image):
     root = Path(tempfile.mkdtemp(prefix="cc-", dir=ROOT))
     root.chmod(0o755)
     shutil.chown(root, USER)
-    as_user([SYSTEM_PYTHON, str(readable_copy("examples/detector-reco-local") / "prepare.py"), "--root", str(root / "pfs"), "--files", "1",
+    prepare = readable_copy("examples/detector-reco-local") / "prepare.py"
+    as_user([SYSTEM_PYTHON, str(prepare), "--root", str(root / "pfs"), "--files", "1",
              "--events", "1200"], check=True, capture_output=True)
     profile = root / "site.yaml"
     profile.write_text(yaml.safe_dump({

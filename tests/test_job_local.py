@@ -61,7 +61,8 @@ def prepared():
     root.chmod(0o755)
     shutil.chown(root, USER)
     pfs = root / "pfs"
-    as_user([SYSTEM_PYTHON, str(readable_copy("examples/detector-reco-local") / "prepare.py"), "--root", str(pfs), "--files", "1",
+    prepare = readable_copy("examples/detector-reco-local") / "prepare.py"
+    as_user([SYSTEM_PYTHON, str(prepare), "--root", str(pfs), "--files", "1",
              "--events", "1200"], check=True, capture_output=True)
     yield root
     shutil.rmtree(root, ignore_errors=True)
