@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import Problem, dotted
 from .spec import InputFile, InputsSpec
-from .textfile import LIST_MAX_BYTES, TextFileError, read_text
+from .textfile import read_listed
 from .yamlsrc import Located
 
 CHUNK = 8 * 1024 * 1024
@@ -135,15 +135,8 @@ def read_catalog(name: str, src: Located, spec_dir: Path, algo: str,
     """``<hex>  <path>`` lines -> {absolute path: value}. Relative paths in the catalog are
     relative to the catalog's directory (as ``md5sum -c`` run there reads them)."""
     path = Path(name) if os.path.isabs(name) else spec_dir / name
-    try:
-        lines = read_text(path, LIST_MAX_BYTES).splitlines()
-    except TextFileError as exc:
-        if exc.line is not None:
-            problems.append(Problem(str(path), exc.line, "", f"cannot read the checksum catalog: {exc.message}"))
-        else:
-            file, line = src.where(("inputs", "checksum_catalog"))
-            problems.append(Problem(file, line, "inputs.checksum_catalog",
-                                    f"cannot read the checksum catalog '{path}': {exc.message}"))
+    lines = read_listed(path, "checksum catalog", src, "inputs.checksum_catalog", problems)
+    if lines is None:
         return {}
     digits = HEX_DIGITS[algo]
     base = path.parent

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .errors import InputError, Problem
 from .spec import InputFile, InputsSpec
-from .textfile import LIST_MAX_BYTES, TextFileError, read_text
+from .textfile import read_listed
 from .units import UnitError, parse_size
 from .yamlsrc import Located
 
@@ -94,15 +94,8 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
 
 def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem]):
     path = Path(name) if os.path.isabs(name) else spec_dir / name
-    try:
-        lines = read_text(path, LIST_MAX_BYTES).splitlines()
-    except TextFileError as exc:
-        if exc.line is not None:
-            problems.append(Problem(str(path), exc.line, "", f"cannot read the list file: {exc.message}"))
-        else:
-            file, line = src.where(("inputs", "list_file"))
-            problems.append(Problem(file, line, "inputs.list_file",
-                                    f"cannot read the list file '{path}': {exc.message}"))
+    lines = read_listed(path, "list file", src, "inputs.list_file", problems)
+    if lines is None:
         return []
     out = []
     for n, text in enumerate(lines, 1):
