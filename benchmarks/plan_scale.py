@@ -35,24 +35,24 @@ during the next one. Wall time is ``time.perf_counter()``; ``cpu_s`` is
 other load on the machine.
 
 * ``plan``: the full ``hpcrun plan`` through the Python API, from before
-  ``hpcrun.pipeline.load_plan(spec)`` to after ``hpcrun.plandir.write_plan(plan, out)``
+  ``hpcrun.plan.load.load_plan(spec)`` to after ``hpcrun.render.plandir.write_plan(plan, out)``
   returns: YAML load, validation, input expansion (reading the list file), planning,
   rendering every file, the directive check, digests, the manifest and the atomic write of
   the plan directory. Imports (pydantic, Jinja2, ...) happen before the timer starts
   (``import_s`` in JSON). Phases, for information: ``load_s`` = load_plan; ``render_s`` =
   ``plandir.render_plan`` (render + directive check + digests + manifest text) and ``io_s`` =
   the rest of write_plan (directories, file writes, chmod, renames, re-reading the
-  manifest). They are timed by wrapping module globals of ``hpcrun.plandir`` during the
+  manifest). They are timed by wrapping module globals of ``hpcrun.render.plandir`` during the
   measurement; if a refactor renames them, the phase shows ``-`` instead of breaking.
   JSON also has ``load_peak_mb`` (peak RSS after load_plan) and per-function ``phases``.
 * ``base`` (baseline "same scripts"): a bare Jinja2 loop in a fresh child that renders the
   job-script template hpcrun used (``slurm.sh.j2`` extending ``base.sh.j2`` for local-test,
-  loaded from the same search path through ``hpcrun.render.environment``, so Environment
+  loaded from the same search path through ``hpcrun.render.scripts.environment``, so Environment
   settings and the ``q`` filter are hpcrun's own) once for every job script the plan wrote
   (array: ceil(N/1001); per-job: N), each time ``ctx = dict(common); ctx.update(own)``
   as hpcrun does, and writes each text with a plain ``open().write()`` into ``jobs/``.
   The contexts are precomputed: after its measurement the plan child runs
-  ``hpcrun.render.render_all`` once more with ``jinja2.Template.render`` replaced by a
+  ``hpcrun.render.scripts.render_all`` once more with ``jinja2.Template.render`` replaced by a
   recorder and pickles the exact contexts, so the baseline renders byte-identical scripts
   (check: the ``plan_B/script`` and ``base_B/script`` columns). Template compilation is in
   the timed region of both.
@@ -162,7 +162,7 @@ def _dir_stats(path: Path) -> Dict[str, int]:
 def capture_contexts(plan: Any, plan_dir: str, path: Path) -> None:
     """Record the exact Jinja2 contexts hpcrun renders its job scripts with (not timed).
 
-    ``hpcrun.render.render_all`` runs once more with ``jinja2.Template.render`` replaced by a
+    ``hpcrun.render.scripts.render_all`` runs once more with ``jinja2.Template.render`` replaced by a
     recorder, so the baselines render the very same contexts without this file knowing how
     hpcrun builds them. The first ``len(plan.scripts)`` renders are the job scripts (render_all
     renders them first, in order). Values shared by all of them (the common context) are
@@ -172,7 +172,7 @@ def capture_contexts(plan: Any, plan_dir: str, path: Path) -> None:
 
     import jinja2
 
-    from hpcrun.render import render_all
+    from hpcrun.render.scripts import render_all
 
     seen: List[tuple] = []
     original = jinja2.Template.render
@@ -205,8 +205,8 @@ def capture_contexts(plan: Any, plan_dir: str, path: Path) -> None:
 def child_plan(a: Dict[str, Any]) -> Dict[str, Any]:
     t0 = time.perf_counter()
     import hpcrun
-    import hpcrun.plandir as plandir
-    from hpcrun.pipeline import load_plan
+    import hpcrun.render.plandir as plandir
+    from hpcrun.plan.load import load_plan
     import_s = time.perf_counter() - t0
     import_mb = _maxrss_mb()
 
@@ -262,7 +262,7 @@ def child_plan(a: Dict[str, Any]) -> Dict[str, Any]:
 
 def child_capture(a: Dict[str, Any]) -> Dict[str, Any]:
     """Plan the one-script-per-input variant (jobs.array: never) only to record its contexts."""
-    from hpcrun.pipeline import load_plan
+    from hpcrun.plan.load import load_plan
 
     plan = load_plan(Path(a["spec"]))
     capture_contexts(plan, a["out"], Path(a["contexts"]))
@@ -273,7 +273,7 @@ def child_baseline(a: Dict[str, Any]) -> Dict[str, Any]:
     import pickle
 
     t0 = time.perf_counter()
-    from hpcrun.render import environment
+    from hpcrun.render.scripts import environment
     import_s = time.perf_counter() - t0
     with open(a["contexts"], "rb") as f:          # precomputed contexts, not timed
         data = pickle.load(f)

@@ -16,7 +16,7 @@ What is measured, each in this process with the package of this checkout:
 
 * ``sacct``: running the stand-in ``sacct`` itself (process start and the whole text read
   through a pipe), the floor any status poll pays;
-* ``poll running``: ``hpcrun.status.poll`` when every task turns RUNNING (N transitions
+* ``poll running``: ``hpcrun.operate.track.poll`` when every task turns RUNNING (N transitions
   recorded);
 * ``poll unchanged``: the same answer again: N tasks in flight, nothing to record (the steady
   state of a long campaign's ``status --watch``);
@@ -53,8 +53,8 @@ exec cat "{answer}"
 
 def record_submissions(plan: Path) -> list:
     """The store as `hpcrun submit` leaves it; returns [(array job id, tasks)]."""
-    from hpcrun.state import NewSubmission
-    from hpcrun.submit import open_plan_store, read_manifest, register, scripts_of
+    from hpcrun.operate.submit import open_plan_store, read_manifest, register, scripts_of
+    from hpcrun.store.store import NewSubmission
 
     manifest = read_manifest(plan)
     arrays = []
@@ -105,7 +105,7 @@ def main() -> int:
     try:
         import subprocess
 
-        from hpcrun.status import poll
+        from hpcrun.operate.track import poll
 
         t0 = time.perf_counter()
         plan = make_plan(work, "status-bench", args.tasks, "always")

@@ -15,9 +15,10 @@ is reported separately as ``cli_startup_s``).
 * **individual jobs** (``--jobs N``, default 200): a plan with ``jobs.array: never`` (N
   scripts). Baseline: a Python loop ``subprocess.run(["sbatch", "--parsable", script])``
   over the same N scripts. Measured in the order raw, hpcrun, hpcrun, raw (each hpcrun run on
-  a fresh plan); the better of each side's two runs counts. hpcrun: ``hpcrun.submit.submit(plan)`` — registering the
-  inputs, and per job a claim, ``sbatch --job-name=<tag>`` and the record, each in its own
-  transaction in ``state.db``. Reported: jobs per second of each and the ratio (target >= 0.9).
+  a fresh plan); the better of each side's two runs counts. hpcrun:
+  ``hpcrun.operate.submit.submit(plan)`` — registering the inputs, and per job a claim,
+  ``sbatch --job-name=<tag>`` and the record, each in its own transaction
+  in ``state.db``. Reported: jobs per second of each and the ratio (target >= 0.9).
 * **array tasks** (``--array-tasks N``, default 100000): a plan of N jobs packed into arrays
   of 1001 (local-test's ``max_array_size``). hpcrun: the same ``submit()`` call: N inputs
   registered, one claim, ``sbatch --array=...`` and N submission records per array script.
@@ -74,7 +75,7 @@ def raw_loop(scripts: list, name: str) -> float:
 
 
 def hpcrun_submit(plan: Path) -> tuple:
-    from hpcrun.submit import submit
+    from hpcrun.operate.submit import submit
 
     t0 = time.perf_counter()
     report = submit(plan)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 def make_plan(work: Path, name: str, n: int, array: str) -> Path:
     """Plan ``name`` with ``n`` jobs into ``work/<name>.plan``; ``array``: jobs.array (always, never, auto)."""
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
 
     lst = work / f"{name}.list"
     with lst.open("w") as f:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcrun.errors import InputError
-from hpcrun.yamlsrc import MAX_DEPTH, load_yaml
+from hpcrun.model.yamlsrc import MAX_DEPTH, load_yaml
 
 
 def _alias_bomb(levels: int) -> str:

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import render_plan, write_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import render_plan, write_plan
 
 from .conftest import REPO
 from .test_render import _lint

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcrun.checksums import compute
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
+from hpcrun.plan.checksums import compute
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 
 def _data(tmp_path: Path) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 from .conftest import REPO
 
@@ -84,7 +84,7 @@ def test_refuses_foreign_or_submitted_directory(cli, spec_factory, tmp_path):
     assert (foreign / "thesis.tex").read_text() == "precious"
     out = tmp_path / "p"
     assert cli("plan", str(spec_factory()), "--out", str(out)).exit_code == 0
-    from hpcrun.state import NewInput, open_store
+    from hpcrun.store.store import NewInput, open_store
     with open_store(out) as store:  # what `hpcrun submit` leaves: a campaign state store
         c = store.register_campaign("x", "s", "p")
         store.add_inputs(c.id, [NewInput("/raw/a")])
@@ -99,7 +99,7 @@ def test_failed_render_leaves_previous_plan_intact(spec_factory, tmp_path, monke
     out = tmp_path / "p"
     write_plan(load_plan(spec_factory()), out)
     before = (out / "manifest.json").read_text()
-    import hpcrun.plandir as plandir
+    import hpcrun.render.plandir as plandir
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -129,7 +129,7 @@ def test_profiles_list_and_show(cli):
 
 
 def test_profile_layering_override_order(tmp_path, monkeypatch):
-    from hpcrun.profiles import load_profile
+    from hpcrun.model.profiles import load_profile
     d = tmp_path / "p"
     d.mkdir()
     (d / "mid.yaml").write_text("name: mid\nextends: local-test\nmax_array_size: 7\n"
@@ -157,8 +157,8 @@ def test_schema_commands(cli):
 
 
 def test_internal_errors_are_reported_without_traceback(spec_factory, tmp_path, monkeypatch):
-    import hpcrun.pipeline
-    monkeypatch.setattr(hpcrun.pipeline, "plan", lambda *a, **k: 1 / 0)
+    import hpcrun.plan.load
+    monkeypatch.setattr(hpcrun.plan.load, "plan", lambda *a, **k: 1 / 0)
     from click.testing import CliRunner
 
     from hpcrun.cli import main

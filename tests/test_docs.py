@@ -11,9 +11,9 @@ from typing import Any, Iterator, List, Set, Tuple, Type
 import pytest
 from pydantic import BaseModel
 
-from hpcrun import placeholders
-from hpcrun.profile import SiteProfile
-from hpcrun.spec import Campaign
+from hpcrun.model.site import SiteProfile
+from hpcrun.model.spec import Campaign
+from hpcrun.plan import placeholders
 
 from .conftest import REPO
 
@@ -177,8 +177,8 @@ def _example(doc: Path, name: str) -> str:
 
 
 def test_campaign_example_plans(tmp_path, monkeypatch):
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
 
     monkeypatch.setenv("HPCRUN_PROFILE_PATH", "")
     spec = tmp_path / "campaign.yaml"
@@ -198,7 +198,7 @@ def test_campaign_example_plans(tmp_path, monkeypatch):
 
 
 def test_profile_example_validates(tmp_path, monkeypatch):
-    from hpcrun.profiles import load_profile
+    from hpcrun.model.profiles import load_profile
 
     monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(tmp_path))
     (tmp_path / "mylab.yaml").write_text(_example(PROFILE_DOC, "profile"))

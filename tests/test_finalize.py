@@ -1,4 +1,4 @@
-"""The campaign's finalize job (hpcrun/finalize.py): spec checks, the rendered script run locally,
+"""The campaign's finalize job (hpcrun/operate/finalize.py): spec checks, the rendered script run locally,
 and submission against fake sbatch/squeue/sacct on PATH (the real cluster runs in
 tests/cluster/test_campaign_state.py).
 
@@ -18,11 +18,11 @@ from typing import List
 import pytest
 
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
-from hpcrun.state import StateStore, open_store
-from hpcrun.status import poll
-from hpcrun.submit import submit
+from hpcrun.operate.submit import submit
+from hpcrun.operate.track import poll
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
+from hpcrun.store.store import StateStore, open_store
 
 from .conftest import shellcheck_cmd
 
@@ -250,7 +250,7 @@ def test_array_campaign_depends_on_the_array_id(tmp_path, spec_factory, fake_slu
 
 def test_no_dependency_when_every_job_has_ended(tmp_path, spec_factory, fake_slurm, monkeypatch):
     plan_dir = _plan(tmp_path, spec_factory)
-    from hpcrun import slurm as slurm_mod
+    from hpcrun.backends.scheduler import slurm as slurm_mod
     real = slurm_mod.sbatch
 
     def sbatch(script, extra=()):
@@ -308,7 +308,7 @@ def test_finalize_recovered_from_accounting_when_it_left_the_queue(tmp_path, spe
 
 def test_killed_before_sbatch_submits_once(tmp_path, spec_factory, fake_slurm, monkeypatch):
     plan_dir = _plan(tmp_path, spec_factory)
-    from hpcrun import slurm as slurm_mod
+    from hpcrun.backends.scheduler import slurm as slurm_mod
     real = slurm_mod.sbatch
 
     def sbatch(script, extra=()):
@@ -339,7 +339,7 @@ def test_after_ok_is_not_submitted_when_a_job_failed(tmp_path, spec_factory, fak
 
 def test_sbatch_rejection_keeps_the_round_for_the_next_submit(tmp_path, spec_factory, fake_slurm, monkeypatch):
     plan_dir = _plan(tmp_path, spec_factory)
-    from hpcrun import slurm as slurm_mod
+    from hpcrun.backends.scheduler import slurm as slurm_mod
     monkeypatch.setenv("FAKE_SBATCH_FAIL_FINALIZE", "sbatch: error: Batch job submission failed: Invalid qos")
     with pytest.raises(slurm_mod.SlurmError, match="Invalid qos") as exc:
         submit(plan_dir)

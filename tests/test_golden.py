@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import render_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import render_plan
 
 from .conftest import REPO
 

@@ -27,9 +27,9 @@ import pytest
 import yaml
 
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
-from hpcrun.profiles import available, load_profile
+from hpcrun.model.profiles import available, load_profile
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 from .conftest import REPO
 from .test_render import EXAMPLES, _variant

@@ -9,7 +9,7 @@ import yaml
 
 from hpcrun.errors import InputError
 from hpcrun.iotune.apply import apply, block, edit, exact_size
-from hpcrun.profiles import load_profile
+from hpcrun.model.profiles import load_profile
 
 REC = {"transfer": 2**20, "writers": 4, "target": "bb", "bw_mib_mean": 2048.25}
 RECOMMENDATION = {"overall": {"operation": "write", "recommended": REC}}

@@ -29,7 +29,7 @@ from hpcrun.iotune.darshan import (
     summary_from_worker,
 )
 from hpcrun.iotune.darshan_worker import MARKER
-from hpcrun.iotune.ior import parse_file
+from hpcrun.iotune.ior_output import parse_file
 
 from .shared_data import shared_data, shared_data_root
 

@@ -17,8 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from hpcrun.iotune.ior import IorParseError, IorRun, parse_file, parse_json, parse_text
-from hpcrun.iotune.iorcmd import (
+from hpcrun.iotune.engines.ior_argv import (
     IorCommandError,
     IorPoint,
     build_ior_argv,
@@ -27,6 +26,7 @@ from hpcrun.iotune.iorcmd import (
     ior_size,
     parse_ior_size,
 )
+from hpcrun.iotune.ior_output import IorParseError, IorRun, parse_file, parse_json, parse_text
 
 from .shared_data import shared_data, shared_data_root
 

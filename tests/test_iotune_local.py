@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcrun.profiles import load_profile
+from hpcrun.model.profiles import load_profile
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None or not Path("/dev/shm").is_dir(),
                                 reason="needs fio and /dev/shm")
@@ -101,8 +101,8 @@ def test_real_fio_sweep_disk_vs_tmpfs(cli, tmp_path, monkeypatch):
 
 
 def test_campaign_job_exports_recommendation(spec_factory, tmp_path, monkeypatch):
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
 
     prof_dir = tmp_path / "profiles"
     prof_dir.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcrun.dwgrammar import check_line, check_script
+from hpcrun.backends.burstbuffer.grammar import check_line, check_script
 
 from .conftest import shellcheck_cmd
 
@@ -168,7 +168,7 @@ def test_ior_engine_lines_pass_iors_grammar(cli, tmp_path):
     and summary file as run-time variables, and an IOR argv that IOR 4.0's grammar accepts."""
     import shlex
 
-    from hpcrun.iotune.iorcmd import check_ior_argv
+    from hpcrun.iotune.engines.ior_argv import check_ior_argv
 
     text = _render(cli, tmp_path / "s", "--transfer-size", "1m", "--writers", "4", "--nodes", "1", "--reps", "3",
                    "--api", "mpiio", "--engine", "ior", "--target", "/scratch/x", "--profile", "local-test")

@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 from .cluster import image as test_image
 from .conftest import REPO, readable_copy

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 from .conftest import REPO, readable_copy
 

@@ -30,12 +30,12 @@ def test_wheel_contents(wheel):
                      "hpcrun/templates/hpcrun-db.sh.j2", "hpcrun/templates/hpcrun-chain.sh.j2",
                      "hpcrun/templates/hpcrun-checksum.py.j2",
                      "hpcrun/site_profiles/nersc-cori-haswell.yaml",
-                     "hpcrun/site_profiles/local-test.yaml", "hpcrun/cli.py"):
+                     "hpcrun/site_profiles/local-test.yaml", "hpcrun/cli/__init__.py"):
         assert required in names, required
     shipped = {p.name for p in (REPO / "site-profiles").glob("*.yaml")}
     assert shipped <= {Path(n).name for n in names if n.startswith("hpcrun/site_profiles/")}
     for required in ("hpcrun/templates/iotune.sh.j2", "hpcrun/templates/_shell.j2",
-                     "hpcrun/iotune/cli_sweep.py", "hpcrun/iotune/fio.py"):
+                     "hpcrun/cli/iotune.py", "hpcrun/iotune/engines/fio.py"):
         assert required in names, required
     presets = {p.name for p in (REPO / "iobench").glob("*.yaml")}
     assert presets and presets <= {Path(n).name for n in names if n.startswith("hpcrun/iobench/")}

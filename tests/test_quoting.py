@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 from hpcrun.shell import quote
 
 from .conftest import REPO

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 
 def _problems(spec: Path):

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcrun.dwgrammar import check_line, check_script
+from hpcrun.backends.burstbuffer.grammar import check_line, check_script
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
-from hpcrun.plandir import write_plan
-from hpcrun.profiles import available
+from hpcrun.model.profiles import available
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
 
 from .conftest import REPO, shellcheck_cmd
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from hpcrun.report import build
-from hpcrun.report_html import render_html, write_report
-from hpcrun.state import NewInput, NewStateChange, NewSubmission, QaResult, open_store
+from hpcrun.report.figures import build
+from hpcrun.report.html import render_html, write_report
+from hpcrun.store.store import NewInput, NewStateChange, NewSubmission, QaResult, open_store
 
 T0 = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
 
@@ -102,8 +102,8 @@ def test_report_directory_is_replaced_whole(tmp_path):
 
 
 def test_report_cli_needs_a_submitted_plan(cli, spec_factory, tmp_path):
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
     plan_dir = write_plan(load_plan(spec_factory({}, inputs=2)), tmp_path / "plan").out_dir
     result = cli("report", str(plan_dir))
     assert result.exit_code == 2 and "no campaign state yet" in result.output and "hpcrun submit" in result.output

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcrun import slurm
+from hpcrun.backends.scheduler import slurm
 from hpcrun.errors import InputError
-from hpcrun.state import open_store
-from hpcrun.submit import ScriptInfo, compress_indices, plan_batches, submit
+from hpcrun.operate.submit import ScriptInfo, compress_indices, plan_batches, submit
+from hpcrun.store.store import open_store
 
 SACCT = """\
 17_0|18|detector-reco-local|COMPLETED|0:0|None|00:00:04|2026-11-22T05:00:01|2026-11-22T05:00:05|localhost
@@ -66,8 +66,8 @@ def _fake_sbatch(tmp_path, monkeypatch, body: str) -> Path:
 
 
 def _plan_dir(tmp_path, spec_factory, inputs=3):
-    from hpcrun.pipeline import load_plan
-    from hpcrun.plandir import write_plan
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
     return write_plan(load_plan(spec_factory({"jobs": {"array": "never"}}, inputs=inputs)), tmp_path / "plan").out_dir
 
 

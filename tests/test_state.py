@@ -1,4 +1,4 @@
-"""Campaign state store (hpcrun/state.py): schema, migrations, claims, records, mount-table checks.
+"""Campaign state store (hpcrun/store/store.py): schema, migrations, claims, records, mount-table checks.
 
 SQLite is tested for real, including two processes claiming from one file. The same
 scenarios run on a throwaway PostgreSQL server (marker ``postgres``) when the server
@@ -25,9 +25,9 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 from sqlalchemy import create_engine, insert, inspect, text
 
-from hpcrun import statedb_schema as schema
 from hpcrun.errors import InputError
-from hpcrun.state import (
+from hpcrun.store import schema
+from hpcrun.store.store import (
     OVERRIDE_FLAG,
     Mount,
     NetworkFilesystemWarning,
@@ -624,8 +624,8 @@ def test_requeue_parks_after_max_attempts_and_skips_cancelled(tmp_path):
 def test_postgres_jobs_report_and_submit_lock(pg_url):
     from sqlalchemy.engine import make_url
 
-    from hpcrun.report import build
-    from hpcrun.statelock import LockTimeout, submit_lock
+    from hpcrun.report.figures import build
+    from hpcrun.store.lock import LockTimeout, submit_lock
 
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:  # a database of its own: other tests leave theirs at odd versions
@@ -657,7 +657,7 @@ def test_postgres_jobs_report_and_submit_lock(pg_url):
 
 
 def _hold_lock(db: str, ready: str, release: str) -> None:
-    from hpcrun.statelock import submit_lock
+    from hpcrun.store.lock import submit_lock
     with _open(Path(db).parent) as store, submit_lock(store.engine, store.location, "camp"):
         Path(ready).touch()
         while not Path(release).exists():
@@ -665,7 +665,7 @@ def _hold_lock(db: str, ready: str, release: str) -> None:
 
 
 def test_sqlite_submit_lock_waits_names_the_holder_and_dies_with_it(tmp_path):
-    from hpcrun.statelock import LockTimeout, submit_lock
+    from hpcrun.store.lock import LockTimeout, submit_lock
     _open(tmp_path).close()
     ready, release = tmp_path / "ready", tmp_path / "release"
     proc = multiprocessing.get_context("spawn").Process(

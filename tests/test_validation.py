@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from hpcrun.errors import InputError
-from hpcrun.pipeline import load_plan
+from hpcrun.plan.load import load_plan
 
 CASES = [
     # (id, overrides, key, message fragment)

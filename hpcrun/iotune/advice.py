@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..units import format_size
+from hpcrun.units import format_size
 
 TOLERANCE = 0.05
 

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..errors import InputError, Problem
-from ..yamlsrc import load_yaml
+from hpcrun.errors import InputError, Problem
+from hpcrun.model.yamlsrc import load_yaml
 
 _INDENT = re.compile(r"^( *)")
 
@@ -89,7 +89,7 @@ def edit(text: str, path: Path, new_block: Callable[[str], List[str]]) -> str:
 def apply(profile_path: Path, recommendation: Optional[Dict[str, Any]], measured: str,
           sweep_dir: str) -> Tuple[Path, str]:
     """Write ``recommendation['overall']`` into the profile; returns (path, new text)."""
-    from ..profiles import load_profile
+    from hpcrun.model.profiles import load_profile
 
     path = Path(profile_path)
     if not path.is_file() or path.suffix not in (".yaml", ".yml"):

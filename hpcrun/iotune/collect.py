@@ -8,10 +8,12 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import __version__
-from ..errors import InputError, Problem
-from . import advice, fio, ior_engine
-from .points import EngineOutputError, Measurement, combine
+from hpcrun import __version__
+from hpcrun.errors import InputError, Problem
+from hpcrun.iotune import advice
+from hpcrun.iotune.engines import fio
+from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.points import EngineOutputError, Measurement, combine
 
 
 class NotFinished(InputError):

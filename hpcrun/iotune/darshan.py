@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..errors import SourceError
-from ..units import format_size
-from .darshan_worker import BINS, MARKER
+from hpcrun.errors import SourceError
+from hpcrun.iotune.darshan_worker import BINS, MARKER
+from hpcrun.units import format_size
 
 DEFAULT_TIMEOUT = 120.0
 MIB = 2**20

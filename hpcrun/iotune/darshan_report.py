@@ -6,8 +6,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from rich.table import Table
 
-from ..units import format_size
-from .darshan import DarshanLogError, DarshanSummary, advise
+from hpcrun.iotune.darshan import DarshanLogError, DarshanSummary, advise
+from hpcrun.units import format_size
 
 
 def _size(nbytes: Optional[int]) -> str:

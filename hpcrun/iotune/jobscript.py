@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from .. import __version__
-from ..dwgrammar import check_script
-from ..errors import HpcrunError
-from ..render import environment
-from ..resources import site_template_dirs
-from ..shell import Shell, comment, quote
-from ..units import format_size
-from . import fio, ior_engine
-from .plan import SweepPlan, sbatch_options, target_dir_expr, target_root_expr
-from .points import DIR, RAW, Point, Step
+from hpcrun import __version__
+from hpcrun.backends.burstbuffer.grammar import check_script
+from hpcrun.errors import HpcrunError
+from hpcrun.iotune.engines import fio
+from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.plan import SweepPlan, sbatch_options, target_dir_expr, target_root_expr
+from hpcrun.iotune.points import DIR, RAW, Point, Step
+from hpcrun.render.scripts import environment
+from hpcrun.resources import site_template_dirs
+from hpcrun.shell import Shell, comment, quote
+from hpcrun.units import format_size
 
 TEMPLATE = "iotune.sh.j2"
 _VARS = {DIR: '"$POINT_DIR"', RAW: '"$RAW"'}

@@ -13,10 +13,11 @@ import subprocess
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from ..errors import InputError, Problem
-from . import fio, ior_engine
-from .plan import SUBDIR, SweepPlan
-from .points import Point, Step, substitute
+from hpcrun.errors import InputError, Problem
+from hpcrun.iotune.engines import fio
+from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.plan import SUBDIR, SweepPlan
+from hpcrun.iotune.points import Point, Step, substitute
 
 
 def _fstype(path: Path) -> str:

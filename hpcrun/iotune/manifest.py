@@ -7,8 +7,8 @@ import datetime as dt
 import uuid
 from typing import Any, Dict
 
-from .. import __version__
-from .plan import SweepPlan
+from hpcrun import __version__
+from hpcrun.iotune.plan import SweepPlan
 
 
 def build(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:

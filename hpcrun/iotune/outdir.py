@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
-from ..errors import InputError, Problem
+from hpcrun.errors import InputError, Problem
 
 MANIFEST = "iotune.json"
 SCRIPT = "iotune.sbatch"

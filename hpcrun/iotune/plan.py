@@ -12,17 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ..burstbuffer import BufferRequest, Writer, writer_for
-from ..containers import Bind, Runtime, runtime_for
-from ..errors import HpcrunError, InputError, Problem
-from ..profile import Partition, SiteProfile
-from ..shell import quote, sbatch_value
-from ..units import format_capacity, format_duration, round_up
-from ..yamlsrc import Located
-from . import fio, ior_engine
-from .points import DIR, RAW, Point, Step
-from .presets import COMMAND_LINE, OPTIONS
-from .sweep import Sweep, check_fio
+from hpcrun.backends.burstbuffer.base import BufferRequest, Writer, writer_for
+from hpcrun.backends.container.base import Bind, Runtime, runtime_for
+from hpcrun.errors import HpcrunError, InputError, Problem
+from hpcrun.iotune.engines import fio
+from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.points import DIR, RAW, Point, Step
+from hpcrun.iotune.presets import COMMAND_LINE, OPTIONS
+from hpcrun.iotune.sweep import Sweep, check_fio
+from hpcrun.model.site import Partition, SiteProfile
+from hpcrun.model.yamlsrc import Located
+from hpcrun.shell import quote, sbatch_value
+from hpcrun.units import format_capacity, format_duration, round_up
 
 BB_HEADROOM = 1.25
 SUBDIR = "hpcrun-iotune"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from ..units import format_size
+from hpcrun.units import format_size
 
 
 def _series_key(row: Dict[str, Any], varying: List[str]) -> Tuple[Any, ...]:

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import InputError, Problem, did_you_mean
-from ..resources import iobench_dir
-from ..validate import build
-from ..yamlsrc import KeyPath, Located, load_yaml
-from .sweep import Sweep
+from hpcrun.errors import InputError, Problem, did_you_mean
+from hpcrun.iotune.sweep import Sweep
+from hpcrun.model.validate import build
+from hpcrun.model.yamlsrc import KeyPath, Located, load_yaml
+from hpcrun.resources import iobench_dir
 
 COMMAND_LINE = "<command line>"
 

@@ -11,8 +11,8 @@ from typing import List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..fields import Duration, Line, Name, Size
-from ..spec import ContainerSpec
+from hpcrun.model.fields import Duration, Line, Name, Size
+from hpcrun.model.spec import ContainerSpec
 
 SYMBOLIC_TARGETS = ("bb", "scratch", "node-local")
 API = Literal["posix", "mpiio", "hdf5"]

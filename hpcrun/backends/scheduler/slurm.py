@@ -1,0 +1,295 @@
+"""Slurm client: run sbatch/sacct/squeue/scontrol and parse what they print.
+
+Nothing else in hpcrun calls Slurm commands. ``SBATCH_*`` variables are removed
+from sbatch's environment because they silently override the script's own
+``#SBATCH`` lines (hpc-reference §8.1).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from hpcrun.errors import HpcrunError
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"}
+TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm temporarily unable",
+             "Resource temporarily unavailable", "Connection refused")
+# for sbatch only errors that prove the controller never took the job: after a timeout the job
+# may exist, and submitting again would duplicate it
+NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
+
+
+class SlurmError(HpcrunError):
+    """A Slurm command failed; the message carries its output verbatim."""
+
+    exit_code = 3
+
+
+class SbatchUncertain(SlurmError):
+    """sbatch timed out or lost the controller mid-call: the job may or may not exist."""
+
+
+@dataclass
+class JobState:
+    job_id: str            # as sacct prints it: 123 or 123_4 for an array task
+    raw_id: str            # the unique numeric id (SLURM_JOB_ID inside the job)
+    name: str
+    state: str             # first word of State (e.g. CANCELLED, not "CANCELLED by 1001")
+    exit_code: str
+    reason: str
+    elapsed: str
+    start: str
+    end: str
+    nodes: str
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+def _env() -> Optional[Dict[str, str]]:
+    """The environment for Slurm commands: ours without ``SBATCH_*`` (None: ours as it is, the cheap case)."""
+    if not any(k.startswith("SBATCH_") for k in os.environ):
+        return None
+    return {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
+
+
+def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
+         transient: Sequence[str] = TRANSIENT) -> subprocess.CompletedProcess:
+    """Run a Slurm command, retrying transient controller errors with backoff."""
+    delay = 1.0
+    for attempt in range(retries + 1):
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, text=True, env=_env(), cwd=cwd,
+                                  timeout=120)
+        except FileNotFoundError:
+            raise SlurmError(f"'{argv[0]}' was not found: is Slurm installed and on PATH?") from None
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} timed out after 120 s")
+        if proc.returncode == 0 or not any(t in proc.stderr for t in transient) or attempt == retries:
+            return proc
+        time.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
+
+
+def sbatch(script: Path, extra: Iterable[str] = ()) -> str:
+    """Submit a script; return its job id. sbatch's rejection is shown verbatim.
+
+    Raises SbatchUncertain when the outcome is unknown (timeout, controller lost after the
+    request went out): the caller must look for the job under its tag before trying again.
+    """
+    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED)
+    if proc.returncode != 0:
+        text = proc.stderr.strip() or proc.stdout.strip()
+        if proc.returncode == 124 or (any(t in text for t in TRANSIENT) and not any(t in text for t in NOT_REACHED)):
+            raise SbatchUncertain(f"sbatch of {script} did not finish cleanly; the job may exist:\n{text}")
+        raise SlurmError(f"sbatch rejected {script}:\n{text}")
+    job_id = proc.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch printed no job id for {script}: {proc.stdout!r}")
+    return job_id
+
+
+SACCT_FIELDS = "JobID,JobIDRaw,JobName%64,State,ExitCode,Reason,Elapsed,Start,End,NodeList"
+
+
+def parse_sacct(text: str) -> List[JobState]:
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 10:
+            continue
+        job_id, raw, name, state, exit_code, reason, elapsed, start, end, nodes = parts
+        if "." in job_id:  # a step row
+            continue
+        rows.append(JobState(job_id, raw, name, state.split(" ")[0].rstrip("+"), exit_code, reason,
+                             elapsed, start, end, nodes))
+    return rows
+
+
+def sacct(job_ids: Sequence[str], since: str = "now-30days") -> List[JobState]:
+    """One sacct call for all jobs (allocation rows only)."""
+    if not job_ids:
+        return []
+    proc = _run(["sacct", "-X", "-n", "-P", "-S", since, "-E", "now", "-j", ",".join(job_ids),
+                 "-o", SACCT_FIELDS.replace("%64", "")])
+    if proc.returncode != 0:
+        raise SlurmError(f"sacct failed: {proc.stderr.strip()}")
+    return parse_sacct(proc.stdout)
+
+
+# ---- campaign-level queries: tags, accounting records, queue size -------------------------
+
+ACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Reason", "ElapsedRaw", "TotalCPU",
+               "AllocCPUS", "NodeList", "Start", "End", "MaxRSS")
+
+
+@dataclass
+class AcctRecord:
+    """One job or array task as sacct reports it, with its steps folded in (MaxRSS is per step)."""
+
+    job_id: str            # 123, 123_4, or a pending array's 123_[5-9%2]
+    raw_id: str
+    name: str
+    state: str
+    exit_code: str
+    reason: str
+    elapsed_s: Optional[float]
+    cpu_s: Optional[float]
+    alloc_cpus: Optional[int]
+    nodes: str
+    start: Optional[str]
+    end: Optional[str]
+    max_rss_bytes: Optional[int] = None
+
+
+_CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+_MEM = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
+
+
+def parse_cpu_time(text: str) -> Optional[float]:
+    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]`` -> seconds."""
+    m = _CPU_TIME.match(text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = m.groups()
+    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def parse_mem(text: str) -> Optional[int]:
+    """sacct's MaxRSS (``1234K``, ``2.5G``, ``0``) -> bytes (called for every step of every job)."""
+    text = text.strip()
+    if not text:
+        return None
+    unit = text[-1]
+    factor = _MEM.get(unit) if unit.isalpha() else 1
+    number = text[:-1] if unit.isalpha() else text
+    if factor is None or not number or number.startswith(("+", "-")) or "_" in number:
+        return None
+    try:
+        return int(float(number) * factor)
+    except ValueError:
+        return None
+
+
+def _time_or_none(text: str) -> Optional[str]:
+    return None if text in ("", "Unknown", "None") else text
+
+
+def since_text(moment: _dt.datetime, slack_s: float = 300.0) -> str:
+    """A sacct -S value a little before ``moment`` (in local time, as sacct reads it; slack for clock skew)."""
+    return (moment - _dt.timedelta(seconds=slack_s)).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@functools.lru_cache(maxsize=65536)
+def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
+    """sacct's local ISO time -> an aware UTC datetime (None for Unknown); many jobs share a second."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text).astimezone(_dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def parse_acct(text: str) -> Dict[str, AcctRecord]:
+    """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id."""
+    jobs: Dict[str, AcctRecord] = {}
+    rss: Dict[str, int] = {}
+    width = len(ACCT_FIELDS)
+    for line in text.splitlines():
+        head, _, rest = line.partition("|")
+        owner, dot, _step = head.partition(".")
+        if dot:  # a step: 123.batch, 123_4.0 - only its memory (the last field) matters here
+            mem = parse_mem(rest.rpartition("|")[2]) if rest.count("|") == width - 2 else None
+            if mem is not None and mem > rss.get(owner, -1):
+                rss[owner] = mem
+            continue
+        parts = line.split("|")
+        if len(parts) != width:
+            continue
+        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, _rss = parts
+        jobs[job_id] = AcctRecord(
+            job_id, raw, name, state.split(" ")[0].rstrip("+"), exit_code, reason,
+            float(elapsed) if elapsed.isdigit() else None, parse_cpu_time(cpu),
+            int(alloc) if alloc.isdigit() else None, nodes, _time_or_none(start), _time_or_none(end))
+    for owner, mem in rss.items():
+        if owner in jobs:
+            jobs[owner].max_rss_bytes = mem
+    return jobs
+
+
+def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = ()) -> Dict[str, AcctRecord]:
+    """One sacct call over these jobs (arrays by their array id) or job names, since ``since``."""
+    if not job_ids and not names:
+        return {}
+    argv = ["sacct", "-n", "-P", "-S", since, "-E", "now", "-o", ",".join(ACCT_FIELDS)]
+    if job_ids:
+        argv += ["-j", ",".join(job_ids)]
+    if names:
+        argv += ["--name", ",".join(names)]
+    proc = _run(argv)
+    if proc.returncode != 0:
+        raise SlurmError(f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return parse_acct(proc.stdout)
+
+
+@dataclass
+class QueuedJob:
+    job_id: str          # as squeue -r prints it: 123 or 123_4
+    array_job_id: str    # 123 for both
+    name: str
+    state: str
+    reason: str
+    raw_id: str = ""     # the unique numeric id (SLURM_JOB_ID inside the job; %A)
+
+
+def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
+                expand: bool = True, ended: bool = False) -> List[QueuedJob]:
+    """Jobs in the queue, array tasks one per line (``-r``) unless ``expand`` is False.
+
+    ``ended`` adds jobs that ended in the last MinJobAge seconds (``--states=all``).
+    """
+    argv = ["squeue", "-h", "-o", "%i|%F|%j|%T|%R|%A"]
+    if expand:
+        argv.append("-r")
+    if ended:
+        argv.append("--states=all")
+    if job_ids:
+        argv += ["-j", ",".join(job_ids)]
+    if names:
+        argv += ["--name", ",".join(names)]
+    if user:
+        argv += ["-u", user]
+    proc = _run(argv)
+    if proc.returncode != 0:
+        text = proc.stderr.strip()
+        if "Invalid job id" in text:  # every id already left the queue
+            return []
+        raise SlurmError(f"squeue failed: {text}")
+    out = []
+    for line in proc.stdout.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 5:
+            continue
+        # %R may itself hold a "|"; the raw id (%A) is all digits, and a squeue (or a stand-in)
+        # that prints only the first five fields gives none
+        raw = parts.pop() if len(parts) > 5 and parts[-1].isdigit() else ""
+        job_id, array_job_id, name, state = parts[:4]
+        out.append(QueuedJob(job_id, array_job_id, name, state, "|".join(parts[4:]), raw))
+    return out
+
+
+def queued_count(user: str) -> int:
+    """How many jobs and array tasks this user has queued or running (what MaxSubmitJobs counts)."""
+    return len(squeue_jobs(user=user))

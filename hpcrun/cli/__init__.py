@@ -1,0 +1,443 @@
+"""Command-line interface: parse arguments, call the library, print. Nothing else."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+import click
+import yaml
+from rich.console import Console
+
+from hpcrun import __version__
+from hpcrun.errors import HpcrunError
+
+out = Console()
+err = Console(stderr=True)
+
+
+def reported(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn hpcrun errors into a message and an exit code; never show a traceback."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except HpcrunError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(130)
+        except Exception as exc:  # a bug: say so plainly, keep the traceback for debugging
+            if os.environ.get("HPCRUN_DEBUG"):
+                traceback.print_exc()
+            err.print(f"internal error: {type(exc).__name__}: {exc}. This is a bug in hpcrun; "
+                      "set HPCRUN_DEBUG=1 to see the traceback.", highlight=False, markup=False)
+            sys.exit(70)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hpcrun")
+def main() -> None:
+    """Plan and run large data-processing campaigns on Slurm."""
+
+
+@main.command("plan")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="plan directory (default: ./<campaign>.plan); should be on a filesystem "
+                   "the compute nodes see")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON summary instead of a table")
+@click.option("--diff", "want_diff", is_flag=True, help="show what changed against the previous plan")
+@click.option("--force", is_flag=True, help="replace a plan directory that was already submitted")
+@reported
+def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool, force: bool) -> None:
+    """Validate SPEC, expand it into jobs and write scripts and a manifest."""
+    from hpcrun.cli.summary import plan_json, plan_table
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
+
+    plan = load_plan(spec)
+    target = out_dir or Path(f"{plan.campaign.name}.plan")
+    result = write_plan(plan, target, want_diff=want_diff, force=force)
+    if as_json:
+        click.echo(json.dumps(plan_json(result.manifest, str(result.out_dir), result.diff), indent=1))
+        return
+    out.print(plan_table(plan, str(result.out_dir)))
+    if want_diff:
+        if not result.previous:
+            out.print(f"no previous plan in {result.out_dir} to compare with: every file above is new",
+                      highlight=False)
+        elif result.diff:
+            click.echo(result.diff, nl=False)
+        else:
+            out.print("no changes against the previous plan")
+
+
+DB_OPTION = click.option("--db", envvar="HPCRUN_STATE_DB", default=None, metavar="URL",
+                         help="campaign state database URL (default: PLAN_DIR/state.db; env HPCRUN_STATE_DB)")
+
+
+def _show_batch(dry_run: bool) -> Callable[[Any], None]:
+    def show(batch: Any) -> None:
+        what = f"array tasks {batch.array_spec}" if batch.array_spec else "job"
+        word = "would submit" if dry_run else "submitted"
+        ident = f": {batch.job_id} (name {batch.tag})" if batch.job_id else ""
+        out.print(f"{word} {batch.script.path} {what}, {batch.tasks} plan job(s){ident}", highlight=False)
+    return show
+
+
+def _submit_summary(report: Any) -> None:
+    for tag, job_id in report.recovered:
+        out.print(f"recovered job {job_id} ({tag}) submitted by a run that stopped before recording it",
+                  highlight=False)
+    for tag in report.released:
+        out.print(f"released claim {tag}: Slurm never got it, its jobs are pending again", highlight=False)
+    if report.queue:
+        out.print(f"queue: {report.queue[0]} of at most {report.queue[1]} jobs queued for this user", highlight=False)
+    if not report.batches:
+        out.print("nothing to submit: every job of this plan is done, in flight or parked"
+                  if not report.left_pending else "nothing submitted now", highlight=False)
+    if report.left_pending:
+        out.print(f"{report.left_pending} job(s) left pending (queue limit or --limit); run submit again "
+                  "or use --follow", highlight=False)
+    if report.finalize is not None:
+        out.print(f"finalize: {report.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
+
+
+def _batch_json(report: Any) -> Dict[str, Any]:
+    return {"campaign": report.campaign, "store": report.store, "dry_run": report.dry_run,
+            "submitted": [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec, "tag": b.tag,
+                           "jobs": b.jobs} for b in report.batches],
+            "recovered": [{"tag": t, "job_id": j} for t, j in report.recovered], "released": report.released,
+            "left_pending": report.left_pending,
+            "finalize": report.finalize.as_dict() if report.finalize is not None else None}
+
+
+FINALIZE_AGAIN = click.option(
+    "--finalize-again", is_flag=True,
+    help="send one more finalize job (after the last one ended), after the work submitted since")
+
+
+@main.command("submit")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@DB_OPTION
+@click.option("--dry-run", is_flag=True, help="show what would be submitted; change nothing")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="submit at most this many plan jobs")
+@click.option("--follow", is_flag=True, help="keep submitting as the queue drains until all work is submitted")
+@click.option("--interval", type=float, default=60.0, show_default=True, help="seconds between --follow rounds")
+@click.option("--lock-timeout", type=float, default=600.0, show_default=True,
+              help="seconds to wait for another submit of this campaign to finish")
+@FINALIZE_AGAIN
+@click.option("--json", "as_json", is_flag=True)
+@reported
+def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional[int], follow: bool,
+               interval: float, lock_timeout: float, finalize_again: bool, as_json: bool) -> None:
+    """Submit the work of PLAN_DIR that is neither done nor in flight, and record it; then the
+    campaign's finalize job (spec `finalize:`) once every plan job has been submitted."""
+    from hpcrun.operate.submit import follow as follow_submit
+    from hpcrun.operate.submit import submit
+
+    show = None if as_json else _show_batch(dry_run)
+    if follow and not dry_run:
+        reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=show,
+                                finalize_again=finalize_again)
+        report = reports[-1]
+        report.batches = [b for r in reports for b in r.batches]
+    else:
+        def waiting(holder: str) -> None:
+            err.print(f"waiting for the submit lock held by {holder}", highlight=False)
+        report = submit(plan_dir, db=db, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
+                        on_batch=show, on_wait=None if as_json else waiting, finalize_again=finalize_again)
+        if dry_run and show:
+            for b in report.batches:
+                show(b)
+    if as_json:
+        click.echo(json.dumps(_batch_json(report), indent=1))
+    else:
+        _submit_summary(report)
+
+
+def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
+    from rich.table import Table
+
+    counts = Table("state", "jobs", "inputs", title=f"campaign {report.campaign}")
+    for state, n in report.counts.items():
+        counts.add_row(state, str(n), str(report.inputs.get(state, 0)))
+    out.print(counts)
+    fin = report.finalize
+    if fin is not None:
+        what = f"job {fin['job_id']} {fin['state'] or fin['status']}" if fin["job_id"] else fin["status"]
+        extra = "".join(f", {k} {fin[v]}" for k, v in (("exit", "exit_code"), ("elapsed", "elapsed")) if fin[v])
+        out.print(f"finalize (round {fin['round']}, after {fin['after']}): {what}{extra}"
+                  + (f" - {fin['reason']}" if fin["reason"] else ""), highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
+    rows = report.jobs
+    if not rows:
+        return
+    table = Table("job", "status", "slurm id", "slurm state", "exit", "elapsed", "attempts", "reason")
+    for r in rows[: None if show_all else max_rows]:
+        table.add_row(r.job, r.status, r.slurm_id, r.state, r.exit_code, r.elapsed, str(r.attempts), r.reason)
+    out.print(table)
+    if not show_all and len(rows) > max_rows:
+        out.print(f"... {len(rows) - max_rows} more; --all shows every job", highlight=False)
+
+
+@main.command("status")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@DB_OPTION
+@click.option("--wait", "wait_", is_flag=True, help="poll until nothing is in flight")
+@click.option("--watch", is_flag=True, help="like --wait, with a live progress bar")
+@click.option("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+@click.option("--interval", type=float, default=None, help="seconds between polls (default 2, --watch 10)")
+@click.option("--all", "show_all", is_flag=True,
+              help="list every job (also done and never submitted), in the table and in --json")
+@click.option("--json", "as_json", is_flag=True)
+@reported
+def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, timeout: Optional[float],
+               interval: Optional[float], show_all: bool, as_json: bool) -> None:
+    """Poll Slurm once for every job in flight, record what changed, and summarise PLAN_DIR's campaign."""
+    from hpcrun.operate.track import poll
+    from hpcrun.operate.track import watch as watch_status
+
+    if watch and not as_json:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=out) as bar:
+            task = bar.add_task("jobs finished", total=None)
+
+            def tick(rep: Any) -> None:
+                bar.update(task, total=len(rep.jobs), completed=rep.finished,
+                           description=", ".join(f"{n} {s}" for s, n in rep.counts.items() if n))
+            report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 10.0, on_poll=tick,
+                                  all_jobs=show_all)
+    elif wait_ or watch:
+        report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 2.0, all_jobs=show_all)
+    else:
+        report = poll(plan_dir, db=db, all_jobs=show_all)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=1))
+        return
+    _status_table(report, show_all)
+
+
+@main.command("retry")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@DB_OPTION
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="override the spec's retry.max_attempts")
+@click.option("--cancelled/--no-cancelled", default=None, help="also retry cancelled jobs (default: the spec's)")
+@click.option("--job", "jobs", multiple=True, help="only this plan job (repeatable)")
+@click.option("--unpark", is_flag=True, help="give parked jobs (all, or --job) a fresh set of attempts")
+@click.option("--dry-run", is_flag=True, help="show what would be retried or parked; change nothing")
+@FINALIZE_AGAIN
+@click.option("--json", "as_json", is_flag=True)
+@reported
+def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], cancelled: Optional[bool],
+              jobs: tuple, unpark: bool, dry_run: bool, finalize_again: bool, as_json: bool) -> None:
+    """Resubmit failed, timed-out and node-failed jobs of PLAN_DIR; park those out of attempts."""
+    from hpcrun.operate.retry import retry
+
+    report = retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
+                   dry_run=dry_run, on_batch=None if as_json else _show_batch(False), finalize_again=finalize_again)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=1))
+        return
+    verb = "would retry" if dry_run else "retried"
+    out.print(f"{verb} {len(report.requeued)} job(s)" + (f": {', '.join(report.requeued[:20])}" if report.requeued
+                                                           else ""), highlight=False)
+    if report.unparked:
+        out.print(f"unparked {len(report.unparked)} job(s): {', '.join(report.unparked[:20])}", highlight=False)
+    if report.parked:
+        out.print(f"{'would park' if dry_run else 'parked'} {len(report.parked)} job(s) out of attempts: "
+                  f"{', '.join(report.parked[:20])}; `hpcrun status` shows why, `hpcrun retry --unpark` "
+                  "gives them new attempts", highlight=False)
+    if report.submit is not None and report.submit.finalize is not None:
+        out.print(f"finalize: {report.submit.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)
+
+
+@main.command("report")
+@click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+@DB_OPTION
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="report directory (default: PLAN_DIR/report): index.html, report.json, PNG plots")
+@click.option("--poll", is_flag=True, help="poll Slurm first (as hpcrun status does)")
+@click.option("--no-plots", is_flag=True, help="skip the PNG plots")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON (and write nothing)")
+@reported
+def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll: bool, no_plots: bool,
+               as_json: bool) -> None:
+    """Success rate, CPU efficiency, throughput, failures and attempts of PLAN_DIR's campaign."""
+    from rich.table import Table
+
+    from hpcrun.cli.reporting import campaign_report
+    from hpcrun.report.html import merit_rows, write_report
+
+    report, store = campaign_report(plan_dir, db=db, poll=poll)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=1))
+        return
+    table = Table("figure", "value", title=f"campaign {report.campaign}")
+    for label, value in merit_rows(report):
+        table.add_row(label, value)
+    out.print(table)
+    if report.failures:
+        fails = Table("failure", "runs", "example")
+        for f in report.failures:
+            fails.add_row(f.reason, str(f.count), f.example)
+        out.print(fails)
+    index = write_report(report, out_dir or Path(plan_dir) / "report", store, plots=not no_plots)
+    out.print(f"report: {index}", highlight=False)
+
+
+@main.group()
+def profiles() -> None:
+    """List, show and validate site profiles."""
+
+
+@profiles.command("list")
+@reported
+def profiles_list() -> None:
+    """Profiles on the search path (HPCRUN_PROFILE_PATH, ~/.config/hpcrun, shipped)."""
+    from rich.table import Table
+
+    from hpcrun.model.profiles import available, load_profile
+
+    table = Table("name", "extends", "description", "file")
+    for name, ref in sorted(available().items()):
+        try:
+            loaded = load_profile(str(ref.path))
+            table.add_row(name, loaded.profile.extends or "", loaded.profile.description or "", str(ref.path))
+        except HpcrunError:
+            table.add_row(name, "?", "[red]invalid: run hpcrun profiles validate[/]", str(ref.path))
+    out.print(table)
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--resolved", is_flag=True, help="print the merged profile after extends layering")
+@reported
+def profiles_show(name: str, resolved: bool) -> None:
+    """Print a profile as written, or --resolved after layering."""
+    from hpcrun.model.profiles import load_profile, locate
+
+    if not resolved:
+        click.echo(locate(name).read_text(encoding="utf-8"), nl=False)
+        return
+    loaded = load_profile(name)  # validates the merged result
+    click.echo(f"# {name} resolved from: " + " <- ".join(str(p) for p in loaded.files))
+    click.echo("# values as written (sizes and durations keep their units)")
+    click.echo(yaml.safe_dump(loaded.source.data, sort_keys=False), nl=False)
+
+
+@profiles.command("validate")
+@click.argument("names", nargs=-1)
+@reported
+def profiles_validate(names: tuple) -> None:
+    """Validate profiles (all on the search path when no NAME is given)."""
+    from hpcrun.errors import InputError
+    from hpcrun.model.profiles import available, load_profile
+
+    targets = list(names) or sorted(available())
+    problems = []
+    for name in targets:
+        try:
+            load_profile(name)
+            out.print(f"[green]ok[/] {name}")
+        except InputError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise InputError(problems)
+
+
+@main.command("schema")
+@click.argument("kind", type=click.Choice(["campaign", "profile"]))
+@reported
+def schema(kind: str) -> None:
+    """Print the JSON Schema of a campaign spec or a site profile."""
+    from hpcrun.model.site import SiteProfile
+    from hpcrun.model.spec import Campaign
+
+    model = Campaign if kind == "campaign" else SiteProfile
+    click.echo(json.dumps(model.model_json_schema(by_alias=True), indent=1))
+
+
+def _transfer_size(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[int]:
+    from hpcrun.units import UnitError, parse_size
+
+    if value is None:
+        return None
+    try:
+        size = parse_size(value)
+    except UnitError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if size <= 0:
+        raise click.BadParameter("a transfer size must be positive")
+    return size
+
+
+@main.group("iotune", invoke_without_command=True)
+@click.pass_context
+def iotune_group(ctx: click.Context) -> None:
+    """I/O tuning: sweeps with fio or IOR, results and advice; Darshan log summaries."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@iotune_group.command("darshan")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print JSON (one object per log) instead of a table")
+@click.option("--best-transfer-size", "best", metavar="SIZE", callback=_transfer_size,
+              help="say when a log's most common access size is more than 4x away from SIZE (e.g. 1MiB, 4M)")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="seconds allowed to read one log (each log is read in its own process)")
+@reported
+def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: float) -> None:
+    """Summarise Darshan LOGs: bytes, access sizes, time in I/O, bandwidth, excluded paths.
+
+    Exit code 0 when every log was summarised, 1 when some could not be read.
+    """
+    from hpcrun.iotune.darshan import DarshanLogError, DarshanSummary, advise, summarise_many
+    from hpcrun.iotune.darshan_report import darshan_details, darshan_json, darshan_table
+
+    results = summarise_many([str(p) for p in logs], timeout=timeout)
+    failed = [r for r in results if isinstance(r, DarshanLogError)]
+    if as_json:
+        click.echo(json.dumps(darshan_json(results, best), indent=1))
+    else:
+        good = [r for r in results if isinstance(r, DarshanSummary)]
+        if good:
+            out.print(darshan_table(good))
+        for s in good:
+            out.print(darshan_details(s), highlight=False, soft_wrap=True)
+            for warning in s.warnings:
+                out.print(f"[yellow]warning:[/] {s.source}: {warning}", highlight=False, soft_wrap=True)
+            tip = advise(s, best) if best else None
+            if tip:
+                out.print(f"[cyan]advice:[/] {tip}", highlight=False, soft_wrap=True)
+    for exc in failed:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    if failed:
+        sys.exit(1)
+
+
+def _register_iotune() -> None:
+    from hpcrun.cli.iotune import register
+
+    register(iotune_group)
+
+
+_register_iotune()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,122 @@
+"""Reusable field types for the YAML models: sizes, durations, commands, names.
+
+Each type parses strictly (see :mod:`hpcrun.units`) and exports an honest JSON
+Schema, so ``hpcrun schema`` documents what the validator really accepts.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Dict, List, Union
+
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
+from typing_extensions import Annotated
+
+from hpcrun.units import SIZE_PATTERN, parse_duration, parse_size
+
+
+def _size(value: Any) -> int:
+    return parse_size(value)
+
+
+def _duration(value: Any) -> int:
+    return parse_duration(value)
+
+
+Size = Annotated[
+    int,
+    BeforeValidator(_size),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0},
+                              {"type": "string", "pattern": SIZE_PATTERN}],
+                    "description": "bytes, or a number with a unit (500GB, 2TiB, 50G)"}),
+]
+
+Duration = Annotated[
+    int,
+    BeforeValidator(_duration),
+    WithJsonSchema({"type": "string",
+                    "description": "Slurm time (HH:MM:SS, D-HH:MM:SS) or 90s/30m/12h/2d; "
+                                   "bare numbers are refused as ambiguous"}),
+]
+
+
+def _command(value: Any) -> List[str]:
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command into words ({exc}); "
+                             "write it as a YAML list of arguments instead") from None
+    elif isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                         for v in value):
+        parts = [str(v) for v in value]
+    else:
+        raise ValueError("a command is a string or a list of arguments (strings)")
+    if not parts:
+        raise ValueError("the command is empty")
+    return parts
+
+
+Command = Annotated[
+    List[str],
+    BeforeValidator(_command),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                    "description": "argv list, or a string split like a shell would (no pipes "
+                                   "or redirections; use [bash, -c, ...] for those)"}),
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
+
+
+def _name(value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError("a name starts with a letter and holds only letters, digits, '.', '_' "
+                         "and '-' (at most 63 characters)")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_name)]
+
+
+def _abs_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"'{value}' is not an absolute path; give a path starting with '/'")
+    if "\n" in value or "\0" in value:
+        raise ValueError("a path cannot contain a newline or NUL byte")
+    return value
+
+
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+
+
+def _one_line(value: str) -> str:
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise ValueError("this value must be a single line of text")
+    return value
+
+
+Line = Annotated[str, AfterValidator(_one_line)]
+
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_names(value: Dict[str, str]) -> Dict[str, str]:
+    for key in value:
+        if not _ENV_RE.match(key):
+            raise ValueError(f"'{key}' is not a valid environment variable name "
+                             "(letters, digits and '_', not starting with a digit)")
+    return value
+
+
+EnvVars = Annotated[Dict[str, Line], AfterValidator(_env_names)]
+
+AutoInt = Annotated[
+    Union[int, str],
+    BeforeValidator(lambda v: v if v == "auto" or (isinstance(v, int) and not isinstance(v, bool))
+                    else _raise("a positive whole number or 'auto'")),
+]
+
+
+def _raise(msg: str) -> Any:
+    raise ValueError(msg)

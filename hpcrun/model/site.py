@@ -1,0 +1,242 @@
+"""The site profile: where a campaign runs. Owned by site staff.
+
+Profiles are layered with ``extends:`` (see :mod:`hpcrun.model.profiles`); this module
+only describes the merged result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from hpcrun.model.fields import AbsPath, Duration, EnvVars, Line, Name, Size
+
+# What site staff write as a program or its options is trusted code (it runs as written);
+# every other profile value is data and untrusted like a spec value (docs/security.md).
+TRUSTED: Dict[str, Any] = {"x-hpcrun-trusted": "code"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class Partition(Strict):
+    slurm_partition: Optional[Name] = Field(None, description=(
+        "value for sbatch --partition; omitted when null (e.g. NERSC selects nodes by QOS and "
+        "constraint)"))
+    nodes: int = Field(ge=1, description="nodes in the partition")
+    cores_per_node: int = Field(ge=1, description="physical cores per node")
+    cpus_per_node: Optional[int] = Field(None, ge=1, description="logical CPUs (default: cores)")
+    memory_per_node: Size
+    max_walltime: Duration
+    max_nodes_per_job: Optional[int] = Field(None, ge=1)
+    qos: List[Name] = Field(default_factory=list, description="QOS allowed here (empty: any)")
+    default_qos: Optional[Name] = None
+    constraint: Optional[Line] = Field(None, description="sbatch --constraint (e.g. haswell)")
+    exclusive: bool = Field(True, description="request whole nodes")
+
+    @property
+    def cpus(self) -> int:
+        return self.cpus_per_node or self.cores_per_node
+
+
+class NodeLocal(Strict):
+    path: AbsPath = Field(description="node-local directory for caches (payload copy, DB socket)")
+    size: Size
+    type: Literal["ssd", "nvme", "hdd", "tmpfs", "xfs-loop"] = "ssd"
+
+
+class ShifterSettings(Strict):
+    per_node_cache: bool = Field(True, description="site allows perNodeCache volumes")
+    per_node_cache_max: Optional[Size] = Field(None, description="largest perNodeCache size")
+    cache_mount: AbsPath = Field("/dbcache", description="where the cache appears in the container")
+    volume_source: AbsPath = Field(description="an existing path used as the perNodeCache source")
+    modules: List[Name] = Field(default_factory=list, description="default --module list")
+    command: Line = Field("shifter", json_schema_extra=TRUSTED)
+
+
+class ApptainerSettings(Strict):
+    command: Line = Field("apptainer", json_schema_extra=TRUSTED)
+    cachedir: Optional[AbsPath] = None
+    tmpdir: Optional[AbsPath] = None
+    exec_options: List[Line] = Field(default_factory=list, json_schema_extra=TRUSTED)
+    binds: List[Line] = Field(default_factory=list, description="site binds (src[:dst[:ro]])")
+
+
+class PodmanHpcSettings(Strict):
+    command: Line = Field("podman-hpc", json_schema_extra=TRUSTED)
+    run_options: List[Line] = Field(default_factory=list, json_schema_extra=TRUSTED)
+
+
+class CharliecloudSettings(Strict):
+    """Charliecloud ``ch-run`` of an image directory; every path appears at the same place
+    inside the container as outside, so the job's variables and arguments stay valid."""
+
+    command: Line = Field("ch-run", description="the ch-run program", json_schema_extra=TRUSTED)
+    options: List[Line] = Field(default_factory=list, description=(
+        "extra ch-run options for every command (e.g. --unset-env=LD_LIBRARY_PATH)"), json_schema_extra=TRUSTED)
+    binds: List[Line] = Field(default_factory=list, description=(
+        "site binds SRC[:DST] (DST defaults to SRC); hpcrun's own paths under a bind with "
+        "DST = SRC need no bind of their own"))
+    burst_buffer_root: Optional[AbsPath] = Field(None, description=(
+        "directory under which the burst-buffer system mounts job buffers ($DW_JOB_STRIPED "
+        "etc.), bound at the same path; needed by campaigns with a burst buffer"))
+    private_tmp: bool = Field(False, description=(
+        "ch-run --private-tmp: /tmp in the container is a private tmpfs instead of the host's"))
+    home: Optional[AbsPath] = Field(None, description=(
+        "HOME inside the container (default: the job's run directory; ch-run's "
+        "/home/$USER does not exist in most images)"))
+
+    @field_validator("binds")
+    @classmethod
+    def _binds(cls, value: List[str]) -> List[str]:
+        for bind in value:
+            parts = bind.split(":")
+            if len(parts) > 2 or not all(p.startswith("/") for p in parts):
+                raise ValueError(f"'{bind}' is not SRC or SRC:DST with absolute paths (ch-run "
+                                 "binds are read-write and take no options)")
+            if any(c.isspace() for c in bind) or "$" in bind:
+                raise ValueError(f"'{bind}' contains a blank or '$'; write the literal path")
+        return value
+
+
+class Containers(Strict):
+    shifter: Optional[ShifterSettings] = None
+    apptainer: Optional[ApptainerSettings] = None
+    podman_hpc: Optional[PodmanHpcSettings] = Field(None, alias="podman-hpc")
+    charliecloud: Optional[CharliecloudSettings] = None
+    none: bool = Field(True, description="jobs may run without a container")
+
+    def offered(self) -> List[str]:
+        names = [n for n, v in (("shifter", self.shifter), ("apptainer", self.apptainer),
+                                ("podman-hpc", self.podman_hpc),
+                                ("charliecloud", self.charliecloud)) if v is not None]
+        return names + (["none"] if self.none else [])
+
+
+class Pool(Strict):
+    name: Name
+    granularity: Size = Field(description="capacity is rounded up to a multiple of this")
+    max_per_job: Optional[Size] = None
+    total: Optional[Size] = None
+    default: bool = False
+
+
+class BurstBufferSettings(Strict):
+    system: Literal["datawarp", "slurm-lua", "rabbit", "none"] = "none"
+    directive: Line = Field("DW", description="directive word without '#' (slurm-lua: Directive=)")
+    pools: List[Pool] = Field(default_factory=list)
+    pool_required: bool = Field(False, description="always emit pool= (slurm-lua needs it)")
+    stage_from: List[AbsPath] = Field(default_factory=list, description=(
+        "path prefixes that stage-in may read from (empty: anywhere)"))
+
+    @model_validator(mode="after")
+    def _pools(self) -> BurstBufferSettings:
+        if self.system == "none" and self.pools:
+            raise ValueError("pools are listed but the burst-buffer system is 'none'")
+        if self.system != "none" and not self.pools:
+            raise ValueError(f"burst-buffer system '{self.system}' needs at least one pool")
+        if sum(1 for p in self.pools if p.default) > 1:
+            raise ValueError("only one pool can be the default")
+        return self
+
+    def pool(self, name: Optional[str]) -> Optional[Pool]:
+        if name is None:
+            for p in self.pools:
+                if p.default:
+                    return p
+            return self.pools[0] if self.pools else None
+        return next((p for p in self.pools if p.name == name), None)
+
+
+class Filesystem(Strict):
+    path: AbsPath
+    type: Literal["lustre", "gpfs", "nfs", "xfs", "ext4", "tmpfs", "other"] = "other"
+
+
+class Launcher(Strict):
+    command: Line = Field("srun", json_schema_extra=TRUSTED)
+    options: List[Line] = Field(default_factory=list, description="added to every srun", json_schema_extra=TRUSTED)
+
+
+class Prologue(Strict):
+    modules: List[Line] = Field(default_factory=list)
+    env: EnvVars = Field(default_factory=dict)
+
+
+class ToolPaths(Strict):
+    python: Line = Field("python3", description=(
+        "Python 3 on the compute nodes (runs bin/hpcrun-checksum.py for adler32 checksums)"),
+        json_schema_extra=TRUSTED)
+    xrdadler32: Optional[Line] = Field(None, description=(
+        "XRootD's xrdadler32; when set, jobs compute adler32 checksums with it instead of Python"),
+        json_schema_extra=TRUSTED)
+    darshan_lib: Optional[AbsPath] = None
+    darshan_module: Optional[Line] = None
+    ior: Optional[Line] = Field(None, json_schema_extra=TRUSTED)
+    ior_module: Optional[Line] = None
+
+
+class IotuneRecommended(Strict):
+    """What ``hpcrun iotune run --apply`` writes; job scripts export it (HPCRUN_IO_*)."""
+
+    transfer_size: Size = Field(description="recommended bytes per I/O call")
+    writers_per_node: int = Field(1, ge=1, description="recommended concurrent writers per node")
+    target: Optional[Line] = Field(None, description="where it was measured (bb, scratch, node-local, a path)")
+    bandwidth_mib_s: Optional[float] = Field(None, ge=0, description="bandwidth measured at that point")
+    operation: Optional[Literal["write", "read"]] = Field(None, description="operation it was chosen for")
+    measured: Optional[Line] = Field(None, description="date of the sweep (ISO 8601 text)")
+    sweep: Optional[Line] = Field(None, description="results directory of the sweep")
+
+
+class IotuneSettings(Strict):
+    """Targets and engines for ``hpcrun iotune`` (IOR and Darshan come from ``tools``)."""
+
+    scratch: Optional[AbsPath] = Field(None, description=(
+        "directory the 'scratch' target writes under (default: filesystems.scratch.path)"))
+    node_local: Optional[AbsPath] = Field(None, description=(
+        "directory the 'node-local' target writes under (default: node_local.path)"))
+    fio: Line = Field("fio", description="the fio binary", json_schema_extra=TRUSTED)
+    mpirun: List[Line] = Field(default_factory=lambda: ["mpirun"], description=(
+        "MPI launcher for IOR with --local (argv; batch jobs use launcher)"), json_schema_extra=TRUSTED)
+    recommended: Optional[IotuneRecommended] = None
+
+
+class SiteProfile(Strict):
+    """A site profile after ``extends`` layering has been applied."""
+
+    name: Name
+    description: Optional[str] = None
+    extends: Optional[str] = Field(None, description="profile this one overrides")
+    partitions: Dict[str, Partition]
+    default_partition: Name
+    node_local: Optional[NodeLocal] = None
+    containers: Containers = Field(default_factory=Containers)
+    burst_buffer: BurstBufferSettings = Field(default_factory=BurstBufferSettings)
+    filesystems: Dict[str, Filesystem] = Field(default_factory=dict)
+    launcher: Launcher = Field(default_factory=Launcher)
+    prologue: Prologue = Field(default_factory=Prologue)
+    tools: ToolPaths = Field(default_factory=ToolPaths)
+    iotune: IotuneSettings = Field(default_factory=IotuneSettings)
+    max_array_size: int = Field(1001, ge=0, description="Slurm MaxArraySize (0: no arrays)")
+    array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
+    max_queued_jobs: Optional[int] = Field(None, ge=1, description=(
+        "per-user limit on queued jobs (MaxSubmitJobs; array tasks count one each): "
+        "hpcrun submit leaves the rest pending for a later submit"))
+    accounting: bool = Field(True, description=(
+        "the site runs slurmdbd, so sacct knows finished jobs; false: status follows squeue only"))
+    signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
+    template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)",
+                                     json_schema_extra=TRUSTED)
+    db_port_base: int = Field(20000, ge=1024, le=55535, description=(
+        "TCP database servers listen on db_port_base + (job id mod 10000)"))
+
+    @field_validator("default_partition")
+    @classmethod
+    def _default_partition(cls, value: str, info: ValidationInfo) -> str:
+        partitions = info.data.get("partitions")
+        if partitions is not None and value not in partitions:
+            raise ValueError(f"default_partition '{value}' is not one of the partitions: "
+                             f"{', '.join(sorted(partitions)) or '(none)'}")
+        return value

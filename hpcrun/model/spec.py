@@ -1,0 +1,297 @@
+"""The campaign spec: what to run. Written by production operators.
+
+Every model forbids unknown keys and coerces nothing silently (strict types), so a
+typo is reported with a did-you-mean instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from typing import List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
+
+# sbatch options hpcrun writes itself; setting them through extra_sbatch would bypass checks
+MANAGED_SBATCH = {
+    "--job-name": "name", "--partition": "site.partition", "--qos": "site.qos",
+    "--account": "site.account", "--reservation": "site.reservation", "--time": "walltime",
+    "--nodes": "jobs.nodes", "--array": "jobs.array and jobs.throttle", "--output": "(the plan)",
+    "--signal": "the site profile's signal_before_timeout", "--comment": "(the campaign tag)",
+    "--image": "container.image", "--volume": "the database payload cache",
+    "--module": "container.modules", "--exclusive": "the partition's exclusive setting",
+    "--ntasks-per-node": "jobs.chains_per_node", "--constraint": "the partition's constraint",
+    "--bb": "burst_buffer", "--bbf": "burst_buffer",
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SiteRef(Strict):
+    """Where the campaign runs: a site profile and the Slurm account settings."""
+
+    profile: Line = Field(description=(
+        "site profile name (see `hpcrun profiles list`) or a path to a profile .yaml file"))
+    partition: Optional[Name] = Field(None, description="partition; default: the profile's default")
+    qos: Optional[Name] = Field(None, description="QOS; must be allowed on the partition")
+    account: Optional[Name] = Field(None, description="account to charge (sbatch --account)")
+    reservation: Optional[Name] = None
+    extra_sbatch: List[Line] = Field(default_factory=list, description=(
+        "extra sbatch options (e.g. '--exclude=nid00012'), each emitted as its own #SBATCH line"))
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, value: str) -> str:
+        import re
+        if not (re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", value) or value.endswith((".yaml", ".yml"))):
+            raise ValueError(f"'{value}' is neither a profile name nor a path to a .yaml file")
+        return value
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _options(cls, value: List[str]) -> List[str]:
+        for opt in value:
+            name = opt.split("=", 1)[0]
+            if not opt.startswith("--") or " " in name:
+                raise ValueError(f"'{opt}' is not a long sbatch option; write it as --name=value")
+            if '"' in opt:
+                raise ValueError(f"'{opt}' contains a double quote, which cannot be written into an "
+                                 "#SBATCH line")
+            # sbatch accepts unambiguous abbreviations (--tim= is --time=)
+            managed = [m for m in MANAGED_SBATCH if m == name or (len(name) > 3 and m.startswith(name))]
+            if managed:
+                raise ValueError(f"'{managed[0]}' is written by hpcrun from {MANAGED_SBATCH[managed[0]]}; "
+                                 "set it there so that it is checked against the site profile")
+        return value
+
+
+class ContainerSpec(Strict):
+    """Container image and runtime; the runtime must be offered by the site profile."""
+
+    runtime: Literal["shifter", "apptainer", "podman-hpc", "charliecloud", "none"] = "none"
+    image: Optional[Line] = Field(None, description=(
+        "shifter: docker:<repo>:<tag>; apptainer: path to a .sif; podman-hpc: image name; "
+        "charliecloud: absolute path to an image directory"))
+    options: List[Line] = Field(default_factory=list, description="extra runtime arguments")
+    modules: List[Name] = Field(default_factory=list, description="Shifter modules (--module)")
+
+    @model_validator(mode="after")
+    def _image_needed(self) -> ContainerSpec:
+        if self.runtime != "none" and not self.image:
+            raise ValueError(f"container runtime '{self.runtime}' needs an 'image'")
+        if self.runtime == "none" and self.image:
+            raise ValueError("an image is given but runtime is 'none'; set runtime to "
+                             "shifter, apptainer, podman-hpc or charliecloud")
+        if self.runtime == "shifter" and self.image and ":" not in self.image:
+            raise ValueError("a Shifter image names its type, e.g. docker:repo/name:tag")
+        return self
+
+    @field_validator("image")
+    @classmethod
+    def _charliecloud_image(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if info.data.get("runtime") == "charliecloud" and value and not value.startswith("/"):
+            if ":" in value.split("/")[0]:
+                raise ValueError(
+                    f"'{value}' is a registry reference, but ch-run runs an unpacked image "
+                    "directory; unpack it first (e.g. ch-image pull, then ch-convert to a "
+                    "directory on a shared filesystem) and give that directory's absolute path")
+            raise ValueError(f"'{value}' is not an absolute path; a Charliecloud image is "
+                             "an image directory, e.g. /scratch/images/reco")
+        return value
+
+
+class SoftwareSpec(Strict):
+    release: Optional[Line] = Field(None, description="software release, exported as HPCRUN_RELEASE")
+    modules: List[Line] = Field(default_factory=list, description="environment modules to load")
+    env: EnvVars = Field(default_factory=dict, description="environment variables")
+
+
+class InputFile(Strict):
+    path: AbsPath
+    size: Optional[Size] = None
+    events: Optional[int] = Field(None, ge=0)
+    checksum: Optional[Line] = Field(None, description=(
+        "the file's checksum: adler32:<8 hex digits> or md5:<32 hex digits>"))
+
+    @field_validator("checksum")
+    @classmethod
+    def _checksum(cls, value: Optional[str]) -> Optional[str]:
+        from hpcrun.plan.checksums import syntax_error
+        why = syntax_error(value) if value is not None else None
+        if why:
+            raise ValueError(why)
+        return value
+
+
+class InputsSpec(Strict):
+    """Input files: an explicit list, a glob, and/or a list file (one path per line)."""
+
+    files: List[Union[AbsPath, InputFile]] = Field(default_factory=list)
+    glob: Optional[AbsPath] = None
+    list_file: Optional[Line] = Field(None, description=(
+        "file with one input per line: PATH [SIZE [EVENTS]]; relative to the spec file"))
+    size: Optional[Size] = Field(None, description="size of each file when it cannot be stat'ed")
+    events: Optional[int] = Field(None, ge=0, description="events per file when not listed")
+    checksum: Literal["adler32", "md5", "none"] = Field("adler32", description=(
+        "checksum each job verifies before processing its inputs; none: no verification"))
+    checksum_catalog: Optional[Line] = Field(None, description=(
+        "file of '<hex>  <path>' lines as md5sum or xrdadler32 write them; relative to the spec file"))
+
+    @model_validator(mode="after")
+    def _some(self) -> InputsSpec:
+        if not self.files and not self.glob and not self.list_file:
+            raise ValueError("give at least one of 'files', 'glob' or 'list_file'")
+        return self
+
+
+class JobsSpec(Strict):
+    """How inputs map to jobs and chains."""
+
+    files_per_job: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1)
+    chains_per_node: AutoInt = Field(1, description="chains per node, or 'auto'")
+    bytes_per_chain: Optional[Size] = Field(None, description=(
+        "with chains_per_node: auto, one chain per this many input bytes (1..CPUs per node)"))
+    overcommit: bool = Field(False, description="allow more chains than CPUs per node")
+    array: Literal["auto", "always", "never"] = Field("auto", description=(
+        "auto: job arrays unless each job needs its own #DW stage lines"))
+    throttle: Optional[int] = Field(None, ge=1, description="array %N: max tasks running at once")
+
+    @field_validator("chains_per_node")
+    @classmethod
+    def _chains(cls, value: Union[int, str]) -> Union[int, str]:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("chains_per_node must be at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _auto_needs_bytes(self) -> JobsSpec:
+        if self.chains_per_node == "auto" and not self.bytes_per_chain:
+            raise ValueError("chains_per_node: auto needs bytes_per_chain (e.g. 1GB)")
+        return self
+
+
+class RetrySpec(Strict):
+    """How often ``hpcrun retry`` resubmits a job's inputs before parking them for a human."""
+
+    max_attempts: int = Field(3, ge=1, description="submissions per input, the first one included")
+    cancelled: bool = Field(False, description=(
+        "also retry jobs that were cancelled (normally an operator's decision, so not retried)"))
+
+
+class RestartPolicy(Strict):
+    max_restarts: int = Field(3, ge=0, description="restarts of a dead DB server before the job fails")
+    backoff: Duration = Field(5, description="wait before each restart")
+
+
+class DatabaseSpec(Strict):
+    """Conditions-DB payload served by one DB server per node."""
+
+    payload: AbsPath = Field(description="the server's data directory, copied to node-local storage")
+    size: Optional[Size] = Field(None, description="payload size; measured when the path exists")
+    engine: Literal["mysql", "mariadb"] = "mariadb"
+    server: Optional[Line] = Field(None, description="server binary (default mariadbd or mysqld)")
+    options: List[Line] = Field(default_factory=list, description="extra server options")
+    ready_timeout: Duration = Field(300, description="how long to wait for the server to answer")
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    networking: Literal["socket", "tcp"] = "socket"
+    check_query: Line = "SELECT 1"
+
+
+class StageItem(Strict):
+    source: Line
+    destination: Line
+    type: Literal["file", "directory", "list"] = "file"
+
+
+class BurstBufferSpec(Strict):
+    """Per-job burst buffer: capacity, mode, staging."""
+
+    capacity: Union[Size, Literal["auto"]] = Field("auto", description=(
+        "explicit size, or auto = (inputs + expected outputs) x safety_factor"))
+    safety_factor: float = Field(1.5, ge=1.0)
+    access_mode: Literal["striped", "private", "striped,private"] = "striped"
+    type: Literal["scratch", "cache"] = "scratch"
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        if value == "cache":
+            raise ValueError("type 'cache' (a transparent cache over the parallel filesystem, "
+                             "$DW_JOB_STRIPED_CACHE) is not supported yet; use 'scratch' with staging")
+        return value
+    pool: Optional[Name] = None
+    stage_inputs: bool = Field(True, description="stage each job's input files in")
+    stage_outputs: bool = Field(True, description="stage merged outputs out to outputs.location")
+    stage_in: List[StageItem] = Field(default_factory=list, description=(
+        "extra items; the burst-buffer side is relative to the job buffer"))
+    stage_out: List[StageItem] = Field(default_factory=list)
+    persistent: List[Name] = Field(default_factory=list, description="persistent buffers to attach")
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _cap(cls, value: object) -> object:
+        if value == "auto":
+            return value
+        from hpcrun.units import parse_size
+        return parse_size(value)  # type: ignore[arg-type]
+
+
+class ChainSpec(Strict):
+    command: Command = Field(description=(
+        "argv with placeholders {input} {output} {chain} {nchains} {first_event} {nevents} "
+        "{db_socket} {db_port} {workdir} {release}"))
+    env: EnvVars = Field(default_factory=dict, description="variables exported for the chains")
+
+
+class MergeSpec(Strict):
+    command: Command = Field(description="argv with {parts} (one argument per chain part) and {output}")
+
+
+class QASpec(Strict):
+    count_events: Optional[Command] = Field(None, description=(
+        "prints the number of events in {file}; used for the event-fraction rule"))
+    min_event_fraction: float = Field(0.98, ge=0.0, le=1.0)
+    command: Optional[Command] = Field(None, description="extra check on {output}; non-zero fails QA")
+
+
+class FinalizeSpec(Strict):
+    """The campaign-level job that runs once after every plan job (e.g. a dataset merge, a QA summary)."""
+
+    command: Command = Field(description=(
+        "argv with {outdir} {output_list} {campaign} {plan_dir} {release}; runs in the batch shell"))
+    walltime: Optional[Duration] = Field(None, description="time limit of the finalize job; default: walltime")
+    after: Literal["any", "ok"] = Field("any", description=(
+        "any: once every plan job has ended, whatever the outcome; ok: only if every one succeeded"))
+
+
+class OutputsSpec(Strict):
+    location: AbsPath = Field(description="where merged outputs land (parallel filesystem)")
+    workdir: Optional[AbsPath] = Field(None, description=(
+        "shared directory for chain outputs before the merge when there is no burst buffer "
+        "(default: <location>/.hpcrun-work)"))
+    pattern: Line = Field("{stem}.out", description="merged output name per input: {stem} {name}")
+    size_ratio: float = Field(1.0, gt=0, description="expected output bytes per input byte")
+
+
+class Campaign(Strict):
+    """A campaign spec (top level)."""
+
+    name: Name
+    description: Optional[str] = None
+    site: SiteRef
+    walltime: Duration
+    container: ContainerSpec = Field(default_factory=ContainerSpec)
+    software: SoftwareSpec = Field(default_factory=SoftwareSpec)
+    inputs: InputsSpec
+    jobs: JobsSpec = Field(default_factory=JobsSpec)
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    database: Optional[DatabaseSpec] = None
+    burst_buffer: Optional[BurstBufferSpec] = None
+    chain: ChainSpec
+    merge: Optional[MergeSpec] = None
+    qa: Optional[QASpec] = None
+    finalize: Optional[FinalizeSpec] = None
+    outputs: OutputsSpec

@@ -1,0 +1,186 @@
+"""The campaign's finalize job: one Slurm job after every plan job, chained with ``--dependency``.
+
+``hpcrun submit`` sends it once nothing of the plan is left pending (every plan job has been
+submitted), with ``--dependency=afterany:<ids>`` (``afterok`` for ``finalize.after: ok``) over
+the plan jobs that are **still queued or running according to squeue**: Slurm refuses, or never
+satisfies, a dependency on a job that already ended and left its memory. With none left it goes
+out without a dependency.
+
+Crash safety follows the claim/tag/record pattern of plan jobs, with a fixed tag: the job name
+``<campaign>.finalize``. A round row is written in the store *before* sbatch; a submitter killed
+between sbatch and the record leaves a row without a job id, and the next submit (under the same
+submit lock) looks for that name in squeue and ``sacct --name`` (since the row was written) before
+it submits anything, so the finalize job is never duplicated. Job ids of earlier rounds are
+excluded from that search, so ``--finalize-again`` (a new round after retried work) reuses the name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from hpcrun.backends.scheduler import slurm
+from hpcrun.operate.submit import FinalizeAction, SubmitReport
+from hpcrun.store.store import Campaign, FinalizeRecord, StateStore, normalize_slurm_state
+
+# an sbatch argument longer than this cannot be passed at all (Linux MAX_ARG_STRLEN is 128 KiB)
+MAX_DEPENDENCY_CHARS = 100_000
+_SQUEUE_CHUNK = 5000
+
+
+def _numeric(job_id: str) -> int:
+    return int(job_id) if job_id.isdigit() else 0
+
+
+def queued_job_ids(candidates: Sequence[str]) -> List[str]:
+    """The ids among ``candidates`` (plain or array job ids) that squeue shows queued or running."""
+    wanted = set(candidates)
+    live = set()
+    ordered = sorted(wanted, key=_numeric)
+    for start in range(0, len(ordered), _SQUEUE_CHUNK):
+        for row in slurm.squeue_jobs(job_ids=ordered[start:start + _SQUEUE_CHUNK], expand=False):
+            owner = row.job_id.split("_", 1)[0]
+            if owner in wanted and normalize_slurm_state(row.state) not in slurm.TERMINAL:
+                live.add(owner)
+    return sorted(live, key=_numeric)
+
+
+def find_by_name(tag: str, since: Any, exclude: Sequence[str], accounting: bool) -> Optional[str]:
+    """The job named ``tag`` that Slurm knows (queue, recently ended, accounting since ``since``),
+    other than the ``exclude``d ids of earlier rounds; the lowest id if several."""
+    found = set()
+    for q in slurm.squeue_jobs(names=[tag], expand=False, ended=True):
+        if q.name == tag:
+            found.add(q.job_id.split("_", 1)[0])
+    if accounting:
+        for rec in slurm.sacct_records((), slurm.since_text(since), names=[tag]).values():
+            if rec.name == tag:
+                found.add(rec.job_id.split("_", 1)[0])
+    found -= set(exclude)
+    return min(found, key=_numeric) if found else None
+
+
+class Finalizer:
+    """Decides about, settles and submits the finalize job of one plan (under the submit lock)."""
+
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign,
+                 refresh: Optional[Callable[[], None]] = None):
+        self.plan_dir = plan_dir
+        self.store = store
+        self.campaign = campaign
+        self.info: Dict[str, Any] = manifest["finalize"]
+        self.accounting = bool(manifest["submit"].get("accounting", True))
+        self.refresh = refresh  # a status poll: brings failed jobs into the store before `after: ok` decides
+
+    @property
+    def tag(self) -> str:
+        return str(self.info["job_name"])
+
+    @property
+    def after(self) -> str:
+        return str(self.info.get("after") or "any")
+
+    def _known(self, rounds: Sequence[FinalizeRecord]) -> List[str]:
+        return [r.job_id for r in rounds if r.job_id]
+
+    def again(self) -> Optional[FinalizeAction]:
+        """--finalize-again: open one more round once the last one's job has left the queue."""
+        rounds = self.store.finalize_rounds(self.campaign.id)
+        last = rounds[-1] if rounds else None
+        if last is None or last.job_id is None:
+            return None  # the first (or a requested) round is still to go out: nothing to add
+        queued = queued_job_ids([last.job_id])
+        if queued:
+            return FinalizeAction("refused", (
+                f"finalize job {last.job_id} (round {last.round}) is still queued or running; "
+                "--finalize-again opens a new round only after it has ended (or `scancel` it first)"),
+                last.job_id, last.round)
+        self.store.add_finalize_round(self.campaign.id, self.tag, self.after)
+        return None
+
+    def step(self, report: SubmitReport, room: Optional[int]) -> FinalizeAction:
+        """Submit the finalize job if every plan job has been submitted and it is not out yet."""
+        rounds = self.store.finalize_rounds(self.campaign.id)
+        last = rounds[-1] if rounds else None
+        if last is not None and last.job_id is not None:
+            text = f"finalize job {last.job_id} (round {last.round}) was submitted earlier"
+            if report.batches:
+                text += ("; work was submitted after it: once it has ended, `hpcrun submit --finalize-again` "
+                         "sends one more finalize job after the new work")
+            return FinalizeAction("earlier", text, last.job_id, last.round, last.dependency)
+        pending = len(self.store.pending_jobs(self.campaign.id))
+        if pending:
+            return FinalizeAction("waiting", (
+                f"the finalize job waits until every plan job has been submitted ({pending} still pending)"))
+        if last is not None:
+            found = find_by_name(self.tag, last.created_at, self._known(rounds), self.accounting)
+            if found:
+                self.store.record_finalize_job(last.id, found, self.info["sha256"], None)
+                return FinalizeAction("recovered", (
+                    f"recovered finalize job {found} ({self.tag}) submitted by a run that stopped before "
+                    "recording it"), found, last.round)
+        if room is not None and room <= 0:
+            return FinalizeAction("waiting", "the finalize job waits for room in the queue (max_queued_jobs)")
+        if self.after == "ok":
+            if self.refresh is not None:
+                self.refresh()
+            counts = self.store.job_counts(self.campaign.id)
+            bad = counts.get("failed", 0) + counts.get("parked", 0)
+            if bad:
+                return FinalizeAction("skipped", (
+                    f"finalize.after is 'ok' but {bad} plan job(s) failed or are parked: not submitted. "
+                    "`hpcrun retry` them; the finalize job goes out once none is left failed"))
+        if last is None:
+            last = self.store.add_finalize_round(self.campaign.id, self.tag, self.after)
+        return self._submit(last, rounds)
+
+    def _dependency(self) -> Optional[str]:
+        ids = queued_job_ids(self.store.in_flight_job_ids(self.campaign.id))
+        return f"after{self.after}:" + ":".join(ids) if ids else ""
+
+    def _submit(self, row: FinalizeRecord, rounds: Sequence[FinalizeRecord]) -> FinalizeAction:
+        script = self.plan_dir / self.info["path"]
+        for attempt in range(2):
+            dependency = self._dependency()
+            assert dependency is not None
+            if len(dependency) > MAX_DEPENDENCY_CHARS:
+                return FinalizeAction("waiting", (
+                    f"too many plan jobs are still queued for one --dependency ({dependency.count(':')} job ids); "
+                    "the finalize job goes out from a later submit, when fewer are queued"), round=row.round)
+            extra = [f"--job-name={self.tag}"] + ([f"--dependency={dependency}"] if dependency else [])
+            try:
+                job_id = slurm.sbatch(script, extra)
+            except slurm.SbatchUncertain:
+                found = find_by_name(self.tag, row.created_at, self._known(rounds), self.accounting)
+                if not found:
+                    raise
+                job_id = found
+            except slurm.SlurmError as exc:
+                # a job named in the dependency ended (and was purged) between squeue and sbatch: look again
+                if attempt == 0 and dependency and "dependency" in str(exc).lower():
+                    continue
+                self.store.note_finalize(row.id, f"sbatch refused: {exc}")
+                raise
+            self.store.record_finalize_job(row.id, job_id, self.info["sha256"], dependency)
+            after = f"after {dependency}" if dependency else "without a dependency (no plan job is queued any more)"
+            return FinalizeAction("submitted", f"submitted finalize job {job_id} ({self.tag}) {after}", job_id,
+                                  row.round, dependency)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def dry_run_action(manifest: Dict[str, Any], store: Optional[StateStore], campaign: Optional[Campaign],
+                   left_pending: int) -> Optional[FinalizeAction]:
+    """What a submit would do about the finalize job (no Slurm query, no change)."""
+    if not manifest.get("finalize"):
+        return None
+    if store is not None and campaign is not None:
+        rounds = store.finalize_rounds(campaign.id)
+        if rounds and rounds[-1].job_id:
+            return FinalizeAction("earlier", f"finalize job {rounds[-1].job_id} (round {rounds[-1].round}) was "
+                                             "submitted earlier", rounds[-1].job_id, rounds[-1].round)
+    if left_pending:
+        return FinalizeAction("waiting", (
+            f"the finalize job waits until every plan job has been submitted ({left_pending} would be left pending)"))
+    return FinalizeAction("would-submit", (
+        f"would submit the finalize job ({manifest['finalize']['path']}) with --dependency=after"
+        f"{manifest['finalize'].get('after', 'any')} on the plan jobs still queued"))

@@ -1,0 +1,81 @@
+"""Resubmit failed work within the spec's attempt limit; park what keeps failing.
+
+``retry`` first polls Slurm (so failures that just happened count), then moves failed
+plan jobs back to pending, or to ``parked`` once they have used ``retry.max_attempts``
+submissions, keeping the last failure reason on every input, and finally submits the
+pending work through the normal submit path (claims, tags, lock). Cancelled jobs are
+left alone unless asked: a cancel is usually an operator's decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from hpcrun.errors import InputError, Problem
+from hpcrun.operate.submit import Batch, SubmitReport, open_plan_store, read_manifest, submit
+from hpcrun.operate.track import poll
+from hpcrun.store.store import StateStoreError
+
+
+@dataclass
+class RetryReport:
+    campaign: str
+    requeued: List[str] = field(default_factory=list)     # plan job names
+    parked: List[str] = field(default_factory=list)
+    unparked: List[str] = field(default_factory=list)
+    submit: Optional[SubmitReport] = None
+    dry_run: bool = False
+
+    def as_dict(self) -> Dict[str, Any]:
+        sub = self.submit
+        return {"campaign": self.campaign, "requeued": self.requeued, "parked": self.parked,
+                "unparked": self.unparked, "dry_run": self.dry_run,
+                "submitted": [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec,
+                               "tag": b.tag, "jobs": len(b.jobs)} for b in sub.batches] if sub else [],
+                "finalize": sub.finalize.as_dict() if sub and sub.finalize else None}
+
+
+def _indices(manifest: Dict[str, Any], names: Sequence[str]) -> Optional[List[int]]:
+    if not names:
+        return None
+    by_name = {j["name"]: j["index"] for j in manifest["jobs"]}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise InputError([Problem(str(Path("manifest.json")), None, "", (
+            f"has no job named {', '.join(unknown)}; job names look like {next(iter(by_name), '?')} "
+            "(see `hpcrun status`)"))])
+    return [by_name[n] for n in names]
+
+
+def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts: Optional[int] = None,
+          cancelled: Optional[bool] = None, jobs: Sequence[str] = (), unpark: bool = False,
+          dry_run: bool = False, on_batch: Optional[Callable[[Batch], None]] = None,
+          finalize_again: bool = False) -> RetryReport:
+    plan_dir = Path(plan_dir).resolve()
+    manifest = read_manifest(plan_dir)
+    names = {j["index"]: j["name"] for j in manifest["jobs"]}
+    selected = _indices(manifest, jobs)
+    limit = max_attempts or int(manifest["submit"]["max_attempts"])
+    with_cancelled = bool(manifest["submit"].get("retry_cancelled")) if cancelled is None else cancelled
+    report = RetryReport(manifest["campaign"], dry_run=dry_run)
+    if not dry_run:
+        poll(plan_dir, db=db)
+    if db is None and not (plan_dir / "state.db").exists():
+        return report  # nothing was ever submitted
+    with open_plan_store(plan_dir, db) as store:
+        try:
+            campaign = store.get_campaign(manifest["campaign"])
+        except StateStoreError:
+            return report
+        if unpark:
+            report.unparked = [names.get(i, f"#{i}") for i in
+                               (store.unpark(campaign.id, selected) if not dry_run else [])]
+        requeued, parked = store.requeue_failed(campaign.id, limit, retry_cancelled=with_cancelled,
+                                                job_indices=selected, dry_run=dry_run)
+    report.requeued = [names.get(i, f"#{i}") for i in requeued]
+    report.parked = [names.get(i, f"#{i}") for i in parked]
+    if not dry_run and (requeued or report.unparked or finalize_again):
+        report.submit = submit(plan_dir, db=db, on_batch=on_batch, finalize_again=finalize_again)
+    return report

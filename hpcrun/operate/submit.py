@@ -1,0 +1,454 @@
+"""Submit a plan's outstanding work to Slurm, recording every job in the campaign state store.
+
+Each submission is three steps: claim the plan jobs in the store (their inputs become
+``submitted`` under a fresh claim token), ``sbatch`` them with the job name
+``<campaign>.<token[:12]>`` (the *tag*), and record the job id. A process killed between
+any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
+submit lock, so no live submitter is mid-way) looks for the tag in ``squeue`` and
+``sacct`` and records the job it finds, or returns the claim to pending when Slurm never
+got it. Nothing is submitted twice and nothing is lost.
+
+Job arrays go out as one ``sbatch --array=<pending task ids>%N`` per array script, so a
+retry resubmits exactly the failed tasks of the same script.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from hpcrun.backends.scheduler import slurm
+from hpcrun.errors import InputError, Problem
+from hpcrun.store.lock import submit_lock
+from hpcrun.store.store import Campaign, Claim, NewInput, NewSubmission, StateStore, open_store
+
+DEFAULT_LOCK_TIMEOUT = 600.0
+
+
+def _head(text: str) -> Optional[Dict[str, Any]]:
+    """The manifest without its (last, possibly 100k entries long) ``jobs`` list, or None."""
+    cut = text.rfind('\n "jobs": [')
+    if cut < 0:
+        return None
+    try:
+        head: Dict[str, Any] = json.loads(text[:cut].rstrip().rstrip(",") + "\n}")
+    except ValueError:
+        return None
+    return head
+
+
+def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
+    """The plan's manifest; ``jobs=False`` skips parsing the per-job list (a status poll needs none)."""
+    path = plan_dir / "manifest.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+        data: Dict[str, Any] = (None if jobs else _head(text)) or json.loads(text)
+    except FileNotFoundError:
+        raise InputError([Problem(str(plan_dir), None, "", (
+            "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None
+    except (OSError, ValueError) as exc:
+        raise InputError([Problem(str(path), None, "", f"cannot be read: {exc}")]) from None
+    if "digests" not in data or "submit" not in data:
+        raise InputError([Problem(str(path), None, "", (
+            f"was written by hpcrun {data.get('hpcrun_version', '?')}, which did not record what submit needs; "
+            "plan the campaign again with this hpcrun (`hpcrun plan SPEC --out DIR --force`)"))])
+    return data
+
+
+def tag_of(campaign: str, token: str) -> str:
+    """The Slurm job name that ties a job to its claim in the store."""
+    return f"{campaign}.{token[:12]}"
+
+
+def compress_indices(indices: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (Slurm's --array syntax)."""
+    parts: List[str] = []
+    run: List[int] = []
+    for i in sorted(set(indices)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [i]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class ScriptInfo:
+    path: str          # relative to the plan directory
+    sha256: str
+    first: int
+    last: int
+    is_array: bool
+
+
+@dataclass
+class Batch:
+    """One sbatch call: a script and the plan jobs it runs."""
+
+    script: ScriptInfo
+    jobs: List[int]
+    array_spec: Optional[str] = None
+    job_id: Optional[str] = None
+    tag: Optional[str] = None
+
+    @property
+    def tasks(self) -> int:
+        return len(self.jobs)
+
+
+@dataclass
+class FinalizeAction:
+    """What this submit did about the campaign's finalize job, and why."""
+
+    action: str                    # submitted, recovered, would-submit, waiting, skipped, refused, earlier
+    message: str
+    job_id: Optional[str] = None
+    round: Optional[int] = None
+    dependency: Optional[str] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"action": self.action, "message": self.message, "job_id": self.job_id, "round": self.round,
+                "dependency": self.dependency}
+
+
+@dataclass
+class SubmitReport:
+    campaign: str
+    store: str
+    batches: List[Batch] = field(default_factory=list)
+    recovered: List[Tuple[str, str]] = field(default_factory=list)   # (tag, job id) found after a stop
+    released: List[str] = field(default_factory=list)                # tags Slurm never got: back to pending
+    left_pending: int = 0
+    queue: Optional[Tuple[int, int]] = None                          # (queued now, max_queued_jobs)
+    dry_run: bool = False
+    finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
+
+    @property
+    def submitted_jobs(self) -> int:
+        return sum(b.tasks for b in self.batches if b.job_id)
+
+
+def scripts_of(manifest: Dict[str, Any]) -> List[ScriptInfo]:
+    return [ScriptInfo(s["path"], s["sha256"], s["jobs"][0], s["jobs"][1], s["array"] is not None)
+            for s in manifest["scripts"]]
+
+
+def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    if not text:
+        return None, None
+    algo, _, value = text.partition(":")
+    return value, algo
+
+
+def plan_inputs(manifest: Dict[str, Any]) -> List[NewInput]:
+    """Every input of the plan with the job that processes it, as the store registers them."""
+    out = []
+    for job in manifest["jobs"]:
+        n = len(job["inputs"])
+        sizes = job.get("input_sizes") or [None] * n
+        events = job.get("input_events") or [None] * n
+        sums = job.get("checksums") or [None] * n
+        for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
+            value, algo = _split_checksum(cs)
+            out.append(NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
+                                events=ev, job_name=job["name"]))
+    return out
+
+
+def register(store: StateStore, manifest: Dict[str, Any]) -> Campaign:
+    """The campaign and its inputs in the store (idempotent; new inputs of a re-plan are added)."""
+    campaign = store.register_campaign(manifest["campaign"], manifest["digests"]["spec"],
+                                       manifest["digests"]["profile"])
+    store.add_inputs(campaign.id, plan_inputs(manifest))
+    return campaign
+
+
+def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: Optional[int],
+                 throttle: Optional[int]) -> Tuple[List[Batch], int]:
+    """Group pending plan jobs by script, at most ``budget`` jobs in all; returns (batches, jobs left)."""
+    batches: List[Batch] = []
+    todo = sorted(pending)
+    left = budget if budget is not None else len(todo)
+    k = 0
+    for script in scripts:
+        jobs = []
+        while k < len(todo) and todo[k] <= script.last:
+            if todo[k] >= script.first:
+                jobs.append(todo[k])
+            k += 1
+        if not jobs or left <= 0:
+            continue
+        if script.is_array:
+            jobs = jobs[:left]
+            spec = compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
+            batches.append(Batch(script, jobs, spec))
+            left -= len(jobs)
+        else:
+            for j in jobs[:left]:
+                batches.append(Batch(script, [j]))
+            left -= min(left, len(jobs))
+    submitted = sum(b.tasks for b in batches)
+    return batches, len(todo) - submitted
+
+
+GROUP_SIZE = 64  # per-job scripts claimed and recorded together
+
+
+def claim_groups(batches: Sequence[Batch]) -> List[List[Batch]]:
+    """An array batch alone; consecutive per-job batches in groups of GROUP_SIZE."""
+    groups: List[List[Batch]] = []
+    for batch in batches:
+        if batch.array_spec is None and groups and groups[-1][0].array_spec is None \
+                and len(groups[-1]) < GROUP_SIZE:
+            groups[-1].append(batch)
+        else:
+            groups.append([batch])
+    return groups
+
+
+class Submitter:
+    """Claims, submits and records the batches of one plan; settles claims left by a stopped run."""
+
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign):
+        self.plan_dir = plan_dir
+        self.store = store
+        self.manifest = manifest
+        self.campaign = campaign
+        self.scripts = scripts_of(manifest)
+        self._script_by_job: Dict[int, ScriptInfo] = {}
+        self.accounting = bool(manifest["submit"].get("accounting", True))
+
+    def script_of(self, job_index: int) -> ScriptInfo:
+        hit = self._script_by_job.get(job_index)
+        if hit is not None:
+            return hit
+        for s in self.scripts:
+            if s.first <= job_index <= s.last:
+                self._script_by_job.update(dict.fromkeys(range(s.first, s.last + 1), s))
+                return s
+        raise InputError([Problem(str(self.plan_dir / "manifest.json"), None, "", (
+            f"has no script for job {job_index} recorded in {self.store.location}; the plan changed after "
+            "submission. Plan the changed campaign into a new directory."))])
+
+    # -- one claim: one array sbatch, or a group of per-job sbatch calls ----------------------
+
+    def submit_group(self, batches: Sequence[Batch]) -> List[Batch]:
+        """Claim the jobs of these batches at once, sbatch each batch, then record them all.
+
+        Claiming and recording once per group (not per sbatch) keeps the store's cost far
+        below sbatch's own. Each sbatch carries a name that ties it to the claim (and, in a
+        group of per-job scripts, to its plan job), so a stop anywhere in between is settled
+        by the next submit (``settle``).
+        """
+        claim = self.store.claim_jobs(self.campaign.id, [j for b in batches for j in b.jobs])
+        claimed = {i.job_index for i in claim.inputs if i.job_index is not None}
+        if not claimed:
+            return []  # another submitter took them
+        base = tag_of(self.campaign.name, claim.token)
+        grouped = len(batches) > 1
+        done: List[Batch] = []
+        by_job: Dict[int, str] = {}
+        try:
+            for batch in batches:
+                jobs = [j for j in batch.jobs if j in claimed]
+                if not jobs:
+                    continue
+                if jobs != batch.jobs:
+                    batch = Batch(batch.script, jobs, self._array_spec(batch.script, jobs) if batch.array_spec
+                                  else None)
+                batch.tag = f"{base}.{jobs[0]}" if grouped else base
+                extra = [f"--job-name={batch.tag}"]
+                if batch.array_spec:
+                    extra.append(f"--array={batch.array_spec}")
+                batch.job_id = slurm.sbatch(self.plan_dir / batch.script.path, extra)
+                done.append(batch)
+                by_job.update(dict.fromkeys(jobs, batch.job_id))
+        except slurm.SbatchUncertain:
+            self._record(claim, by_job)
+            found, _released = self.settle([claim])
+            if not found:
+                raise
+            uncertain = batch  # the batch whose sbatch did not finish cleanly: it exists after all
+            uncertain.job_id = dict(found).get(uncertain.tag or "")
+            if uncertain.job_id:
+                done.append(uncertain)
+            return done
+        except slurm.SlurmError as exc:
+            self._record(claim, by_job)
+            self.store.release_claim(claim.token, reason=str(exc))
+            raise
+        self._record(claim, by_job)
+        return done
+
+    def _array_spec(self, script: ScriptInfo, jobs: Sequence[int]) -> str:
+        throttle = self.manifest["submit"].get("throttle")
+        return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
+
+    def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
+        """Record the claimed plan jobs that got a Slurm job (``job_ids``: plan job -> Slurm job id)."""
+        by_job: Dict[int, List[int]] = {}
+        for rec in claim.inputs:
+            if rec.job_index is not None and rec.job_index in job_ids:
+                by_job.setdefault(rec.job_index, []).append(rec.id)
+        if not by_job:
+            return
+        subs = []
+        tag = tag_of(self.campaign.name, claim.token)
+        for job_index, input_ids in sorted(by_job.items()):
+            script = self.script_of(job_index)
+            subs.append(NewSubmission(job_ids[job_index], script.path, script.sha256, tag, input_ids,
+                                      job_index - script.first if script.is_array else None, claim.token))
+        self.store.record_submissions(self.campaign.id, subs)
+
+    # -- claims left by a stopped submitter --------------------------------------------------
+
+    def settle(self, claims: Sequence[Claim]) -> Tuple[List[Tuple[str, str]], List[str]]:
+        """Record the Slurm jobs found under each claim's names, release what Slurm never got.
+
+        A claim's names are its tag (an array, or a single job) and ``<tag>.<plan job>`` (a
+        group of per-job scripts). Returns ([(name, job id) found], [tags released]).
+        """
+        if not claims:
+            return [], []
+        names: Dict[str, Tuple[Claim, Optional[int]]] = {}
+        for c in claims:
+            base = tag_of(self.campaign.name, c.token)
+            names[base] = (c, None)
+            for j in {i.job_index for i in c.inputs if i.job_index is not None}:
+                names[f"{base}.{j}"] = (c, j)
+        ids: Dict[str, set] = {n: set() for n in names}
+        for q in slurm.squeue_jobs(names=list(names)):
+            if q.name in ids:
+                ids[q.name].add(q.array_job_id)
+        if self.accounting:
+            claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
+            since = slurm.since_text(min(claimed)) if claimed else "now-7days"
+            for rec in slurm.sacct_records((), since, names=list(names)).values():
+                if rec.name in ids:
+                    ids[rec.name].add(rec.job_id.split("_", 1)[0])
+        found: List[Tuple[str, str]] = []
+        released: List[str] = []
+        for c in claims:
+            job_ids: Dict[int, str] = {}
+            jobs = {i.job_index for i in c.inputs if i.job_index is not None}
+            for name, (owner, job) in names.items():
+                if owner is not c or not ids[name]:
+                    continue
+                job_id = min(ids[name], key=lambda j: int(j) if j.isdigit() else 0)
+                job_ids.update(dict.fromkeys(jobs if job is None else [job], job_id))
+                found.append((name, job_id))
+            self._record(c, job_ids)
+            if len(job_ids) < len(jobs):
+                tag = tag_of(self.campaign.name, c.token)
+                self.store.release_claim(c.token, reason=(
+                    f"released: no Slurm job named {tag} (the submitter stopped before sbatch took it)"))
+                released.append(tag)
+        return found, released
+
+    def reconcile(self) -> Tuple[List[Tuple[str, str]], List[str]]:
+        return self.settle(self.store.unresolved_claims(self.campaign.id))
+
+
+def _queue_budget(manifest: Dict[str, Any], limit: Optional[int]) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    budget = limit
+    queue = None
+    max_queued = manifest["submit"].get("max_queued_jobs")
+    if max_queued:
+        queued = slurm.queued_count(getpass.getuser())
+        queue = (queued, int(max_queued))
+        room = max(0, int(max_queued) - queued)
+        budget = room if budget is None else min(budget, room)
+    return budget, queue
+
+
+def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) -> StateStore:
+    """The store of a plan: ``db`` (a URL) or ``<plan_dir>/state.db``."""
+    return open_store(db or plan_dir, **options)
+
+
+def _finalize_step(plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign,
+                   report: SubmitReport, db: Optional[str], again: bool) -> Optional[FinalizeAction]:
+    """The campaign's finalize job, once nothing of the plan is left pending (see hpcrun/operate/finalize.py)."""
+    if not manifest.get("finalize"):
+        return None
+    from hpcrun.operate.finalize import Finalizer
+    from hpcrun.operate.track import poll
+
+    def refresh() -> None:
+        poll(plan_dir, db=db)
+
+    finalizer = Finalizer(plan_dir, store, manifest, campaign, refresh=refresh)
+    refused = finalizer.again() if again else None
+    if refused is not None:
+        return refused
+    room = None if report.queue is None else report.queue[1] - report.queue[0] - report.submitted_jobs
+    return finalizer.step(report, room)
+
+
+def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: bool = False,
+           limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           on_batch: Optional[Callable[[Batch], None]] = None,
+           on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False) -> SubmitReport:
+    """Submit every plan job that is neither done nor in flight (at most ``limit`` and the queue's room),
+    then the campaign's finalize job once nothing is left pending; ``finalize_again`` opens one more
+    finalize round after the last one ended (for work retried after it)."""
+    plan_dir = Path(os.path.abspath(plan_dir))
+    manifest = read_manifest(plan_dir)
+    throttle = manifest["submit"].get("throttle")
+    if dry_run and db is None and not (plan_dir / "state.db").exists():
+        # nothing recorded yet: everything is outstanding, and a dry run creates no store
+        budget, queue = _queue_budget(manifest, limit)
+        batches, left = plan_batches(scripts_of(manifest), [j["index"] for j in manifest["jobs"]], budget, throttle)
+        from hpcrun.operate.finalize import dry_run_action
+        return SubmitReport(manifest["campaign"], str(plan_dir / "state.db"), batches, left_pending=left,
+                            queue=queue, dry_run=True, finalize=dry_run_action(manifest, None, None, left))
+    with open_plan_store(plan_dir, db) as store:
+        campaign = register(store, manifest)
+        report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
+        if dry_run:
+            budget, report.queue = _queue_budget(manifest, limit)
+            report.batches, report.left_pending = plan_batches(
+                scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
+            from hpcrun.operate.finalize import dry_run_action
+            report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
+            return report
+        with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait):
+            submitter = Submitter(plan_dir, store, manifest, campaign)
+            report.recovered, report.released = submitter.reconcile()
+            budget, report.queue = _queue_budget(manifest, limit)
+            batches, report.left_pending = plan_batches(
+                submitter.scripts, store.pending_jobs(campaign.id), budget, throttle)
+            for group in claim_groups(batches):
+                for done in submitter.submit_group(group):
+                    report.batches.append(done)
+                    if on_batch:
+                        on_batch(done)
+            report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, db, finalize_again)
+        return report
+
+
+def follow(plan_dir: Union[str, Path], *, interval: float = 60.0, db: Optional[str] = None,
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           on_batch: Optional[Callable[[Batch], None]] = None,
+           on_round: Optional[Callable[[SubmitReport], None]] = None,
+           finalize_again: bool = False) -> List[SubmitReport]:
+    """Keep submitting as the queue drains until no outstanding work is left to submit."""
+    reports: List[SubmitReport] = []
+    while True:
+        report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch,
+                        finalize_again=finalize_again and not reports)
+        reports.append(report)
+        if on_round:
+            on_round(report)
+        if report.left_pending == 0 and not (report.finalize and report.finalize.action == "waiting"):
+            return reports
+        time.sleep(interval)

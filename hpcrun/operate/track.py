@@ -1,0 +1,400 @@
+"""Follow a campaign: one Slurm poll, recorded in the state store, summarised by state.
+
+A poll makes one ``sacct`` call for every job in flight (by their job and array ids,
+with an explicit start time), plus one ``squeue`` call when some are pending (Slurm puts
+the reason a job waits, e.g. a burst-buffer stage-in error, there). Sites without
+accounting (``accounting: false`` in the profile) are followed with ``squeue`` alone.
+Only transitions are stored, so polling is idempotent. A finished job's own record in
+``run/<job>/<slurm id>/`` adds its failure reason and its QA outcome per output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from hpcrun.backends.scheduler import slurm
+from hpcrun.operate.submit import open_plan_store, read_manifest
+from hpcrun.plan.inputs import stem_of
+from hpcrun.store.store import (
+    INPUT_STATES,
+    SLURM_TO_INPUT,
+    ActiveSubmission,
+    FinalizeRecord,
+    NewStateChange,
+    QaResult,
+    StateStore,
+    StateStoreError,
+    normalize_slurm_state,
+    parse_exit_code,
+)
+from hpcrun.units import format_duration
+
+IN_FLIGHT = ("submitted", "running")
+LOST_AFTER_S = 60.0  # a job neither squeue nor sacct knows this long after sbatch is gone
+_WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
+                 "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
+_BRACKET = re.compile(r"^(\d+)_\[(.*)\]$")
+
+
+@dataclass
+class JobRow:
+    job: str                # the plan job's name
+    index: int
+    status: str             # the store's state: pending submitted running done failed parked
+    state: str              # Slurm's last state ("" before submission)
+    slurm_id: str
+    exit_code: str
+    elapsed: str
+    attempts: int
+    reason: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StatusReport:
+    campaign: str
+    store: str
+    jobs: List[JobRow] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=dict)        # plan jobs per store state
+    inputs: Dict[str, int] = field(default_factory=dict)        # inputs per store state
+    observed: int = 0                                           # transitions recorded by this poll
+    held: int = 0                                               # pending jobs held by a burst-buffer failure
+    sacct_seconds: float = 0.0
+    finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
+
+    @property
+    def finalize_in_flight(self) -> bool:
+        """The finalize job is queued or running (and not stuck on a dependency that can never be met)."""
+        f = self.finalize
+        return bool(f and f["status"] in IN_FLIGHT and "DependencyNeverSatisfied" not in (f["reason"] or ""))
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.counts.get(s, 0) for s in IN_FLIGHT)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.get(s, 0) for s in ("done", "failed", "parked"))
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
+                "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
+                "jobs": [j.as_dict() for j in self.jobs]}
+
+
+def _in_bracket(spec: str, index: int) -> bool:
+    """Is array task ``index`` in squeue/sacct's ``0-3,7,9-12%2`` list?"""
+    for part in spec.split("%", 1)[0].split(","):
+        lo, _, hi = part.partition("-")
+        try:
+            if int(lo) <= index <= int(hi or lo):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _fmt_elapsed(seconds: Optional[float]) -> str:
+    return "" if seconds is None else format_duration(int(seconds))
+
+
+class Poller:
+    """Observes the submissions in flight and records what changed."""
+
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any]):
+        self.plan_dir = plan_dir
+        self.store = store
+        self.manifest = manifest
+        self.run_dir = str(plan_dir / "run")
+        self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (squeue's words, this poll)
+        self.accounting = bool(manifest["submit"].get("accounting", True))
+        self.records: Dict[str, slurm.AcctRecord] = {}  # this poll's sacct answer (the finalize job reads it)
+
+    def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
+        """run/<job>/<slurm id> (a plain string: this is called once per job per poll)."""
+        return f"{self.run_dir}/{sub.job_name or '?'}/{raw_id}"
+
+    def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
+                ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
+        """Observations of these submissions; also (submission, raw id) of those that just ended.
+        ``extra`` (job id, submit time) go into the same sacct call (the finalize job)."""
+        if not active and not extra:
+            return [], [], 0.0
+        ids = sorted({a.job_id for a in active} | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
+        since = slurm.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
+        records: Dict[str, slurm.AcctRecord] = {}
+        t0 = time.monotonic()
+        if self.accounting:
+            records = slurm.sacct_records(ids, since)
+        self.records = records
+        sacct_s = time.monotonic() - t0
+        brackets: Dict[str, List[Tuple[str, slurm.AcctRecord]]] = {}
+        for key, record in records.items():
+            m = _BRACKET.match(key)
+            if m:
+                brackets.setdefault(m.group(1), []).append((m.group(2), record))
+        found: Dict[int, slurm.AcctRecord] = {}
+        for a in active:
+            hit = records.get(a.slurm_id)
+            if hit is None and a.array_index is not None:
+                hit = next((r for spec, r in brackets.get(a.job_id, []) if _in_bracket(spec, a.array_index)), None)
+            if hit is not None:
+                found[a.id] = hit
+        need_queue = [a for a in active if a.id not in found or found[a.id].state == "PENDING"]
+        queued: Dict[str, slurm.QueuedJob] = {}
+        if need_queue:
+            for row in slurm.squeue_jobs(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
+                queued[row.job_id] = row
+        now = dt.datetime.now(dt.timezone.utc)
+        changes: List[NewStateChange] = []
+        ended: List[Tuple[ActiveSubmission, str]] = []
+        for a in active:
+            rec: Optional[slurm.AcctRecord] = found.get(a.id)
+            q: Optional[slurm.QueuedJob] = queued.get(a.slurm_id)
+            if rec is None and q is None:
+                if self.accounting:
+                    # not visible yet (accounting lags the controller by a moment), or gone without a record
+                    # (e.g. an array task cancelled before it was ever eligible)
+                    if (now - a.submitted_at).total_seconds() > LOST_AFTER_S:
+                        changes.append(NewStateChange(a.id, "LOST", now, reason=(
+                            "the job left the queue and accounting has no record of it (cancelled before it "
+                            "was eligible to run?)")))
+                        ended.append((a, ""))
+                    continue
+                if a.last_state is None:
+                    continue
+                # no accounting and gone from the queue: the job's own record is all there is
+                raw = a.slurm_id if a.array_index is None else ""
+                reason = _read(self._job_dir(a, raw) + "/reason") if raw else ""
+                state = "FAILED" if reason else "COMPLETED"
+                changes.append(NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"))
+                ended.append((a, raw))
+                continue
+            if rec is None or (rec.state == "PENDING" and q is not None):
+                assert q is not None
+                state = normalize_slurm_state(q.state)
+                if state == "PENDING" and a.job_index is not None:
+                    self.waiting[a.job_index] = q.reason.strip("()")
+                if state == a.last_state:
+                    continue
+                if state in slurm.TERMINAL and self.accounting and rec is None \
+                        and (now - a.submitted_at).total_seconds() <= LOST_AFTER_S:
+                    continue  # ended a moment ago: wait for accounting's record (CPU time, exit code)
+                reason = q.reason.strip("()")
+                if state in slurm.TERMINAL and state != "COMPLETED" and q.raw_id:
+                    reason = _read(self._job_dir(a, q.raw_id) + "/reason") or reason  # the job's own words
+                changes.append(NewStateChange(a.id, state, now, reason=reason))
+                if state in slurm.TERMINAL:
+                    ended.append((a, q.raw_id))
+                continue
+            if rec.state == a.last_state:
+                continue  # nothing new (the steady state of a long campaign: most polls change little)
+            code, sig = parse_exit_code(rec.exit_code)
+            if rec.state in slurm.TERMINAL and (code is None or rec.elapsed_s is None):
+                ended_at = slurm.parse_time(rec.end)
+                if ended_at is None or (now - ended_at).total_seconds() <= LOST_AFTER_S:
+                    continue  # accounting has the end but not yet its exit code or elapsed time: next poll
+            reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
+            if rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
+                # sacct keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
+                if reason.startswith(_WAIT_REASONS):
+                    reason = ""
+                reason = _read(self._job_dir(a, rec.raw_id) + "/reason") or reason
+            changes.append(NewStateChange(
+                a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
+                rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
+                slurm.parse_time(rec.start), slurm.parse_time(rec.end)))
+            if rec.state in slurm.TERMINAL and a.last_state not in slurm.TERMINAL:
+                ended.append((a, rec.raw_id))
+        return changes, ended, sacct_s
+
+    def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
+        """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict,
+        output name)."""
+        if not ended:
+            return []
+        inputs = self.store.submission_inputs([a.id for a, _ in ended])
+        results = []
+        for a, raw in ended:
+            by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}
+            for line in _read(self._job_dir(a, raw) + "/qa.tsv").splitlines() if raw else []:
+                parts = line.split("\t")
+                if len(parts) not in (4, 5) or parts[0] not in by_stem:
+                    continue
+                stem, ev_in, ev_out, verdict = parts[:4]
+                output = parts[4] if len(parts) == 5 else stem
+                results.append(QaResult(by_stem[stem], output, verdict == "pass",
+                                        int(ev_in) if ev_in.isdigit() else None,
+                                        int(ev_out) if ev_out.isdigit() else None, a.id))
+        return results
+
+
+def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[FinalizeRecord]:
+    rounds = store.finalize_rounds(campaign_id)
+    last = rounds[-1] if rounds else None
+    if last is None or last.job_id is None or last.submitted_at is None \
+            or last.last_state in slurm.TERMINAL or last.last_state == "LOST":
+        return None
+    return last
+
+
+def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> None:
+    """Record the finalize job's state from this poll's sacct answer (squeue for a pending reason)."""
+    assert row.job_id is not None and row.submitted_at is not None
+    now = dt.datetime.now(dt.timezone.utc)
+    rec = poller.records.get(row.job_id)
+    queued = None
+    if rec is None or rec.state == "PENDING":
+        queued = next((q for q in slurm.squeue_jobs(job_ids=[row.job_id], expand=False, ended=True)
+                       if q.job_id == row.job_id), None)
+    own = _read(f"{poller.run_dir}/finalize/{row.job_id}/reason")
+    if rec is not None and not (rec.state == "PENDING" and queued is not None):
+        code, _sig = parse_exit_code(rec.exit_code)
+        if rec.state == "PENDING":
+            reason = rec.reason
+        elif rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
+            reason = own or ("" if rec.reason.startswith(_WAIT_REASONS) else rec.reason)
+        else:
+            reason = ""
+        store.record_finalize_state(row.id, rec.state, exit_code=code, elapsed_s=rec.elapsed_s,
+                                    started_at=slurm.parse_time(rec.start), ended_at=slurm.parse_time(rec.end),
+                                    reason=reason or None, observed_at=now)
+    elif queued is not None:
+        state = normalize_slurm_state(queued.state)
+        if state in slurm.TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= LOST_AFTER_S:
+            return  # ended a moment ago: wait for accounting's record
+        store.record_finalize_state(row.id, state, reason=(own if state in slurm.TERMINAL else "")
+                                    or queued.reason.strip("()") or None, observed_at=now)
+    elif not poller.accounting:
+        store.record_finalize_state(row.id, "FAILED" if own else "COMPLETED",
+                                    reason=own or "left the queue (no accounting)", observed_at=now)
+    elif (now - row.submitted_at).total_seconds() > LOST_AFTER_S:
+        store.record_finalize_state(row.id, "LOST", reason=(
+            "the finalize job left the queue and accounting has no record of it"), observed_at=now)
+
+
+def finalize_summary(manifest: Dict[str, Any], store: Optional[StateStore],
+                     campaign_id: Optional[int]) -> Optional[Dict[str, Any]]:
+    """The finalize job as status and report show it (the latest round), or None without one in the spec."""
+    info = manifest.get("finalize")
+    if not info:
+        return None
+    rounds = store.finalize_rounds(campaign_id) if store is not None and campaign_id is not None else []
+    if not rounds or rounds[-1].job_id is None:
+        return {"round": len(rounds) or 1, "job_id": "", "status": "pending", "state": "", "exit_code": "",
+                "elapsed": "", "after": info.get("after", "any"), "dependency": "",
+                "reason": (rounds[-1].reason if rounds else None) or
+                "not submitted yet: goes out once every plan job has been submitted"}
+    last = rounds[-1]
+    state = last.last_state or ""
+    status = SLURM_TO_INPUT.get(state, "failed" if state in slurm.TERMINAL else "submitted")
+    return {"round": last.round, "job_id": last.job_id, "status": status, "state": state,
+            "exit_code": "" if last.exit_code is None else str(last.exit_code), "elapsed": _fmt_elapsed(last.elapsed_s),
+            "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}
+
+
+# without --all: the jobs a human must look at, and those in flight while they are few enough to list
+NEED_A_HUMAN = ("failed", "parked")
+MAX_IN_FLIGHT_ROWS = 500
+
+
+def _unsubmitted(location: str, plan_dir: Path, all_jobs: bool) -> StatusReport:
+    """A plan nothing of which was submitted yet: every job pending."""
+    manifest = read_manifest(plan_dir)
+    report = StatusReport(manifest["campaign"], location)
+    report.counts = {s: 0 for s in INPUT_STATES}
+    report.counts["pending"] = len(manifest["jobs"])
+    report.inputs = {s: 0 for s in INPUT_STATES}
+    report.inputs["pending"] = sum(len(j["inputs"]) for j in manifest["jobs"])
+    if all_jobs:
+        report.jobs = [JobRow(j["name"], j["index"], "pending", "", "", "", "", 0, "") for j in manifest["jobs"]]
+    report.finalize = finalize_summary(manifest, None, None)
+    return report
+
+
+def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
+            waiting: Dict[int, str]) -> StatusReport:
+    """Counts of every state; rows for the jobs worth following (all of them with ``all_jobs``)."""
+    report = StatusReport(campaign, store.location)
+    report.counts = store.job_counts(campaign_id)
+    report.inputs = store.counts_by_state(campaign_id)
+    report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
+    if all_jobs:
+        states: Optional[Tuple[str, ...]] = None
+    elif sum(report.counts.get(s, 0) for s in IN_FLIGHT) <= MAX_IN_FLIGHT_ROWS:
+        states = NEED_A_HUMAN + IN_FLIGHT
+    else:
+        states = NEED_A_HUMAN
+    for js in store.job_states(campaign_id, states):
+        exit_code = "" if js.exit_code is None else f"{js.exit_code}:{js.signal or 0}"
+        reason = js.last_reason if js.state in ("failed", "parked") else (js.slurm_reason or "")
+        if js.state == "submitted" and js.job_index in waiting:  # a pending reason changes without a transition
+            reason = waiting[js.job_index]
+        report.jobs.append(JobRow(js.job_name or f"#{js.job_index}", js.job_index, js.state, js.slurm_state or "",
+                                  js.slurm_id or "", exit_code, _fmt_elapsed(js.elapsed_s), js.attempts,
+                                  reason or ""))
+    return report
+
+
+def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False) -> StatusReport:
+    """Observe every job in flight once, record the changes, and summarise the campaign."""
+    plan_dir = Path(plan_dir).resolve()
+    manifest = read_manifest(plan_dir, jobs=False)  # names come from the store: a 100k-job manifest is 30 MB
+    if db is None and not (plan_dir / "state.db").exists():
+        return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
+    with open_plan_store(plan_dir, db) as store:
+        try:
+            campaign = store.get_campaign(manifest["campaign"])
+        except StateStoreError:
+            return _unsubmitted(store.location, plan_dir, all_jobs)
+        poller = Poller(plan_dir, store, manifest)
+        fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
+        extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
+        changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id), extra)
+        observed = store.record_state_changes(campaign.id, changes)
+        qa = poller.qa_outcomes(ended)
+        if qa:
+            store.record_qa(qa)
+        if fin is not None:
+            observe_finalize(poller, store, fin)
+        report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
+        report.finalize = finalize_summary(manifest, store, campaign.id)
+        report.observed = observed
+        report.sacct_seconds = sacct_s
+        return report
+
+
+def held_for_a_human(pending_reason: str) -> bool:
+    """A pending job that Slurm holds because of a burst-buffer failure will not start by itself."""
+    return "burst_buffer" in pending_reason
+
+
+def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Optional[float] = None,
+          interval: float = 2.0, on_poll: Optional[Callable[[StatusReport], None]] = None,
+          all_jobs: bool = False) -> StatusReport:
+    """Poll until nothing is in flight (or what is left is held for a human); returns the last report."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        report = poll(plan_dir, db=db, all_jobs=all_jobs)
+        if on_poll:
+            on_poll(report)
+        if report.in_flight - report.held <= 0 and not report.finalize_in_flight:
+            return report
+        if deadline is not None and time.monotonic() > deadline:
+            return report
+        time.sleep(interval)

@@ -1,0 +1,128 @@
+"""Values that a generated line must carry, checked at plan time with file, line and key.
+
+Shell words can carry anything (:mod:`hpcrun.shell` quotes them), but some lines have no
+quoting: an ``#SBATCH`` directive (sbatch removes double quotes and splits nothing else),
+a ``#DW`` directive (blank-separated ``key=value`` tokens), Shifter's ``--volume`` list
+(``:`` and ``;`` separate its parts) and the job's ``tasks.tsv`` (TAB-separated, one line
+per input). A value such a line cannot carry is refused here, before anything is written,
+instead of surfacing later as a broken job or an internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from hpcrun.backends.burstbuffer.base import value_problem as dw_problem
+from hpcrun.model.site import SiteProfile
+from hpcrun.model.spec import Campaign
+from hpcrun.plan import placeholders as ph
+from hpcrun.plan.inputs import InputItem
+from hpcrun.shell import sbatch_value_problem
+
+Report = Callable[[Sequence[object], str], None]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_sbatch_values(campaign: Campaign, profile: SiteProfile, pname: str,
+                        spec_error: Report, profile_error: Report) -> None:
+    """Every spec or profile value written into an ``#SBATCH`` line."""
+    site = campaign.site
+    spec_values: List[Tuple[Tuple[object, ...], Optional[str]]] = [
+        (("name",), campaign.name), (("site", "partition"), site.partition), (("site", "qos"), site.qos),
+        (("site", "account"), site.account), (("site", "reservation"), site.reservation)]
+    spec_values += [(("site", "extra_sbatch", i), opt.partition("=")[2]) for i, opt in enumerate(site.extra_sbatch)]
+    part = profile.partitions[pname]
+    profile_values: List[Tuple[Tuple[object, ...], Optional[str]]] = [
+        (("partitions", pname, "slurm_partition"), part.slurm_partition),
+        (("partitions", pname, "default_qos"), part.default_qos),
+        (("partitions", pname, "constraint"), part.constraint)]
+    shifter = profile.containers.shifter
+    if campaign.container.runtime == "shifter" and shifter is not None:
+        spec_values.append((("container", "image"), campaign.container.image))
+        spec_values += [(("container", "modules", i), m) for i, m in enumerate(campaign.container.modules)]
+        profile_values += [(("containers", "shifter", "modules", i), m) for i, m in enumerate(shifter.modules)]
+        for key in ("volume_source", "cache_mount"):
+            value = getattr(shifter, key)
+            why = sbatch_value_problem(value) or _volume_problem(value)
+            if why:
+                profile_error(("containers", "shifter", key), (
+                    f"{value!r} cannot be written into Shifter's #SBATCH --volume option: {why}."))
+    for values, report in ((spec_values, spec_error), (profile_values, profile_error)):
+        for path, value in values:
+            why = sbatch_value_problem(value) if value is not None else ""
+            if why:
+                report(path, f"{value!r} cannot be written into an #SBATCH line: {why}; use a value "
+                             "without it.")
+
+
+def _volume_problem(value: str) -> str:
+    if any(c in value for c in ";:") or any(c.isspace() for c in value):
+        return "';', ':' and blanks separate the parts of a volume map"
+    return ""
+
+
+def check_plan_dir(plan_dir: str) -> str:
+    """Why the plan directory cannot be the job's ``#SBATCH --output`` prefix, or ''."""
+    why = sbatch_value_problem(plan_dir)
+    return f"{plan_dir!r} cannot be written into the jobs' #SBATCH --output line: {why}" if why else ""
+
+
+def check_dw_values(values: Sequence[Tuple[Tuple[object, ...], str]], spec_error: Report) -> None:
+    """Spec values written into ``#DW`` lines (stage paths, the output location)."""
+    for path, value in values:
+        why = dw_problem(value)
+        if why:
+            spec_error(path, f"{value!r} cannot be written into a burst-buffer directive line: it "
+                             f"contains {why}, and the directive grammar has no quoting.")
+
+
+def check_table_values(items: Sequence[InputItem], inputs_key: str, spec_error: Report) -> None:
+    """Input paths and stems go into tasks.tsv, one TAB-separated line per input."""
+    for item in items:
+        for what, value in (("path", item.path), ("name stem", item.stem)):
+            if _CONTROL.search(value):
+                spec_error(("inputs", inputs_key), (
+                    f"input {item.path!r} cannot be planned: its {what} contains a TAB, line break or "
+                    "other control character, which the job's task table cannot carry; rename the file."))
+                return
+
+
+def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]], stage_inputs: bool,
+                       spec_error: Report) -> None:
+    """Every input of the campaign gets its own output name, and every input of a job its own
+    chain parts (``<stem>.part<k>``) and staged copy (``in/<file name>``): two inputs sharing
+    one would silently overwrite each other's data."""
+    if not (ph.used([pattern]) & {"stem", "name"}):
+        spec_error(("outputs", "pattern"), (
+            f"'{pattern}' gives every input the same output name, so the outputs of all inputs would "
+            "overwrite each other; use {stem} or {name}, e.g. '{stem}.out'."))
+        return
+    sample = ph.expand_pattern(pattern, stem="x", name="x.raw")
+    if _CONTROL.search(pattern):
+        spec_error(("outputs", "pattern"), "the output name pattern cannot contain a TAB or another "
+                                           "control character (the job's task table is TAB-separated).")
+        return
+    if sample in ("", ".", ".."):
+        spec_error(("outputs", "pattern"), f"'{pattern}' is not a usable file name.")
+        return
+    seen: Dict[str, str] = {}
+    for group in jobs_inputs:
+        stems: Dict[str, str] = {}
+        names: Dict[str, str] = {}
+        for item in group:
+            out = ph.expand_pattern(pattern, stem=item.stem, name=os.path.basename(item.path))
+            if out in ("", ".", "..") or _CONTROL.search(out):
+                spec_error(("outputs", "pattern"), f"input {item.path!r} would get the output name "
+                                                   f"{out!r}, which is not a usable file name.")
+                return
+            clash = seen.get(out) or stems.get(item.stem) or (
+                names.get(os.path.basename(item.path)) if stage_inputs else None)
+            if clash:
+                spec_error(("outputs", "pattern"), (
+                    f"inputs {clash!r} and {item.path!r} would share the output name {out!r} (or, in one "
+                    "job, the chain parts of stem '" + item.stem + "'); their outputs would overwrite each "
+                    "other. Rename one of them, or use a pattern that tells them apart."))
+                return
+            seen[out] = stems[item.stem] = names[os.path.basename(item.path)] = item.path

@@ -1,0 +1,185 @@
+"""Stage-in integrity: one checksum per input, known at plan time, verified by the job.
+
+Values are written ``<algo>:<hex>`` (``adler32:0a1b2c3d``, ``md5:<32 hex>``). They come,
+first match wins, from a per-file ``checksum:`` in ``inputs.files``, from
+``inputs.checksum_catalog`` (``<hex>  <path>`` lines as ``md5sum`` and ``xrdadler32`` write
+them), or from reading the file at plan time. An input with none of these is not an error;
+the planner lists it in a note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from hpcrun.errors import Problem, dotted
+from hpcrun.model.spec import InputFile, InputsSpec
+from hpcrun.model.textfile import read_listed
+from hpcrun.model.yamlsrc import Located
+
+CHUNK = 8 * 1024 * 1024
+HEX_DIGITS = {"adler32": 8, "md5": 32}
+_VALUE = re.compile(r"^([a-z0-9]+):([0-9A-Fa-f]+)$")
+_HEX = re.compile(r"^[0-9A-Fa-f]+$")
+
+
+def syntax_error(value: str) -> Optional[str]:
+    """Why ``value`` is not a checksum value, or None when it is one."""
+    m = _VALUE.match(value)
+    algo = m.group(1) if m else value.partition(":")[0]
+    if algo not in HEX_DIGITS:
+        return (f"'{value}' is not a checksum; write adler32:<8 hex digits> (e.g. "
+                "adler32:0a1b2c3d) or md5:<32 hex digits>")
+    digits = HEX_DIGITS[algo]
+    if not m or len(m.group(2)) != digits:
+        return f"'{value}' is not an {algo} checksum; write {algo}:<{digits} hex digits>"
+    return None
+
+
+def normalize(algo: str, hexdigits: str) -> str:
+    """``adler32:0A1B2C3D`` -> ``adler32:0a1b2c3d``."""
+    return f"{algo}:{hexdigits.lower()}"
+
+
+def compute(path: str, algo: str) -> str:
+    """The checksum value of a file, read in 8 MiB chunks. Raises OSError."""
+    with open(path, "rb") as f:
+        if algo == "adler32":
+            value = 1
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                value = zlib.adler32(chunk, value)
+            return f"adler32:{value & 0xFFFFFFFF:08x}"
+        digest = hashlib.md5(usedforsecurity=False)
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+        return f"md5:{digest.hexdigest()}"
+
+
+@dataclass
+class Assigned:
+    values: List[Optional[str]]                       # parallel to the input paths
+    problems: List[Problem] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+
+def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
+           readable_limit: int = 5) -> Assigned:
+    """A checksum value (or None) for each path, and the problems and notes found."""
+    algo = spec.checksum
+    given = _per_file(spec, src, algo)
+    if algo == "none":
+        out = Assigned([None] * len(paths))
+        if given.values or spec.checksum_catalog:
+            out.notes.append("inputs.checksum is none, so the checksums given in the spec"
+                             + (" and its catalog" if spec.checksum_catalog else "")
+                             + " are not verified.")
+        return out
+    out = Assigned([], list(given.problems))
+    catalog: Dict[str, str] = {}
+    if spec.checksum_catalog:
+        catalog = read_catalog(spec.checksum_catalog, src, spec_dir, algo, out.problems)
+    unknown: List[str] = []
+    dirs: Dict[str, bool] = {}  # plans made away from the data: one stat per directory
+    for path in paths:
+        value = given.values.get(path)
+        if value is None and catalog:
+            value = catalog.get(os.path.normpath(path))
+        if value is None:
+            parent = os.path.dirname(path)
+            there = dirs.get(parent)
+            if there is None:
+                there = dirs[parent] = os.path.isdir(parent)
+            try:
+                value = compute(path, algo) if there else None
+            except OSError:
+                pass
+        if value is None:
+            unknown.append(path)
+        out.values.append(value)
+    if unknown:
+        shown = ", ".join(unknown[:readable_limit]) + (" ..." if len(unknown) > readable_limit else "")
+        out.notes.append(f"{len(unknown)} input(s) have no checksum and will not be verified "
+                         f"(not readable here, none given): {shown}")
+    return out
+
+
+@dataclass
+class _Given:
+    values: Dict[str, str] = field(default_factory=dict)
+    problems: List[Problem] = field(default_factory=list)
+
+
+def _per_file(spec: InputsSpec, src: Located, algo: str) -> _Given:
+    out = _Given()
+    for i, entry in enumerate(spec.files):
+        if not isinstance(entry, InputFile) or entry.checksum is None:
+            continue
+        kind, _, digits = entry.checksum.partition(":")
+        if algo != "none" and kind != algo:
+            file, line = src.where(("inputs", "files", i, "checksum"))
+            out.problems.append(Problem(file, line, dotted(("inputs", "files", i, "checksum")), (
+                f"'{entry.checksum}' is an {kind} checksum but inputs.checksum is '{algo}'; "
+                f"give {algo}:<{HEX_DIGITS[algo]} hex digits>, or set inputs.checksum: {kind}.")))
+            continue
+        out.values[entry.path] = normalize(kind, digits)
+    return out
+
+
+def read_catalog(name: str, src: Located, spec_dir: Path, algo: str,
+                 problems: List[Problem]) -> Dict[str, str]:
+    """``<hex>  <path>`` lines -> {absolute path: value}. Relative paths in the catalog are
+    relative to the catalog's directory (as ``md5sum -c`` run there reads them)."""
+    path = Path(name) if os.path.isabs(name) else spec_dir / name
+    lines = read_listed(path, "checksum catalog", src, "inputs.checksum_catalog", problems)
+    if lines is None:
+        return {}
+    digits = HEX_DIGITS[algo]
+    base = path.parent
+    out: Dict[str, str] = {}
+    where: Dict[str, int] = {}
+    for n, raw in enumerate(lines, 1):
+        entry = _catalog_line(raw)
+        if entry is None:
+            continue
+        if isinstance(entry, str):
+            problems.append(Problem(str(path), n, "", entry))
+            continue
+        hexdigits, listed = entry
+        if len(hexdigits) != digits or not _HEX.match(hexdigits):
+            problems.append(Problem(str(path), n, "", (
+                f"'{hexdigits}' is not an {algo} checksum ({digits} hex digits), as "
+                f"inputs.checksum is '{algo}'; each line is: HEX  PATH")))
+            continue
+        full = os.path.normpath(listed if listed.startswith("/") else os.path.join(base, listed))
+        value = normalize(algo, hexdigits)
+        if full in out and out[full] != value:
+            problems.append(Problem(str(path), n, "", (
+                f"'{listed}' is listed again with another checksum (first on line {where[full]})")))
+            continue
+        out[full] = value
+        where.setdefault(full, n)
+    return out
+
+
+def _catalog_line(raw: str) -> Optional[Union[Tuple[str, str], str]]:
+    """(hex, path), None for a blank or comment line, or an error message."""
+    text = raw.rstrip("\r")
+    if not text.strip() or text.lstrip().startswith("#"):
+        return None
+    escaped = text.startswith("\\")  # md5sum writes '\' first when the name has '\' or newline
+    if escaped:
+        text = text[1:]
+    parts = text.split(None, 1)
+    if len(parts) != 2:
+        return "each line is: HEX  PATH (as md5sum or xrdadler32 write it)"
+    hexdigits, listed = parts[0], parts[1].rstrip()
+    if listed.startswith("*"):  # md5sum's binary-mode marker
+        listed = listed[1:]
+    if escaped:
+        listed = listed.replace("\\n", "\n").replace("\\\\", "\\")
+    return hexdigits, listed

@@ -1,0 +1,111 @@
+"""Command templates with ``{name}`` placeholders, rendered to safe shell words.
+
+Literal text is single-quoted; each placeholder becomes a double-quoted
+``${HPCRUN_...}`` expansion, so no value from YAML or from the data can inject
+shell code. ``{{`` and ``}}`` stand for literal braces; ``{env:NAME}`` reads an
+environment variable at run time. Unknown placeholders are errors (never silently
+kept or dropped).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Set
+
+from hpcrun.errors import did_you_mean
+from hpcrun.shell import Shell, quote
+
+_TOKEN = re.compile(r"\{\{|\}\}|\{((?:env:)?[A-Za-z_][A-Za-z0-9_]*)\}|\{|\}")
+
+# placeholder -> shell variable holding its value at run time
+VARIABLES: Dict[str, str] = {
+    "input": "HPCRUN_INPUT", "output": "HPCRUN_OUTPUT", "chain": "HPCRUN_CHAIN",
+    "nchains": "HPCRUN_NCHAINS", "first_event": "HPCRUN_FIRST_EVENT",
+    "last_event": "HPCRUN_LAST_EVENT", "nevents": "HPCRUN_NEVENTS",
+    "db_socket": "HPCRUN_DB_SOCKET", "db_port": "HPCRUN_DB_PORT", "db_host": "HPCRUN_DB_HOST",
+    "workdir": "HPCRUN_WORKDIR", "release": "HPCRUN_RELEASE", "stem": "HPCRUN_STEM",
+    "job": "HPCRUN_JOB", "file": "HPCRUN_FILE", "events_in": "HPCRUN_EVENTS_IN",
+    "events_out": "HPCRUN_EVENTS_OUT", "nparts": "HPCRUN_NPARTS",
+    "outdir": "HPCRUN_OUTDIR", "output_list": "HPCRUN_OUTPUT_LIST", "campaign": "HPCRUN_CAMPAIGN",
+    "plan_dir": "HPCRUN_PLAN_DIR",
+}
+LIST_VARIABLES = {"parts": "HPCRUN_PARTS"}
+
+CHAIN = {"input", "output", "chain", "nchains", "first_event", "last_event", "nevents",
+         "db_socket", "db_port", "db_host", "workdir", "release", "stem", "job"}
+MERGE = {"parts", "nparts", "output", "input", "stem", "workdir", "release", "job"}
+COUNT = {"file", "release"}
+QA = {"output", "input", "stem", "events_in", "events_out", "release", "job", "workdir"}
+PATTERN = {"stem", "name"}
+FINALIZE = {"outdir", "output_list", "campaign", "plan_dir", "release"}
+
+
+class PlaceholderError(ValueError):
+    pass
+
+
+def used(args: Sequence[str]) -> Set[str]:
+    return {m.group(1) for a in args for m in _TOKEN.finditer(a) if m.group(1)}
+
+
+def check(args: Sequence[str], allowed: Set[str], allow_env: bool = True) -> Optional[str]:
+    """An error message for the first bad placeholder, or None."""
+    for arg in args:
+        for m in _TOKEN.finditer(arg):
+            text, name = m.group(0), m.group(1)
+            if text in ("{", "}"):
+                return (f"unbalanced '{text}' in argument {arg!r}; write '{{{{' or '}}}}' for a "
+                        "literal brace")
+            if name and name.startswith("env:"):
+                if allow_env:
+                    continue
+                return f"{{{name}}} is not available here: this value is fixed when the plan is made"
+            if name and name not in allowed:
+                hint = did_you_mean(name, allowed)
+                return (f"unknown placeholder {{{name}}}.{hint} Valid here: "
+                        + ", ".join("{" + a + "}" for a in sorted(allowed)) + ".")
+            if name in LIST_VARIABLES and arg != m.group(0):
+                return f"{{{name}}} expands to several arguments and must be an argument by itself"
+    return None
+
+
+def to_shell(args: Sequence[str]) -> Shell:
+    """Render argv (already checked) as one line of shell words."""
+    words: List[str] = []
+    for arg in args:
+        if arg in ("{" + n + "}" for n in LIST_VARIABLES):
+            words.append(f'"${{{LIST_VARIABLES[arg[1:-1]]}[@]}}"')
+            continue
+        pieces: List[str] = []
+        pos = 0
+        literal = ""
+        for m in _TOKEN.finditer(arg):
+            literal += arg[pos:m.start()]
+            pos = m.end()
+            if m.group(0) == "{{":
+                literal += "{"
+            elif m.group(0) == "}}":
+                literal += "}"
+            else:
+                if literal:
+                    pieces.append(quote(literal) if literal else "")
+                    literal = ""
+                name = m.group(1)
+                var = name[4:] if name.startswith("env:") else VARIABLES[name]
+                pieces.append(f'"${{{var}}}"')
+        literal += arg[pos:]
+        if literal or not pieces:
+            pieces.append(quote(literal))
+        words.append("".join(pieces))
+    return Shell(" ".join(words))
+
+
+def expand_pattern(pattern: str, **values: str) -> str:
+    """Fill an output-name pattern at plan time (e.g. ``{stem}.MuDst.root``)."""
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "{{":
+            return "{"
+        if m.group(0) == "}}":
+            return "}"
+        return values[m.group(1)]
+    return _TOKEN.sub(sub, pattern)

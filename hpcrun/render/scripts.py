@@ -1,0 +1,334 @@
+"""Renderers: a Plan becomes text (job scripts, helper scripts, tasks table, manifest).
+
+Jinja2 runs with StrictUndefined, so a misspelt variable in a template is an
+error, never an empty string. Quoting is the default (``finalize``): every ``{{ value }}``
+is written as one single-quoted shell word unless Python built it as :class:`Shell`
+text (quoted words, vetted directive lines, one-line comments). Template fragments
+(the macros of ``_shell.j2``) are inserted with ``{% call %}``, which is not quoted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import jinja2
+
+from hpcrun import __version__
+from hpcrun.plan.build import Plan, ScriptPlan
+from hpcrun.resources import site_template_dirs
+from hpcrun.shell import Shell, comment, finalize, join, quote, sbatch_value
+from hpcrun.units import format_capacity, format_duration
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: str        # relative to the plan directory
+    text: str
+    executable: bool = False
+
+
+def environment(search: Iterable[Path]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(p) for p in search]),
+        undefined=jinja2.StrictUndefined, autoescape=False, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True, auto_reload=False,
+        # bash's ${#array[@]} would open a Jinja comment; use {## ... ##} for comments.
+        comment_start_string="{##", comment_end_string="##}", finalize=finalize)
+    env.filters["q"] = _q
+    env.filters["comment"] = comment
+    return env
+
+
+def _q(value: object) -> Shell:
+    """The explicit quoting filter of older site templates; quoting is now the default."""
+    return value if isinstance(value, Shell) else quote(value)
+
+
+def template_dirs(plan: Plan) -> List[Path]:
+    """Site overrides first: a templates/ directory beside each profile file (child first)."""
+    return site_template_dirs(plan.profile_files)
+
+
+def _opt(name: str, value: object = None) -> Shell:
+    """One ``#SBATCH`` option: ``--name`` or ``--name=value`` (the value checked for the line)."""
+    return Shell(name if value is None else f"{name}={sbatch_value(value)}")
+
+
+def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[Shell]:
+    c, part = plan.campaign, plan.partition
+    name = c.name if script.array else script.jobs[0].name
+    opts = [_opt("--job-name", name)]
+    opts += _site_options(plan)
+    opts.append(_opt("--nodes", c.jobs.nodes))
+    if part.exclusive:
+        opts.append(_opt("--exclusive"))
+    else:
+        per_node = max(j.chains_per_node for j in script.jobs)
+        opts.append(_opt("--ntasks-per-node", min(per_node, part.cpus)))
+    opts.append(_opt("--time", format_duration(c.walltime)))
+    opts.append(_opt("--signal", f"B:USR1@{plan.profile.signal_before_timeout}"))
+    log = f"{plan_dir}/logs/%x-%A_%a.out" if script.array else f"{plan_dir}/logs/%x-%j.out"
+    opts.append(_opt("--output", log))
+    opts.append(_opt("--comment", "hpcrun:" + c.name))
+    if script.array:
+        opts.append(_opt("--array", script.array))
+    opts += [Shell(o) for o in plan.runtime.sbatch_options()]
+    opts += [_extra(o) for o in c.site.extra_sbatch]
+    return opts
+
+
+def _extra(opt: str) -> Shell:
+    key, sep, value = opt.partition("=")
+    return _opt(key, value if sep else None)
+
+
+def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
+    db = plan.database
+    if db is None:
+        return None
+    options = list(db.options)
+    if options and options[0].startswith(("--defaults-file", "--defaults-extra-file", "--no-defaults")):
+        leading = quote(options.pop(0))
+    else:
+        leading = Shell("--no-defaults")
+    remove_cache = plan.runtime.node_cache_dir() is None
+    return {
+        "server": db.server, "client": db.client, "admin": db.admin, "payload": db.payload,
+        "cache_dir": Shell(db.cache_dir), "networking": db.networking,
+        "leading_options": leading,
+        "options": join(options),
+        "ready_timeout": db.ready_timeout, "max_restarts": db.max_restarts,
+        "backoff": db.backoff, "check_query": db.check_query,
+        "port_base": plan.profile.db_port_base,
+        "host": "127.0.0.1" if db.networking == "tcp" else "localhost",
+        "remove_cache": remove_cache,
+        # copying the payload takes time too: allow 1 GB/s at worst 30 MB/s plus the timeout
+        "wait_seconds": db.ready_timeout + 60 + db.payload_bytes // (30 * 10**6),
+    }
+
+
+def _shell_or_none(text: Optional[str]) -> Optional[Shell]:
+    return None if text is None else Shell(text)
+
+
+def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
+    c = plan.campaign
+    env: List[Tuple[str, str]] = sorted(plan.profile.prologue.env.items()) + sorted(c.software.env.items())
+    tuned = plan.profile.iotune.recommended
+    if tuned is not None:   # written by `hpcrun iotune --apply`; programs may read it
+        env += [("HPCRUN_IO_TRANSFER_SIZE", str(tuned.transfer_size)),
+                ("HPCRUN_IO_WRITERS_PER_NODE", str(tuned.writers_per_node))]
+    modules = list(plan.profile.prologue.modules) + list(c.software.modules)
+    qa = None
+    if c.qa:
+        qa = {"count_command": _shell_or_none(plan.commands.get("count_events")),
+              "command": _shell_or_none(plan.commands.get("qa")), "min_fraction": repr(c.qa.min_event_fraction)}
+    launcher = join([plan.profile.launcher.command, *plan.profile.launcher.options])
+    prefix = plan.runtime.prefix()
+    overcommit = c.jobs.overcommit and any(j.chains_per_node > plan.partition.cpus for j in plan.jobs)
+    return {
+        "chain_env": sorted(c.chain.env.items()),
+        "version": __version__, "campaign": c.name, "spec_file": comment(plan.spec_file),
+        "profile_name": plan.profile.name, "plan_dir": plan_dir,
+        "release": c.software.release or "", "env": env, "modules": modules,
+        "database": _database_context(plan), "merge": plan.commands.get("merge") is not None,
+        "merge_command": _shell_or_none(plan.commands.get("merge")),
+        "chain_command": Shell(plan.commands["chain"]),
+        "qa": qa, "launcher": launcher, "runtime_prefix": Shell(prefix),
+        "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
+        "runtime_setup": [Shell(line) for line in plan.runtime.setup_lines()],
+        "chain_srun_options": Shell("--overcommit " if overcommit else ""),
+        "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
+        "out_dir_expr": Shell(plan.out_dir_expr),
+        "cleanup_workdir": plan.bb is None and plan.commands.get("merge") is not None,
+        "checksum": _checksum_context(plan),
+    }
+
+
+def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
+    cs = plan.checksum
+    if cs is None or not any(v for j in plan.jobs for v in j.checksums):
+        return None  # nothing to verify: the job has no checksum step
+    return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint}
+
+
+def render_script(env: jinja2.Environment, template: str, plan: Plan, script: ScriptPlan,
+                  common: Dict[str, Any], plan_dir: str) -> str:
+    first = script.jobs[0]
+    if script.array:
+        label = f"array {script.name}: jobs {first.index + 1}..{script.jobs[-1].index + 1}"
+        comments = []
+    else:
+        label = f"job {first.index + 1} of {len(plan.jobs)}"
+        comments = [comment("inputs: " + " ".join(i.path for i in first.inputs[:20])
+                            + (" ..." if len(first.inputs) > 20 else ""))]
+        if first.bb_capacity:
+            comments.append(comment(f"burst buffer: {format_capacity(first.bb_capacity)} "
+                                    f"(needed {first.bb_needed} bytes)"))
+    ctx = dict(common)
+    ctx.update({
+        "sbatch_options": _sbatch_options(plan, script, plan_dir),
+        "bb_lines": [Shell(line) for line in script.bb_lines], "is_array": script.array is not None,
+        "first_index": first.index, "script_label": comment(label), "comment_lines": comments,
+    })
+    return env.get_template(template).render(ctx)
+
+
+FINALIZE_SCRIPT = "jobs/finalize.sbatch"
+
+
+def finalize_name(campaign: str) -> str:
+    """The finalize job's fixed Slurm job name: a restarted submitter finds it by this name."""
+    return f"{campaign}.finalize"
+
+
+def _site_options(plan: Plan) -> List[Shell]:
+    """Where every job of the campaign runs and who pays: partition, QOS, account, reservation, constraint."""
+    c, part = plan.campaign, plan.partition
+    opts = []
+    if part.slurm_partition:
+        opts.append(_opt("--partition", part.slurm_partition))
+    if plan.qos:
+        opts.append(_opt("--qos", plan.qos))
+    if c.site.account:
+        opts.append(_opt("--account", c.site.account))
+    if c.site.reservation:
+        opts.append(_opt("--reservation", c.site.reservation))
+    if part.constraint:
+        opts.append(_opt("--constraint", part.constraint))
+    return opts
+
+
+def _finalize_options(plan: Plan, plan_dir: str) -> List[Shell]:
+    """One task on one node of the campaign's partition; no array, no burst buffer, no container."""
+    c = plan.campaign
+    assert c.finalize is not None
+    opts = [_opt("--job-name", finalize_name(c.name))]
+    opts += _site_options(plan)
+    opts += [_opt("--nodes", 1), _opt("--ntasks", 1)]
+    opts.append(_opt("--time", format_duration(c.finalize.walltime or c.walltime)))
+    opts.append(_opt("--signal", f"B:USR1@{plan.profile.signal_before_timeout}"))
+    opts.append(_opt("--output", plan_dir + "/logs/%x-%j.out"))
+    opts.append(_opt("--comment", "hpcrun:" + c.name))
+    opts += [_extra(o) for o in c.site.extra_sbatch]
+    return opts
+
+
+def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:
+    c = plan.campaign
+    assert c.finalize is not None
+    ctx = dict(common)
+    ctx.update({"sbatch_options": _finalize_options(plan, plan_dir), "after": c.finalize.after,
+                "job_name": finalize_name(c.name), "outdir": c.outputs.location,
+                "finalize_command": Shell(plan.commands["finalize"])})
+    return env.get_template("finalize.sh.j2").render(ctx)
+
+
+def tasks_table(plan: Plan) -> str:
+    rows = []
+    for job in plan.jobs:
+        sums = job.checksums or (None,) * len(job.inputs)
+        for item, output, checksum in zip(job.inputs, job.outputs, sums):
+            events = "-" if item.events is None else str(item.events)
+            rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{item.path}\t{events}"
+                        f"\t{item.stem}\t{output}\t{checksum or '-'}")
+    return "\n".join(rows) + "\n"
+
+
+def _file_digest(paths: Sequence[Path]) -> str:
+    """sha256 over the files a plan was made from: the state store refuses a changed campaign."""
+    h = hashlib.sha256()
+    for path in paths:
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(str(path).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
+    c = plan.campaign
+    return {
+        "hpcrun_version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
+        "profile": plan.profile.name, "profile_files": [str(p) for p in plan.profile_files],
+        "partition": plan.partition_name, "qos": plan.qos, "container": c.container.runtime,
+        "burst_buffer": plan.profile.burst_buffer.system if plan.bb else "none",
+        "walltime_seconds": c.walltime, "nodes_per_job": c.jobs.nodes,
+        "checksum": c.inputs.checksum,
+        "totals": {
+            "jobs": len(plan.jobs), "scripts": len(plan.scripts),
+            "inputs": sum(len(j.inputs) for j in plan.jobs),
+            "input_bytes": plan.input_bytes, "estimated_output_bytes": plan.output_bytes,
+            "nodes": len(plan.jobs) * c.jobs.nodes, "core_hours": round(plan.core_hours, 2),
+            "node_hours": round(plan.node_hours, 2), "bb_capacity_bytes": plan.bb_total,
+            "bb_max_per_job_bytes": plan.bb_max, "stage_in_bytes": plan.stage_in_bytes,
+            "stage_out_bytes": plan.stage_out_bytes,
+        },
+        "notes": plan.notes,
+        "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
+        "submit": {
+            "throttle": c.jobs.throttle or plan.profile.array_throttle,
+            "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
+            "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.profile.accounting,
+        },
+        "finalize": None if c.finalize is None else {
+            "path": FINALIZE_SCRIPT, "sha256": digests[FINALIZE_SCRIPT], "job_name": finalize_name(c.name),
+            "after": c.finalize.after},
+        "scripts": [
+            {"name": s.name, "path": f"jobs/{s.name}.sbatch", "array": s.array,
+             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[f"jobs/{s.name}.sbatch"]}
+            for s in plan.scripts],
+        "jobs": [
+            {"index": j.index, "name": j.name, "chains_per_node": j.chains_per_node,
+             "inputs": [i.path for i in j.inputs], "input_sizes": [i.size for i in j.inputs],
+             "input_events": [i.events for i in j.inputs],
+             "checksums": list(j.checksums) or [None] * len(j.inputs), "input_bytes": j.input_bytes,
+             "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
+            for j in plan.jobs],
+    }
+
+
+def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:
+    """Every file of a plan directory except the manifest (which needs their digests)."""
+    return list(iter_rendered(plan, plan_dir))
+
+
+def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
+    """render_all one file at a time, so a caller can write each and drop its text."""
+    env = environment(template_dirs(plan))
+    common = common_context(plan, plan_dir)
+    template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "slurm.sh.j2"
+    for s in plan.scripts:
+        yield RenderedFile(f"jobs/{s.name}.sbatch", render_script(env, template, plan, s, common, plan_dir), True)
+    if plan.campaign.finalize is not None:
+        yield RenderedFile(FINALIZE_SCRIPT, render_finalize(env, plan, common, plan_dir), True)
+    yield RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
+    if plan.database:
+        yield RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)
+    if plan.checksum and plan.checksum.helper and common["checksum"]:
+        yield RenderedFile("bin/hpcrun-checksum.py",
+                           env.get_template("hpcrun-checksum.py.j2").render(common), True)
+    yield RenderedFile("tasks.tsv", tasks_table(plan))
+
+
+def manifest_text(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> str:
+    return manifest_json(manifest(plan, plan_dir, digests))
+
+
+def manifest_json(data: Dict[str, Any]) -> str:
+    """JSON with one script / one job per line: json.dumps(indent=...) runs the pure-Python
+    encoder (about 4x slower, ~200 MB more at 100k jobs); one line per entry keeps --diff
+    readable."""
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            body = ",\n  ".join(map(json.dumps, value))
+            parts.append(f" {json.dumps(key)}: [\n  {body}\n ]")
+        else:
+            parts.append(f" {json.dumps(key)}: " + json.dumps(value, indent=1).replace("\n", "\n "))
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+

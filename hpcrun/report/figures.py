@@ -1,0 +1,179 @@
+"""Campaign figures of merit from the state store: success rate, CPU efficiency, throughput.
+
+The figures follow the STAR production at NERSC: an input *succeeded* when its job
+completed and its QA passed (at least ``qa.min_event_fraction`` of the events in the
+output); CPU efficiency is TotalCPU / (Elapsed x CPUs) as sacct reports them, summed over
+every run that ended (a failed attempt used the CPUs too). Everything here is computed
+from what ``hpcrun status`` recorded; nothing calls Slurm.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from hpcrun.backends.scheduler.slurm import TERMINAL
+from hpcrun.store.store import ReportData, RunRow, slurm_task_id
+
+# what the generated job's exit codes mean (docs/generated-job.md)
+EXIT_LABELS = {3: "setup failed", 4: "payload copy failed", 5: "database never ready",
+               6: "database died too often", 7: "chain failed", 8: "merge failed", 9: "QA failed",
+               10: "time limit", 11: "input checksum mismatch"}
+
+
+@dataclass
+class RunMetrics:
+    """One completed run (job or array task)."""
+
+    job: str
+    slurm_id: str
+    elapsed_s: float
+    cpu_s: float
+    cpus: int
+    cpu_efficiency: Optional[float]
+    input_bytes: int
+    events: Optional[int]
+    mb_per_s: Optional[float]
+    events_per_s: Optional[float]
+    walltime_per_event_s: Optional[float]
+    max_rss_bytes: Optional[int]
+    ended_at: Optional[str]
+
+
+@dataclass
+class FailureGroup:
+    reason: str
+    count: int
+    example: str
+
+
+@dataclass
+class CampaignReport:
+    campaign: str
+    generated_at: str
+    inputs: Dict[str, int]                      # by store state
+    inputs_total: int
+    succeeded: int                              # done and QA passed
+    success_rate: Optional[float]               # succeeded / inputs that finished (done, failed, parked)
+    completion: Optional[float]                 # succeeded / all inputs
+    cpu_efficiency: Optional[float]             # sum TotalCPU / sum Elapsed x CPUs, every ended run
+    cpu_hours: float
+    core_hours_allocated: float
+    runs_ended: int
+    runs_completed: int
+    qa_passed: int
+    qa_failed: int
+    events_in: int
+    events_out: int
+    throughput_mb_per_s: Optional[float]        # all completed input bytes / campaign span
+    throughput_events_per_s: Optional[float]
+    mean_job_mb_per_s: Optional[float]
+    mean_job_events_per_s: Optional[float]
+    mean_walltime_per_event_s: Optional[float]
+    span_s: Optional[float]                     # first start to last end
+    failures: List[FailureGroup] = field(default_factory=list)
+    attempts: Dict[int, int] = field(default_factory=dict)   # inputs by number of submissions
+    runs: List[RunMetrics] = field(default_factory=list)
+    timeline: List[Tuple[str, int]] = field(default_factory=list)  # (end time, completed so far)
+    finalize: Optional[Dict[str, Any]] = None   # the finalize job as `hpcrun status` shows it; None: no such job
+
+    def as_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["attempts"] = {str(k): v for k, v in self.attempts.items()}
+        return data
+
+
+def _ratio(num: float, den: float) -> Optional[float]:
+    return num / den if den > 0 else None
+
+
+def _mean(values: List[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _iso(moment: Optional[dt.datetime]) -> Optional[str]:
+    return moment.isoformat(timespec="seconds") if moment else None
+
+
+def failure_label(run: RunRow) -> str:
+    """A failure's group: the job's own exit code meaning where it has one, else Slurm's state."""
+    state = run.slurm_state or "?"
+    if state == "FAILED" and run.exit_code in EXIT_LABELS:
+        return f"{EXIT_LABELS[run.exit_code]} (exit {run.exit_code})"
+    if state == "FAILED" and run.exit_code is not None:
+        return f"FAILED exit {run.exit_code}"
+    return state
+
+
+def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> CampaignReport:
+    """Compute the report from the store's rows (see ``StateStore.report_rows``)."""
+    inputs_by_state = Counter(i.state for i in data.inputs)
+    latest_qa: Dict[int, Any] = {}
+    for q in data.qa:  # in insertion order: the last outcome per input wins
+        latest_qa[q.input_id] = q
+    succeeded = sum(1 for i in data.inputs if i.state == "done"
+                    and (i.id not in latest_qa or latest_qa[i.id].passed))
+    finished = sum(inputs_by_state.get(s, 0) for s in ("done", "failed", "parked"))
+    events_by_run: Dict[int, int] = {}
+    for q in data.qa:
+        if q.submission_id is not None and q.events_in is not None:
+            events_by_run[q.submission_id] = events_by_run.get(q.submission_id, 0) + q.events_in
+    planned_events: Dict[int, int] = {}
+    for i in data.inputs:
+        if i.job_index is not None and i.events is not None:
+            planned_events[i.job_index] = planned_events.get(i.job_index, 0) + i.events
+
+    ended = [r for r in data.runs if r.slurm_state in TERMINAL or r.slurm_state == "LOST"]
+    cpu = sum(r.cpu_s or 0.0 for r in ended)
+    alloc = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 0) for r in ended)
+    runs: List[RunMetrics] = []
+    for r in ended:
+        if r.slurm_state != "COMPLETED" or not r.elapsed_s:
+            continue
+        events = events_by_run.get(r.submission_id)
+        if events is None and r.job_index is not None:
+            events = planned_events.get(r.job_index)
+        nbytes = r.input_bytes or 0
+        runs.append(RunMetrics(
+            job_names.get(r.job_index, f"#{r.job_index}") if r.job_index is not None else "?",
+            slurm_task_id(r.job_id, r.array_index),
+            r.elapsed_s, r.cpu_s or 0.0, r.alloc_cpus or 0,
+            _ratio(r.cpu_s or 0.0, r.elapsed_s * (r.alloc_cpus or 0)),
+            nbytes, events, nbytes / 1e6 / r.elapsed_s, events / r.elapsed_s if events else None,
+            r.elapsed_s / events if events else None, r.max_rss_bytes, _iso(r.ended_at)))
+    starts = [r.started_at for r in ended if r.started_at]
+    ends = [r.ended_at for r in ended if r.ended_at]
+    span = (max(ends) - min(starts)).total_seconds() if starts and ends else None
+    total_bytes = sum(m.input_bytes for m in runs)
+    total_events = sum(m.events or 0 for m in runs)
+
+    groups: Dict[str, List[RunRow]] = {}
+    for r in ended:
+        if r.slurm_state != "COMPLETED":
+            groups.setdefault(failure_label(r), []).append(r)
+    failures = sorted((FailureGroup(label, len(rs), next((x.reason for x in rs if x.reason), "") or "")
+                       for label, rs in groups.items()), key=lambda g: (-g.count, g.reason))
+
+    done_times = sorted(r.ended_at for r in ended if r.slurm_state == "COMPLETED" and r.ended_at)
+    timeline = [(_iso(t) or "", k + 1) for k, t in enumerate(done_times)]
+    qa_latest = list(latest_qa.values())
+    return CampaignReport(
+        campaign=campaign, generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        inputs={s: inputs_by_state.get(s, 0) for s in ("pending", "submitted", "running", "done", "failed",
+                                                       "parked")},
+        inputs_total=len(data.inputs), succeeded=succeeded, success_rate=_ratio(succeeded, finished),
+        completion=_ratio(succeeded, len(data.inputs)), cpu_efficiency=_ratio(cpu, alloc),
+        cpu_hours=cpu / 3600, core_hours_allocated=alloc / 3600, runs_ended=len(ended),
+        runs_completed=len(runs), qa_passed=sum(1 for q in qa_latest if q.passed),
+        qa_failed=sum(1 for q in qa_latest if not q.passed),
+        events_in=sum(q.events_in or 0 for q in qa_latest), events_out=sum(q.events_out or 0 for q in qa_latest),
+        throughput_mb_per_s=_ratio(total_bytes / 1e6, span or 0.0),
+        throughput_events_per_s=_ratio(total_events, span or 0.0) if total_events else None,
+        mean_job_mb_per_s=_mean([m.mb_per_s for m in runs if m.mb_per_s is not None]),
+        mean_job_events_per_s=_mean([m.events_per_s for m in runs if m.events_per_s is not None]),
+        mean_walltime_per_event_s=_mean([m.walltime_per_event_s for m in runs
+                                         if m.walltime_per_event_s is not None]),
+        span_s=span, failures=failures, attempts=dict(sorted(Counter(i.attempts for i in data.inputs).items())),
+        runs=runs, timeline=timeline)

@@ -1,0 +1,86 @@
+"""Write a campaign report directory: report.json, the PNG plots and a static index.html.
+
+The directory is written beside its final place and renamed into it, so a reader never
+sees half a report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import jinja2
+
+from hpcrun import __version__
+from hpcrun.report.figures import CampaignReport
+from hpcrun.resources import templates_dir
+
+
+def _pct(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _num(value: Optional[float], unit: str = "", digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}{unit}"
+
+
+def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
+    return [
+        ("success rate (done and QA passed / finished inputs)", _pct(r.success_rate)),
+        ("completion (succeeded / all inputs)", f"{r.succeeded} / {r.inputs_total} ({_pct(r.completion)})"),
+        ("CPU efficiency (TotalCPU / Elapsed x CPUs, all ended runs)", _pct(r.cpu_efficiency)),
+        ("CPU hours used / core hours allocated", f"{r.cpu_hours:.2f} / {r.core_hours_allocated:.2f}"),
+        ("runs ended / completed", f"{r.runs_ended} / {r.runs_completed}"),
+        ("QA passed / failed", f"{r.qa_passed} / {r.qa_failed}"),
+        ("events in / out (QA)", f"{r.events_in} / {r.events_out}"),
+        ("throughput, campaign (MB/s)", _num(r.throughput_mb_per_s)),
+        ("throughput, campaign (events/s)", _num(r.throughput_events_per_s)),
+        ("throughput, mean per job (MB/s)", _num(r.mean_job_mb_per_s)),
+        ("throughput, mean per job (events/s)", _num(r.mean_job_events_per_s)),
+        ("walltime per event, mean (s)", _num(r.mean_walltime_per_event_s)),
+        ("campaign span, first start to last end (s)", _num(r.span_s, digits=6)),
+    ] + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else [])
+
+
+def _finalize_text(f: Dict[str, Any]) -> str:
+    what = f"job {f['job_id']} {f['state'] or f['status']}" if f["job_id"] else str(f["status"])
+    return f"round {f['round']}, after {f['after']}: {what}" + (f" (exit {f['exit_code']})" if f["exit_code"] else "")
+
+
+def render_html(report: CampaignReport, store: str, plots: Dict[str, str]) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             comment_start_string="{##", comment_end_string="##}")
+    return env.get_template("report.html.j2").render(r=report, merit=merit_rows(report), plots=plots,
+                                                     store=store, version=__version__)
+
+
+def write_report(report: CampaignReport, out_dir: Path, store: str, plots: bool = True) -> Path:
+    """Write the report directory (replacing an earlier report there) and return its index.html."""
+    out_dir = Path(os.path.abspath(out_dir))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        files: Dict[str, str] = {}
+        if plots:
+            from hpcrun.report.plots import write_plots
+            files = write_plots(report, tmp)
+        (tmp / "report.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n", encoding="utf-8")
+        (tmp / "index.html").write_text(render_html(report, store, files), encoding="utf-8")
+        tmp.chmod(0o755)
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir / "index.html"

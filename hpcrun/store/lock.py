@@ -1,0 +1,117 @@
+"""The campaign submit lock: one submitter at a time settles claims and submits.
+
+Claims alone keep two submitters from taking the same input, but settling a claim
+that has no recorded job (look for its tag in Slurm, then record or release it) is
+only safe when no other submitter is between its own claim and record. So `submit`,
+`retry` and their reconciliation run under this lock. Every kind of lock used here is
+released by the operating system or the server when the holder dies (a killed hpcrun
+never leaves a stale lock behind): ``flock`` on a file next to a SQLite store,
+session advisory locks on PostgreSQL, ``GET_LOCK`` on MySQL/MariaDB.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from hpcrun.errors import HpcrunError
+
+
+class LockTimeout(HpcrunError):
+    """Another hpcrun process kept the campaign's submit lock for longer than we waited."""
+
+    exit_code = 4
+
+
+def _key(campaign: str) -> int:
+    """A signed 64-bit advisory-lock key for PostgreSQL."""
+    return int.from_bytes(hashlib.sha256(f"hpcrun-submit:{campaign}".encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], None]]) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip() or "another hpcrun process"
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"{path}: the campaign's submit lock is held by {holder}; waited "
+                                      f"{timeout:.0f} s. Run again when it has finished, or give --lock-timeout."
+                                      ) from None
+                if on_wait and not told:
+                    on_wait(holder)
+                    told = True
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.environ.get('USER', os.getuid())} pid {os.getpid()} on {os.uname().nodename}\n".encode(),
+                  0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
+                 on_wait: Optional[Callable[[str], None]]) -> Iterator[None]:
+    backend = engine.dialect.name
+    with engine.connect() as conn:
+        if backend == "postgresql":
+            take = lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _key(campaign)}).scalar())  # noqa: E731
+            give = lambda: conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _key(campaign)})  # noqa: E731
+        elif backend in ("mysql", "mariadb"):
+            name = f"hpcrun-submit:{hashlib.sha256(campaign.encode()).hexdigest()[:40]}"
+            take = lambda: conn.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": name}).scalar() == 1  # noqa: E731
+            give = lambda: conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name})  # noqa: E731
+        else:  # pragma: no cover - only the backends state.py accepts reach here
+            raise HpcrunError(f"{location}: no submit lock for database backend {backend}")
+        deadline = time.monotonic() + timeout
+        told = False
+        while not take():
+            conn.rollback()
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"{location}: another hpcrun process holds the submit lock of campaign "
+                                  f"'{campaign}'; waited {timeout:.0f} s. Run again when it has finished.")
+            if on_wait and not told:
+                on_wait("another hpcrun process")
+                told = True
+            time.sleep(0.5)
+        conn.commit()
+        try:
+            yield
+        finally:
+            give()
+            conn.commit()
+
+
+@contextmanager
+def submit_lock(engine: Engine, location: str, campaign: str, timeout: float = 600.0,
+                on_wait: Optional[Callable[[str], None]] = None) -> Iterator[None]:
+    """Hold the campaign's submit lock; wait up to ``timeout`` seconds for it (``on_wait`` is told once)."""
+    if engine.dialect.name == "sqlite":
+        db = engine.url.database or ""
+        if db in ("", ":memory:"):  # a private in-memory store: only this process sees it
+            yield
+            return
+        with _file_lock(Path(f"{db}.submit-lock"), timeout, on_wait):
+            yield
+        return
+    with _server_lock(engine, campaign, location, timeout, on_wait):
+        yield

@@ -1,0 +1,344 @@
+"""Tables and ordered migrations of the campaign state database (SQLAlchemy Core).
+
+The schema is written once with SQLAlchemy types so that the same definitions create
+the store on SQLite, PostgreSQL and MySQL/MariaDB; no dialect-specific SQL lives here.
+Every table is prefixed ``hpcrun_`` because a server database may be shared with
+other applications.
+
+Changing the schema: never edit what an existing migration creates. Add a new
+``Migration`` with the next version number whose function alters the live tables
+(SQLAlchemy Core DDL constructs or ``Table.create``), and update the module-level
+table objects below to the new shape. ``_v1`` therefore builds its tables from a
+private copy (``_v1_tables``) so that later edits to the current tables cannot
+silently change what version 1 means.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    insert,
+    insert_sentinel,
+    select,
+    text,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.types import TypeDecorator
+
+INPUT_STATES = ("pending", "submitted", "running", "done", "failed", "parked")
+
+# Stable constraint names, so that a later migration can drop or alter them by name on
+# every backend (SQLite, PostgreSQL and MySQL otherwise each invent their own).
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# 64-bit ids on servers; SQLite needs exactly INTEGER for an auto-increment rowid alias.
+ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on every backend.
+
+    SQLite and MySQL DATETIME keep no zone, so values are stored as naive UTC and the
+    zone is put back on read; a naive value on the way in is a bug and is refused.
+    """
+
+    impl = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")  # MySQL drops microseconds otherwise
+    cache_ok = True
+
+    def process_bind_param(self, value: Optional[dt.datetime], dialect: Dialect) -> Optional[dt.datetime]:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the state store only takes timezone-aware values")
+        if value.tzinfo is not dt.timezone.utc:  # most values are UTC already: skip the conversion
+            value = value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=None)
+
+    def process_result_value(self, value: Optional[dt.datetime], dialect: Dialect) -> Optional[dt.datetime]:
+        if value is None:
+            return None
+        if isinstance(value, str):  # pragma: no cover - only if a foreign tool wrote text
+            value = dt.datetime.fromisoformat(value)
+        return value.replace(tzinfo=dt.timezone.utc)
+
+
+def _v1_tables(md: MetaData) -> Dict[str, Table]:
+    """The tables as version 1 created them (see the module docstring)."""
+    version = Table(
+        "hpcrun_schema_version", md,
+        Column("version", Integer, primary_key=True, autoincrement=False),
+        Column("description", String(200), nullable=False),
+        Column("applied_at", UTCDateTime, nullable=False),
+    )
+    campaign = Table(
+        "hpcrun_campaign", md,
+        Column("id", ID, primary_key=True),
+        Column("name", String(200), nullable=False, unique=True),
+        Column("spec_digest", String(128), nullable=False),
+        Column("profile_digest", String(128), nullable=False),
+        Column("created_at", UTCDateTime, nullable=False),
+    )
+    submission = Table(
+        "hpcrun_submission", md,
+        Column("id", ID, primary_key=True),
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), nullable=False),
+        Column("job_id", String(64), nullable=False),          # "123", or the array's "123" with array_index
+        Column("array_index", Integer, nullable=True),
+        Column("script_path", Text, nullable=False),
+        Column("script_digest", String(128), nullable=False),
+        Column("submitted_at", UTCDateTime, nullable=False),
+        Column("tag", String(255), nullable=False),            # job name/comment used to reconcile with Slurm
+        Column("claim_token", String(64), nullable=True),
+        Column("last_state", String(32), nullable=True),       # latest Slurm state seen, for change detection
+        Column("last_observed_at", UTCDateTime, nullable=True),
+        # lets SQLAlchemy return the ids of a bulk insert in order on SQLite too (one statement per
+        # batch instead of one per row); filled by SQLAlchemy, meaningless afterwards
+        insert_sentinel("insert_sentinel"),
+        Index(None, "campaign_id", "job_id", "array_index"),
+        Index(None, "tag"),
+        Index(None, "claim_token"),
+    )
+    input_file = Table(
+        "hpcrun_input", md,
+        Column("id", ID, primary_key=True),
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), nullable=False),
+        Column("path", Text, nullable=False),
+        # sha256 of the path: the uniqueness key, because MySQL cannot index a 4 KiB path
+        Column("path_key", String(64), nullable=False),
+        Column("size", BigInteger, nullable=True),
+        Column("checksum", String(128), nullable=True),
+        Column("checksum_algo", String(16), nullable=True),
+        Column("state", Enum(*INPUT_STATES, name="input_state", native_enum=False, create_constraint=True,
+                             length=16, validate_strings=True), nullable=False, server_default="pending"),
+        Column("attempts", Integer, nullable=False, server_default="0"),
+        Column("last_reason", Text, nullable=True),
+        Column("claim_token", String(64), nullable=True),
+        Column("claimed_by", String(255), nullable=True),
+        Column("claimed_at", UTCDateTime, nullable=True),
+        Column("last_submission_id", ID, ForeignKey("hpcrun_submission.id", ondelete="SET NULL"), nullable=True),
+        Column("updated_at", UTCDateTime, nullable=False),
+        UniqueConstraint("campaign_id", "path_key"),
+        Index(None, "campaign_id", "state"),
+        Index(None, "claim_token"),
+        Index(None, "last_submission_id"),
+    )
+    submission_input = Table(
+        "hpcrun_submission_input", md,
+        Column("submission_id", ID, ForeignKey("hpcrun_submission.id", ondelete="CASCADE"), primary_key=True),
+        Column("input_id", ID, ForeignKey("hpcrun_input.id", ondelete="CASCADE"), primary_key=True),
+        # (input, submission) rather than (input): "an input's latest submission" is then one index probe;
+        # with only (input), PostgreSQL answers max(submission_id) by scanning the primary key backwards
+        Index(None, "input_id", "submission_id"),
+    )
+    state_change = Table(
+        "hpcrun_state_change", md,
+        Column("id", ID, primary_key=True),
+        Column("submission_id", ID, ForeignKey("hpcrun_submission.id", ondelete="CASCADE"), nullable=False),
+        Column("observed_at", UTCDateTime, nullable=False),
+        Column("slurm_state", String(32), nullable=False),
+        Column("exit_code", Integer, nullable=True),
+        Column("signal", Integer, nullable=True),
+        Column("node", String(255), nullable=True),
+        Column("elapsed_s", Float, nullable=True),
+        Column("cpu_s", Float, nullable=True),
+        Column("max_rss_bytes", BigInteger, nullable=True),
+        Column("reason", Text, nullable=True),
+        Index(None, "submission_id", "observed_at"),
+    )
+    qa_outcome = Table(
+        "hpcrun_qa_outcome", md,
+        Column("id", ID, primary_key=True),
+        Column("input_id", ID, ForeignKey("hpcrun_input.id", ondelete="CASCADE"), nullable=False),
+        Column("submission_id", ID, ForeignKey("hpcrun_submission.id", ondelete="SET NULL"), nullable=True),
+        Column("output_path", Text, nullable=False),
+        Column("events_in", BigInteger, nullable=True),
+        Column("events_out", BigInteger, nullable=True),
+        Column("passed", Boolean(create_constraint=False), nullable=False),
+        Column("checked_at", UTCDateTime, nullable=False),
+        Index(None, "input_id"),
+    )
+    return {t.name: t for t in (version, campaign, submission, input_file, submission_input, state_change,
+                                qa_outcome)}
+
+
+def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:
+    """Columns version 2 adds: where an input sits in the plan, and what sacct says of a run."""
+    return {
+        "hpcrun_input": (
+            Column("job_index", Integer, nullable=True),       # the plan job that processes it
+            Column("job_name", String(255), nullable=True),    # its name (status needs no manifest)
+            Column("events", BigInteger, nullable=True),       # events in the file, when the spec gives them
+        ),
+        "hpcrun_state_change": (
+            Column("alloc_cpus", Integer, nullable=True),
+            Column("started_at", UTCDateTime, nullable=True),
+            Column("ended_at", UTCDateTime, nullable=True),
+        ),
+    }
+
+
+def _v3_finalize(md: MetaData) -> Table:
+    """The table version 3 adds: the campaign-level finalize job, one row per round.
+
+    A row is written *before* its sbatch (job_id still NULL), so a submitter killed between
+    sbatch and the record leaves a row that the next submit settles by the job's fixed name.
+    """
+    return Table(
+        "hpcrun_finalize", md,
+        Column("id", ID, primary_key=True),
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), nullable=False),
+        Column("round", Integer, nullable=False),               # 1, then one more per --finalize-again
+        Column("tag", String(255), nullable=False),              # the Slurm job name, <campaign>.finalize
+        Column("after", String(8), nullable=False),              # any | ok
+        Column("created_at", UTCDateTime, nullable=False),
+        Column("job_id", String(64), nullable=True),             # NULL until sbatch's answer is recorded
+        Column("script_digest", String(128), nullable=True),
+        Column("dependency", Text, nullable=True),               # the --dependency value given, "" for none
+        Column("submitted_at", UTCDateTime, nullable=True),
+        Column("last_state", String(32), nullable=True),
+        Column("last_observed_at", UTCDateTime, nullable=True),
+        Column("exit_code", Integer, nullable=True),
+        Column("elapsed_s", Float, nullable=True),
+        Column("started_at", UTCDateTime, nullable=True),
+        Column("ended_at", UTCDateTime, nullable=True),
+        Column("reason", Text, nullable=True),
+        UniqueConstraint("campaign_id", "round"),
+    )
+
+
+def _current_tables(md: MetaData) -> Dict[str, Table]:
+    tables = _v1_tables(md)
+    finalize_table = _v3_finalize(md)
+    tables[finalize_table.name] = finalize_table
+    for name, columns in _v2_columns().items():
+        for column in columns:
+            tables[name].append_column(column)
+    Index("ix_hpcrun_input_campaign_id_job_index", tables["hpcrun_input"].c.campaign_id,
+          tables["hpcrun_input"].c.job_index)
+    return tables
+
+
+# The current schema, used by the queries in hpcrun/store/store.py.
+metadata = MetaData(naming_convention=NAMING)
+_tables = _current_tables(metadata)
+schema_version = _tables["hpcrun_schema_version"]
+campaign = _tables["hpcrun_campaign"]
+input_file = _tables["hpcrun_input"]
+submission = _tables["hpcrun_submission"]
+submission_input = _tables["hpcrun_submission_input"]
+state_change = _tables["hpcrun_state_change"]
+qa_outcome = _tables["hpcrun_qa_outcome"]
+finalize = _tables["hpcrun_finalize"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step; ``apply`` runs inside the migration transaction."""
+
+    version: int
+    description: str
+    apply: Callable[[Connection], Any]
+
+
+def _v1(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    tables = _v1_tables(md)
+    md.create_all(conn, tables=[t for name, t in tables.items() if name != "hpcrun_schema_version"])
+
+
+def _add_column(conn: Connection, table: str, column: Column[Any]) -> None:
+    """ALTER TABLE ... ADD COLUMN with the column type compiled for this backend (nullable only)."""
+    assert column.nullable, "a column added to a live table must be nullable"
+    preparer = conn.dialect.identifier_preparer
+    type_sql = column.type.compile(dialect=conn.dialect)
+    conn.execute(text(f"ALTER TABLE {preparer.quote(table)} ADD COLUMN {preparer.quote(column.name)} {type_sql}"))
+
+
+def _v2(conn: Connection) -> None:
+    for table, columns in _v2_columns().items():
+        for column in columns:
+            _add_column(conn, table, column)
+    md = MetaData(naming_convention=NAMING)
+    inputs = Table("hpcrun_input", md, Column("campaign_id", Integer), Column("job_index", Integer))
+    Index("ix_hpcrun_input_campaign_id_job_index", inputs.c.campaign_id, inputs.c.job_index).create(conn)
+
+
+def _v3(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))  # the foreign key's target (exists)
+    _v3_finalize(md).create(conn)
+
+
+MIGRATIONS: Sequence[Migration] = (
+    Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
+    Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
+    Migration(3, "campaign-level finalize job (one row per round)", _v3),
+)
+
+
+class SchemaTooNew(Exception):
+    """The database was migrated by a newer hpcrun than this one."""
+
+    def __init__(self, found: int, known: int):
+        self.found = found
+        self.known = known
+        super().__init__(f"schema version {found} is newer than the {known} this hpcrun knows")
+
+
+def check_migrations(migrations: Sequence[Migration]) -> int:
+    """Versions must be 1, 2, 3 ... in order: a gap or a swap is a programming error."""
+    for i, m in enumerate(migrations, start=1):
+        if m.version != i:
+            raise ValueError(f"migration #{i} has version {m.version}; versions must be 1, 2, 3 ... in order")
+    return len(migrations)
+
+
+def current_version(conn: Connection) -> int:
+    """0 for an empty database, else the highest applied version."""
+    if not conn.dialect.has_table(conn, schema_version.name):
+        return 0
+    return int(conn.scalar(select(func.max(schema_version.c.version))) or 0)
+
+
+def migrate(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Apply the missing migrations in order on ``conn``'s open transaction; return the version.
+
+    The caller owns the transaction, so either every step and its version row commit
+    together or nothing does (except on MySQL, whose DDL commits implicitly).
+    """
+    target = check_migrations(migrations)
+    schema_version.create(conn, checkfirst=True)
+    found = current_version(conn)
+    if found > target:
+        raise SchemaTooNew(found, target)
+    for m in migrations[found:]:
+        m.apply(conn)
+        conn.execute(insert(schema_version).values(
+            version=m.version, description=m.description[:200],
+            applied_at=dt.datetime.now(dt.timezone.utc)))
+    return target
