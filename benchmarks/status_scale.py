@@ -54,7 +54,7 @@ exec cat "{answer}"
 def record_submissions(plan: Path) -> list:
     """The store as `hpcrun submit` leaves it; returns [(array job id, tasks)]."""
     from hpcrun.operate.submit import open_plan_store, read_manifest, register, scripts_of
-    from hpcrun.store.store import NewSubmission
+    from hpcrun.store.records import NewSubmission
 
     manifest = read_manifest(plan)
     arrays = []

@@ -84,7 +84,8 @@ def test_refuses_foreign_or_submitted_directory(cli, spec_factory, tmp_path):
     assert (foreign / "thesis.tex").read_text() == "precious"
     out = tmp_path / "p"
     assert cli("plan", str(spec_factory()), "--out", str(out)).exit_code == 0
-    from hpcrun.store.store import NewInput, open_store
+    from hpcrun.store.records import NewInput
+    from hpcrun.store.store import open_store
     with open_store(out) as store:  # what `hpcrun submit` leaves: a campaign state store
         c = store.register_campaign("x", "s", "p")
         store.add_inputs(c.id, [NewInput("/raw/a")])

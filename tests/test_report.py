@@ -9,7 +9,8 @@ import pytest
 
 from hpcrun.report.figures import build
 from hpcrun.report.html import render_html, write_report
-from hpcrun.store.store import NewInput, NewStateChange, NewSubmission, QaResult, open_store
+from hpcrun.store.records import NewInput, NewStateChange, NewSubmission, QaResult
+from hpcrun.store.store import open_store
 
 T0 = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
 

@@ -27,25 +27,25 @@ from sqlalchemy import create_engine, insert, inspect, text
 
 from hpcrun.errors import InputError
 from hpcrun.store import schema
-from hpcrun.store.store import (
+from hpcrun.store.base import SchemaVersionError, StateStoreError
+from hpcrun.store.mounts import (
     OVERRIDE_FLAG,
     Mount,
     NetworkFilesystemWarning,
+    check_sqlite_location,
+    find_mount,
+    is_network_fs,
+    parse_mount_table,
+)
+from hpcrun.store.records import (
     NewInput,
     NewStateChange,
     NewSubmission,
     QaResult,
-    SchemaVersionError,
-    StateStore,
-    StateStoreError,
-    _configure_sqlite,
-    check_sqlite_location,
-    find_mount,
-    is_network_fs,
     normalize_slurm_state,
     parse_exit_code,
-    parse_mount_table,
 )
+from hpcrun.store.store import StateStore, _configure_sqlite
 
 SPEC = "a" * 64
 PROFILE = "b" * 64

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.submit import open_plan_store, read_manifest
+from hpcrun.operate.plandir import open_plan_store, read_manifest
 from hpcrun.operate.track import finalize_summary
 from hpcrun.operate.track import poll as status_poll
 from hpcrun.report.figures import CampaignReport, build
-from hpcrun.store.store import StateStoreError
+from hpcrun.store.base import StateStoreError
 
 
 def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,

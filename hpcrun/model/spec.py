@@ -118,7 +118,7 @@ class InputFile(Strict):
     @field_validator("checksum")
     @classmethod
     def _checksum(cls, value: Optional[str]) -> Optional[str]:
-        from hpcrun.plan.checksums import syntax_error
+        from hpcrun.model.checksum import syntax_error
         why = syntax_error(value) if value is not None else None
         if why:
             raise ValueError(why)

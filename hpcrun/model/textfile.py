@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import TYPE_CHECKING, List, Optional
-
-from hpcrun.errors import Problem
-
-if TYPE_CHECKING:
-    from hpcrun.model.yamlsrc import Located
+from typing import Optional
 
 MiB = 1024 * 1024
 YAML_MAX_BYTES = 64 * MiB     # a spec listing 10^5 files inline is about 10 MB
@@ -57,18 +52,3 @@ def read_text(path: os.PathLike[str] | str, limit: int) -> str:
     except UnicodeDecodeError as exc:
         raise TextFileError("it is not UTF-8 text (the first bad byte is on this line)",
                             data.count(b"\n", 0, exc.start) + 1) from None
-
-
-def read_listed(path: os.PathLike[str] | str, what: str, src: Located, key: str,
-                problems: List[Problem]) -> Optional[List[str]]:
-    """The lines of a file a spec key names (a list file, a catalog), or None after adding a
-    problem that points at the file's bad line, else at the key."""
-    try:
-        return read_text(path, LIST_MAX_BYTES).splitlines()
-    except TextFileError as exc:
-        if exc.line is not None:
-            problems.append(Problem(str(path), exc.line, "", f"cannot read the {what}: {exc.message}"))
-        else:
-            file, line = src.where(tuple(key.split(".")))
-            problems.append(Problem(file, line, key, f"cannot read the {what} '{path}': {exc.message}"))
-        return None

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from hpcrun.backends.scheduler import slurm
-from hpcrun.operate.submit import FinalizeAction, SubmitReport
-from hpcrun.store.store import Campaign, FinalizeRecord, StateStore, normalize_slurm_state
+from hpcrun.operate.results import FinalizeAction, SubmitReport
+from hpcrun.store.records import Campaign, FinalizeRecord, normalize_slurm_state
+from hpcrun.store.store import StateStore
 
 # an sbatch argument longer than this cannot be passed at all (Linux MAX_ARG_STRLEN is 128 KiB)
 MAX_DEPENDENCY_CHARS = 100_000

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.submit import Batch, SubmitReport, open_plan_store, read_manifest, submit
+from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.results import Batch, SubmitReport
+from hpcrun.operate.submit import submit
 from hpcrun.operate.track import poll
-from hpcrun.store.store import StateStoreError
+from hpcrun.store.base import StateStoreError
 
 
 @dataclass

@@ -15,49 +15,20 @@ retry resubmits exactly the failed tasks of the same script.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.scheduler import slurm
 from hpcrun.errors import InputError, Problem
+from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
-from hpcrun.store.store import Campaign, Claim, NewInput, NewSubmission, StateStore, open_store
+from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
+from hpcrun.store.store import StateStore
 
 DEFAULT_LOCK_TIMEOUT = 600.0
-
-
-def _head(text: str) -> Optional[Dict[str, Any]]:
-    """The manifest without its (last, possibly 100k entries long) ``jobs`` list, or None."""
-    cut = text.rfind('\n "jobs": [')
-    if cut < 0:
-        return None
-    try:
-        head: Dict[str, Any] = json.loads(text[:cut].rstrip().rstrip(",") + "\n}")
-    except ValueError:
-        return None
-    return head
-
-
-def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
-    """The plan's manifest; ``jobs=False`` skips parsing the per-job list (a status poll needs none)."""
-    path = plan_dir / "manifest.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-        data: Dict[str, Any] = (None if jobs else _head(text)) or json.loads(text)
-    except FileNotFoundError:
-        raise InputError([Problem(str(plan_dir), None, "", (
-            "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None
-    except (OSError, ValueError) as exc:
-        raise InputError([Problem(str(path), None, "", f"cannot be read: {exc}")]) from None
-    if "digests" not in data or "submit" not in data:
-        raise InputError([Problem(str(path), None, "", (
-            f"was written by hpcrun {data.get('hpcrun_version', '?')}, which did not record what submit needs; "
-            "plan the campaign again with this hpcrun (`hpcrun plan SPEC --out DIR --force`)"))])
-    return data
 
 
 def tag_of(campaign: str, token: str) -> str:
@@ -79,62 +50,6 @@ def compress_indices(indices: Iterable[int]) -> str:
     if run:
         parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(parts)
-
-
-@dataclass(frozen=True)
-class ScriptInfo:
-    path: str          # relative to the plan directory
-    sha256: str
-    first: int
-    last: int
-    is_array: bool
-
-
-@dataclass
-class Batch:
-    """One sbatch call: a script and the plan jobs it runs."""
-
-    script: ScriptInfo
-    jobs: List[int]
-    array_spec: Optional[str] = None
-    job_id: Optional[str] = None
-    tag: Optional[str] = None
-
-    @property
-    def tasks(self) -> int:
-        return len(self.jobs)
-
-
-@dataclass
-class FinalizeAction:
-    """What this submit did about the campaign's finalize job, and why."""
-
-    action: str                    # submitted, recovered, would-submit, waiting, skipped, refused, earlier
-    message: str
-    job_id: Optional[str] = None
-    round: Optional[int] = None
-    dependency: Optional[str] = None
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {"action": self.action, "message": self.message, "job_id": self.job_id, "round": self.round,
-                "dependency": self.dependency}
-
-
-@dataclass
-class SubmitReport:
-    campaign: str
-    store: str
-    batches: List[Batch] = field(default_factory=list)
-    recovered: List[Tuple[str, str]] = field(default_factory=list)   # (tag, job id) found after a stop
-    released: List[str] = field(default_factory=list)                # tags Slurm never got: back to pending
-    left_pending: int = 0
-    queue: Optional[Tuple[int, int]] = None                          # (queued now, max_queued_jobs)
-    dry_run: bool = False
-    finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
-
-    @property
-    def submitted_jobs(self) -> int:
-        return sum(b.tasks for b in self.batches if b.job_id)
 
 
 def scripts_of(manifest: Dict[str, Any]) -> List[ScriptInfo]:
@@ -368,11 +283,6 @@ def _queue_budget(manifest: Dict[str, Any], limit: Optional[int]) -> Tuple[Optio
         room = max(0, int(max_queued) - queued)
         budget = room if budget is None else min(budget, room)
     return budget, queue
-
-
-def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) -> StateStore:
-    """The store of a plan: ``db`` (a URL) or ``<plan_dir>/state.db``."""
-    return open_store(db or plan_dir, **options)
 
 
 def _finalize_step(plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign,

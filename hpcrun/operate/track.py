@@ -18,20 +18,20 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.scheduler import slurm
-from hpcrun.operate.submit import open_plan_store, read_manifest
+from hpcrun.operate.plandir import open_plan_store, read_manifest
 from hpcrun.plan.inputs import stem_of
-from hpcrun.store.store import (
-    INPUT_STATES,
+from hpcrun.store.base import StateStoreError
+from hpcrun.store.mounts import INPUT_STATES
+from hpcrun.store.records import (
     SLURM_TO_INPUT,
     ActiveSubmission,
     FinalizeRecord,
     NewStateChange,
     QaResult,
-    StateStore,
-    StateStoreError,
     normalize_slurm_state,
     parse_exit_code,
 )
+from hpcrun.store.store import StateStore
 from hpcrun.units import format_duration
 
 IN_FLIGHT = ("submitted", "running")

@@ -18,27 +18,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.errors import Problem, dotted
+from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
-from hpcrun.model.textfile import read_listed
 from hpcrun.model.yamlsrc import Located
+from hpcrun.plan.inputs import read_listed
 
 CHUNK = 8 * 1024 * 1024
-HEX_DIGITS = {"adler32": 8, "md5": 32}
-_VALUE = re.compile(r"^([a-z0-9]+):([0-9A-Fa-f]+)$")
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
 
-
-def syntax_error(value: str) -> Optional[str]:
-    """Why ``value`` is not a checksum value, or None when it is one."""
-    m = _VALUE.match(value)
-    algo = m.group(1) if m else value.partition(":")[0]
-    if algo not in HEX_DIGITS:
-        return (f"'{value}' is not a checksum; write adler32:<8 hex digits> (e.g. "
-                "adler32:0a1b2c3d) or md5:<32 hex digits>")
-    digits = HEX_DIGITS[algo]
-    if not m or len(m.group(2)) != digits:
-        return f"'{value}' is not an {algo} checksum; write {algo}:<{digits} hex digits>"
-    return None
 
 
 def normalize(algo: str, hexdigits: str) -> str:

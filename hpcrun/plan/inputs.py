@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.model.spec import InputFile, InputsSpec
-from hpcrun.model.textfile import read_listed
+from hpcrun.model.textfile import LIST_MAX_BYTES, TextFileError, read_text
 from hpcrun.model.yamlsrc import Located
 from hpcrun.units import UnitError, parse_size
 
@@ -121,3 +121,18 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
             events = int(parts[2])
         out.append((parts[0], size, events, where))
     return out
+
+
+def read_listed(path: os.PathLike[str] | str, what: str, src: Located, key: str,
+                problems: List[Problem]) -> Optional[List[str]]:
+    """The lines of a file a spec key names (a list file, a catalog), or None after adding a
+    problem that points at the file's bad line, else at the key."""
+    try:
+        return read_text(path, LIST_MAX_BYTES).splitlines()
+    except TextFileError as exc:
+        if exc.line is not None:
+            problems.append(Problem(str(path), exc.line, "", f"cannot read the {what}: {exc.message}"))
+        else:
+            file, line = src.where(tuple(key.split(".")))
+            problems.append(Problem(file, line, key, f"cannot read the {what} '{path}': {exc.message}"))
+        return None

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpcrun.backends.scheduler.slurm import TERMINAL
-from hpcrun.store.store import ReportData, RunRow, slurm_task_id
+from hpcrun.store.records import ReportData, RunRow, slurm_task_id
 
 # what the generated job's exit codes mean (docs/generated-job.md)
 EXIT_LABELS = {3: "setup failed", 4: "payload copy failed", 5: "database never ready",

@@ -1,0 +1,62 @@
+"""What a submit did: the batches it sent, what it recovered or released, the finalize job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class ScriptInfo:
+    path: str          # relative to the plan directory
+    sha256: str
+    first: int
+    last: int
+    is_array: bool
+
+
+@dataclass
+class Batch:
+    """One sbatch call: a script and the plan jobs it runs."""
+
+    script: ScriptInfo
+    jobs: List[int]
+    array_spec: Optional[str] = None
+    job_id: Optional[str] = None
+    tag: Optional[str] = None
+
+    @property
+    def tasks(self) -> int:
+        return len(self.jobs)
+
+
+@dataclass
+class FinalizeAction:
+    """What this submit did about the campaign's finalize job, and why."""
+
+    action: str                    # submitted, recovered, would-submit, waiting, skipped, refused, earlier
+    message: str
+    job_id: Optional[str] = None
+    round: Optional[int] = None
+    dependency: Optional[str] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"action": self.action, "message": self.message, "job_id": self.job_id, "round": self.round,
+                "dependency": self.dependency}
+
+
+@dataclass
+class SubmitReport:
+    campaign: str
+    store: str
+    batches: List[Batch] = field(default_factory=list)
+    recovered: List[Tuple[str, str]] = field(default_factory=list)   # (tag, job id) found after a stop
+    released: List[str] = field(default_factory=list)                # tags Slurm never got: back to pending
+    left_pending: int = 0
+    queue: Optional[Tuple[int, int]] = None                          # (queued now, max_queued_jobs)
+    dry_run: bool = False
+    finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
+
+    @property
+    def submitted_jobs(self) -> int:
+        return sum(b.tasks for b in self.batches if b.job_id)

@@ -1,0 +1,169 @@
+"""Transactions, bulk inserts and error wording shared by every part of the store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import hashlib
+import os
+import socket
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from sqlalchemy import bindparam, insert
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.sql import ColumnElement, Select
+from typing_extensions import Self
+
+from hpcrun.errors import HpcrunError
+from hpcrun.store import schema
+
+_IN_CHUNK = 900  # bound parameters per IN (...) list: below every backend's limit
+
+
+class StateStoreError(HpcrunError):
+    """The state database cannot be used as asked (locked, too new, inconsistent request)."""
+
+
+class SchemaVersionError(StateStoreError):
+    """The database was written by a newer hpcrun; older code must not touch it."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _path_key(path: str) -> str:
+    return hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _chunks(values: Sequence[int]) -> Iterator[Sequence[int]]:
+    """Slices small enough for one IN (...) list on every backend."""
+    for i in range(0, len(values), _IN_CHUNK):
+        yield values[i:i + _IN_CHUNK]
+
+
+def _whoami() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid()) if hasattr(os, "getuid") else "?"
+    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+_INPUT_COLUMNS = [schema.input_file.c[name] for name in (
+    "id", "campaign_id", "path", "size", "checksum", "checksum_algo", "state", "attempts", "last_reason",
+    "claim_token", "last_submission_id", "job_index", "events", "claimed_at")]
+
+
+def _failure_reason(state: str, exit_code: Optional[int], signal: Optional[int], reason: Optional[str]) -> str:
+    text = state
+    if exit_code is not None:
+        text += f" exit {exit_code}" + (f" signal {signal}" if signal else "")
+    if reason and reason not in ("None", "none"):
+        text += f": {reason}"
+    return text
+
+
+class StoreBase:
+    """A campaign state database. Open with :meth:`open`; every method is one transaction."""
+
+    def __init__(self, engine: Engine, location: str):
+        self.engine = engine
+        self.location = location
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Database errors become StateStoreError naming the database, with the driver's words."""
+        try:
+            yield
+        except IntegrityError as exc:
+            raise StateStoreError(f"{self.location}: the state database refused the change: {exc.orig}") from exc
+        except DBAPIError as exc:
+            hint = ""
+            if "locked" in str(exc.orig).lower():
+                hint = (" (another hpcrun process held the lock for longer than the busy timeout; "
+                        "try again when it has finished)")
+            raise StateStoreError(f"{self.location}: {exc.orig}{hint}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._guard(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._guard(), self.engine.connect() as conn:
+            conn.execution_options(hpcrun_read_only=True)
+            with conn.begin():
+                yield conn
+
+    @staticmethod
+    def _rows_in(conn: Connection, query: Select[Any], column: ColumnElement[Any],
+                 values: Sequence[Any]) -> List[Any]:
+        """Run ``query`` restricted to ``column IN values`` in chunks small enough for every backend."""
+        rows: List[Any] = []
+        for chunk in _chunks(values):
+            rows.extend(conn.execute(query.where(column.in_(chunk))).all())
+        return rows
+
+    @staticmethod
+    def _insert_many(conn: Connection, table: Any, rows: List[Dict[str, Any]]) -> None:
+        """Insert many rows through the driver's own executemany, after binding each value once.
+
+        SQLAlchemy's executemany processes every parameter of every row in Python; a status
+        poll of a large campaign inserts 100k observations at once, where that costs seconds.
+        The statement is still compiled by SQLAlchemy for the dialect (placeholders, quoting).
+        """
+        keys = list(rows[0])
+        compiled = insert(table).values({k: bindparam(k) for k in keys}).compile(dialect=conn.dialect)
+        order = list(compiled.positiontup or keys)
+        columns = []
+        for k in order:  # column by column; a value repeated down a column (a timestamp) is bound once
+            values = [r[k] for r in rows]
+            convert = table.c[k].type.bind_processor(conn.dialect)
+            if convert is not None:
+                memo: Dict[Any, Any] = {}
+                values = [v if v is None else memo[v] if v in memo else memo.setdefault(v, convert(v))
+                          for v in values]
+            columns.append(values)
+        params: Any = list(zip(*columns))
+        if compiled.positiontup is None:  # named paramstyle (pyformat: psycopg)
+            params = [dict(zip(order, p)) for p in params]
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        base_error = conn.dialect.loaded_dbapi.Error
+        try:
+            cursor.executemany(str(compiled), params)
+        except base_error as exc:  # the driver's error, wrapped as SQLAlchemy would (so _guard words it)
+            raise DBAPIError.instance(str(compiled), None, exc, base_error) from exc
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def _insert_ids(conn: Connection, table: Any, rows: List[Dict[str, Any]]) -> List[int]:
+        """Insert many rows and return their new ids in order (one statement where the backend allows)."""
+        if not rows:
+            return []
+        if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
+            result = conn.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True), rows)
+            return [int(r[0]) for r in result.all()]
+        ids = []  # MySQL: no RETURNING
+        for row in rows:
+            pk = conn.execute(insert(table), row).inserted_primary_key
+            assert pk is not None
+            ids.append(int(pk[0]))
+        return ids
+
+    def schema_version(self) -> int:
+        with self._read() as conn:
+            return schema.current_version(conn)

@@ -1,0 +1,267 @@
+"""The store's records as Python values: what goes in and what comes out."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+SLURM_TO_INPUT = {
+    **dict.fromkeys(("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"),
+                    "submitted"),
+    **dict.fromkeys(("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "STAGE_OUT", "SIGNALING",
+                     "RESIZING"), "running"),
+    "COMPLETED": "done",
+    **dict.fromkeys(("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+                     "PREEMPTED", "REVOKED", "LOST"), "failed"),
+}
+
+
+@dataclass(frozen=True)
+class Campaign:
+    id: int
+    name: str
+    spec_digest: str
+    profile_digest: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class NewInput:
+    """An input file to register; size and checksum may be filled in once known."""
+
+    path: str
+    size: Optional[int] = None
+    checksum: Optional[str] = None
+    checksum_algo: Optional[str] = None
+    job_index: Optional[int] = None      # the plan job that processes it
+    events: Optional[int] = None
+    job_name: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if (self.checksum is None) != (self.checksum_algo is None):
+            raise ValueError(f"{self.path}: checksum and checksum_algo go together")
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    id: int
+    campaign_id: int
+    path: str
+    size: Optional[int]
+    checksum: Optional[str]
+    checksum_algo: Optional[str]
+    state: str
+    attempts: int
+    last_reason: Optional[str]
+    claim_token: Optional[str]
+    last_submission_id: Optional[int]
+    job_index: Optional[int]
+    events: Optional[int]
+    claimed_at: Optional[dt.datetime]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Inputs moved from pending to submitted for one submitter; ``token`` identifies the claim."""
+
+    token: str
+    claimed_by: str
+    inputs: Tuple[InputRecord, ...]
+
+    @property
+    def ids(self) -> List[int]:
+        return [i.id for i in self.inputs]
+
+
+@dataclass(frozen=True)
+class NewSubmission:
+    """One job (or one array task) that sbatch accepted, and the claimed inputs it processes."""
+
+    job_id: str
+    script_path: str
+    script_digest: str
+    tag: str
+    input_ids: Sequence[int] = ()
+    array_index: Optional[int] = None
+    claim_token: Optional[str] = None
+    submitted_at: Optional[dt.datetime] = None
+
+
+@dataclass(frozen=True)
+class NewStateChange:
+    """One observation of a submission's Slurm state (from sacct or squeue)."""
+
+    submission_id: int
+    slurm_state: str
+    observed_at: Optional[dt.datetime] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    node: Optional[str] = None
+    elapsed_s: Optional[float] = None
+    cpu_s: Optional[float] = None
+    max_rss_bytes: Optional[int] = None
+    reason: Optional[str] = None
+    alloc_cpus: Optional[int] = None
+    started_at: Optional[dt.datetime] = None
+    ended_at: Optional[dt.datetime] = None
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A plan job as the store sees it (its inputs share one state)."""
+
+    job_index: int
+    state: str
+    attempts: int
+    last_reason: Optional[str]
+    slurm_job_id: Optional[str]
+    array_index: Optional[int]
+    slurm_state: Optional[str]
+    inputs: int
+    input_bytes: Optional[int]
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    elapsed_s: Optional[float] = None
+    slurm_reason: Optional[str] = None
+    job_name: Optional[str] = None
+
+    @property
+    def slurm_id(self) -> Optional[str]:
+        return None if self.slurm_job_id is None else slurm_task_id(self.slurm_job_id, self.array_index)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One submission (a Slurm job or array task) with its last observation."""
+
+    submission_id: int
+    job_id: str
+    array_index: Optional[int]
+    job_index: Optional[int]
+    input_bytes: Optional[int]
+    inputs: Optional[int]
+    submitted_at: dt.datetime
+    slurm_state: Optional[str]
+    exit_code: Optional[int]
+    signal: Optional[int]
+    elapsed_s: Optional[float]
+    cpu_s: Optional[float]
+    alloc_cpus: Optional[int]
+    max_rss_bytes: Optional[int]
+    started_at: Optional[dt.datetime]
+    ended_at: Optional[dt.datetime]
+    node: Optional[str]
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class InputRow:
+    id: int
+    job_index: Optional[int]
+    path: str
+    size: Optional[int]
+    events: Optional[int]
+    state: str
+    attempts: int
+    last_reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class QaRow:
+    input_id: int
+    submission_id: Optional[int]
+    events_in: Optional[int]
+    events_out: Optional[int]
+    passed: bool
+
+
+@dataclass(frozen=True)
+class ReportData:
+    runs: List[RunRow]
+    inputs: List[InputRow]
+    qa: List[QaRow]
+
+
+@dataclass(frozen=True)
+class ActiveSubmission:
+    id: int
+    job_id: str
+    array_index: Optional[int]
+    last_state: Optional[str]
+    submitted_at: dt.datetime
+    job_index: Optional[int]
+    job_name: Optional[str] = None
+
+    @property
+    def slurm_id(self) -> str:
+        return slurm_task_id(self.job_id, self.array_index)
+
+
+@dataclass(frozen=True)
+class StateChangeRecord:
+    id: int
+    submission_id: int
+    observed_at: dt.datetime
+    slurm_state: str
+    exit_code: Optional[int]
+    signal: Optional[int]
+    node: Optional[str]
+    elapsed_s: Optional[float]
+    cpu_s: Optional[float]
+    max_rss_bytes: Optional[int]
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class QaResult:
+    input_id: int
+    output_path: str
+    passed: bool
+    events_in: Optional[int] = None
+    events_out: Optional[int] = None
+    submission_id: Optional[int] = None
+    checked_at: Optional[dt.datetime] = None
+
+
+@dataclass(frozen=True)
+class FinalizeRecord:
+    """One round of the campaign's finalize job; ``job_id`` None: not (known to be) submitted yet."""
+
+    id: int
+    campaign_id: int
+    round: int
+    tag: str
+    after: str
+    created_at: dt.datetime
+    job_id: Optional[str]
+    script_digest: Optional[str]
+    dependency: Optional[str]
+    submitted_at: Optional[dt.datetime]
+    last_state: Optional[str]
+    last_observed_at: Optional[dt.datetime]
+    exit_code: Optional[int]
+    elapsed_s: Optional[float]
+    started_at: Optional[dt.datetime]
+    ended_at: Optional[dt.datetime]
+    reason: Optional[str]
+
+
+def slurm_task_id(job_id: str, array_index: Optional[int]) -> str:
+    """How Slurm names a job or an array task: ``123`` or ``123_4``."""
+    return job_id if array_index is None else f"{job_id}_{array_index}"
+
+
+def normalize_slurm_state(state: str) -> str:
+    """``cancelled by 1001`` -> ``CANCELLED``; ``CANCELLED+`` (squeue) -> ``CANCELLED``."""
+    word = state.strip().split(" ", 1)[0] if state.strip() else "UNKNOWN"
+    return word.rstrip("+").upper()
+
+
+def parse_exit_code(text: str) -> Tuple[Optional[int], Optional[int]]:
+    """sacct's ``ExitCode`` ``7:0`` -> (7, 0); anything unparsable -> (None, None)."""
+    code, _, sig = text.strip().partition(":")
+    try:
+        return int(code), (int(sig) if sig else None)
+    except ValueError:
+        return None, None

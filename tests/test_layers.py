@@ -1,0 +1,169 @@
+"""The package's layers and import graph: data flows one way, and no module reaches back up.
+
+load (model) -> validate -> plan -> render -> operate -> store -> report, with the backends
+below the plan and the command line on top. Every ``import`` in the package, module-level or
+inside a function, is read from the source; an import of a higher layer, an import between
+sibling rooms that must stay independent, or a cycle fails this test with the offending lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "hpcrun"
+
+# Bottom first. A module may import its own layer and every layer below it.
+LAYERS: List[Tuple[str, ...]] = [
+    ("hpcrun", "hpcrun.errors", "hpcrun.units", "hpcrun.shell", "hpcrun.resources"),
+    ("hpcrun.model",),
+    ("hpcrun.backends",),
+    ("hpcrun.plan",),
+    ("hpcrun.render",),
+    ("hpcrun.store",),
+    ("hpcrun.operate",),
+    ("hpcrun.report", "hpcrun.iotune"),
+    ("hpcrun.cli", "hpcrun.__main__"),
+]
+# Rooms in one layer that must not import each other.
+INDEPENDENT: List[Tuple[str, ...]] = [
+    ("hpcrun.backends.scheduler", "hpcrun.backends.container", "hpcrun.backends.burstbuffer"),
+    ("hpcrun.report", "hpcrun.iotune"),
+]
+ROOT_MODULES_MAX = 8
+MODULE_LINES_MAX = 500
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> List[Tuple[str, int]]:
+    """Every hpcrun module ``path`` imports, with its line."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "hpcrun"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "hpcrun":
+                continue
+            found.append((target, node.lineno))
+            found += [(f"{target}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+def _modules() -> Dict[str, Path]:
+    return {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _layer(module: str) -> int:
+    best, depth = -1, -1
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > depth:
+                best, depth = i, len(name)
+    if module == "hpcrun":
+        return 0
+    return best
+
+
+def _graph() -> Dict[str, Set[str]]:
+    mods = _modules()
+    graph: Dict[str, Set[str]] = {}
+    for name, path in mods.items():
+        graph[name] = {t for t, _ in imports_of(path) if t in mods and t != name}
+    return graph
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = [m for m in _modules() if _layer(m) < 0]
+    assert not missing, f"modules outside every layer (add them to LAYERS): {missing}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    mods = _modules()
+    bad = []
+    for name, path in sorted(mods.items()):
+        for target, line in imports_of(path):
+            if target in mods and _layer(target) > _layer(name):
+                bad.append(f"{path.relative_to(PKG.parent)}:{line}: {name} imports {target} (a higher layer)")
+    assert not bad, "\n".join(bad)
+
+
+def test_independent_rooms_do_not_import_each_other() -> None:
+    mods = _modules()
+    bad = []
+    for rooms in INDEPENDENT:
+        def room(m: str, rooms: Tuple[str, ...] = rooms) -> str:
+            return next((r for r in rooms if m == r or m.startswith(r + ".")), "")
+        for name, path in sorted(mods.items()):
+            mine = room(name)
+            for target, line in imports_of(path):
+                theirs = room(target)
+                if mine and theirs and mine != theirs and target in mods:
+                    bad.append(f"{path.relative_to(PKG.parent)}:{line}: {name} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def _cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import cycle, or [] (iterative depth-first search)."""
+    state: Dict[str, int] = {}
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif not state.get(child):
+                state[child] = 1
+                stack.append((child, iter(sorted(graph[child]))))
+                path.append(child)
+    return []
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    # a package's __init__ re-exporting its own modules is not a cycle of design
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not name.startswith(t + ".")}
+    cycle = _cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_root_stays_small() -> None:
+    root = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(root) <= ROOT_MODULES_MAX, f"{len(root)} modules at the package root: {root}"
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_no_module_above_the_size_limit(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MODULE_LINES_MAX, f"{path.relative_to(PKG.parent)} has {lines} lines (limit {MODULE_LINES_MAX})"
