@@ -60,7 +60,7 @@ def test_what_charliecloud_refuses(spec_factory, container, key, fragment):
 
 def test_narrow_unset_env_is_fine(spec_factory):
     plan = load_plan(spec_factory({"container": {**CC, "options": ["--unset-env=LD_LIBRARY_PATH"]}}))
-    assert "ch-run --unset-env=LD_LIBRARY_PATH -b " in plan.runtime.prefix()
+    assert "ch-run --unset-env=LD_LIBRARY_PATH -b " in plan.container.prefix
     assert any("not visible here" in n for n in plan.notes)
 
 
@@ -103,7 +103,7 @@ def test_missing_mount_point_is_named_with_its_fix(spec_factory, tmp_path):
         "in containers.charliecloud.binds that contains it.")
     (image / "srv/hpcrun-cc-test/out").mkdir(parents=True)
     plan = load_plan(spec)
-    assert "-b /srv/hpcrun-cc-test/out:/srv/hpcrun-cc-test/out" in plan.runtime.prefix()
+    assert "-b /srv/hpcrun-cc-test/out:/srv/hpcrun-cc-test/out" in plan.container.prefix
 
 
 def test_site_binds_stand_in_for_paths_under_them(spec_factory, tmp_path):
@@ -116,7 +116,7 @@ def test_site_binds_stand_in_for_paths_under_them(spec_factory, tmp_path):
     _one(problems, "containers.charliecloud.binds.1", "has no mount point /sw")
     (image / "sw").mkdir()
     plan = load_plan(spec)
-    prefix = plan.runtime.prefix()
+    prefix = plan.container.prefix
     data = str(tmp_path / "data")
     assert prefix == (
         f"ch-run --private-tmp -b /srv/site:/srv/site -b /opt/sw:/sw -b {data}:{data} "
@@ -128,7 +128,7 @@ def test_site_binds_stand_in_for_paths_under_them(spec_factory, tmp_path):
         "site": {"profile": _profile(tmp_path, binds=["/srv/site", "/opt/sw:/sw"], home="/home")},
         "container": {"runtime": "charliecloud", "image": str(image)},
         "outputs": {"location": "/srv/site/out"}}))
-    assert plan.runtime.prefix() == (
+    assert plan.container.prefix == (
         "ch-run -b /tmp:/tmp -b /srv/site:/srv/site -b /opt/sw:/sw "
         '-b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME=/home ' + f"{image} --")
 

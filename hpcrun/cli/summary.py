@@ -6,7 +6,7 @@ from typing import Any, Dict
 
 from rich.table import Table
 
-from hpcrun.plan.build import Plan
+from hpcrun.plan.values import Plan
 from hpcrun.units import format_capacity, format_duration, format_size
 
 
@@ -32,7 +32,7 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
          if plan.database else "none"),
         ("burst buffer", (f"{plan.profile.burst_buffer.system}, pool {plan.pool.name}: "
                           f"{format_capacity(plan.bb_max)} max per job, "
-                          f"{format_size(plan.bb_total)} in all") if plan.bb and plan.pool else "none"),
+                          f"{format_size(plan.bb_total)} in all") if plan.bb_system and plan.pool else "none"),
         ("bytes to stage in / out", f"{format_size(plan.stage_in_bytes)} / {format_size(plan.stage_out_bytes)}"),
     ]
     for what, value in rows:

@@ -15,14 +15,36 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.burstbuffer.base import value_problem as dw_problem
+from hpcrun.errors import InputError, Problem
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
+from hpcrun.model.yamlsrc import Located
 from hpcrun.plan import placeholders as ph
 from hpcrun.plan.inputs import InputItem
 from hpcrun.shell import sbatch_value_problem
 
 Report = Callable[[Sequence[object], str], None]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class Checks:
+    """Collects problems with their spec/profile positions, so all are reported at once."""
+
+    def __init__(self, spec: Located, profile: Located):
+        self.spec, self.profile = spec, profile
+        self.problems: List[Problem] = []
+
+    def spec_error(self, path: Sequence[object], message: str) -> None:
+        file, line = self.spec.where(tuple(path))
+        self.problems.append(Problem(file, line, ".".join(str(p) for p in path), message))
+
+    def profile_error(self, path: Sequence[object], message: str) -> None:
+        file, line = self.profile.where(tuple(path))
+        self.problems.append(Problem(file, line, ".".join(str(p) for p in path), message))
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise InputError(self.problems)
 
 
 def check_sbatch_values(campaign: Campaign, profile: SiteProfile, pname: str,

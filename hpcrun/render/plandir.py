@@ -21,7 +21,7 @@ from typing import Dict, List, Optional
 from hpcrun.backends.burstbuffer.grammar import check_script
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
-from hpcrun.plan.build import Plan
+from hpcrun.plan.values import Plan
 from hpcrun.render.scripts import RenderedFile, iter_rendered, manifest, manifest_json, render_all
 
 MANIFEST = "manifest.json"

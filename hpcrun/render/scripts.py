@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import jinja2
 
 from hpcrun import __version__
-from hpcrun.plan.build import Plan, ScriptPlan
+from hpcrun.plan.values import Plan, ScriptPlan
 from hpcrun.resources import site_template_dirs
 from hpcrun.shell import Shell, comment, finalize, join, quote, sbatch_value
 from hpcrun.units import format_capacity, format_duration
@@ -50,7 +50,7 @@ def _q(value: object) -> Shell:
 
 def template_dirs(plan: Plan) -> List[Path]:
     """Site overrides first: a templates/ directory beside each profile file (child first)."""
-    return site_template_dirs(plan.profile_files)
+    return site_template_dirs(list(plan.profile_files))
 
 
 def _opt(name: str, value: object = None) -> Shell:
@@ -76,7 +76,7 @@ def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[Shell
     opts.append(_opt("--comment", "hpcrun:" + c.name))
     if script.array:
         opts.append(_opt("--array", script.array))
-    opts += [Shell(o) for o in plan.runtime.sbatch_options()]
+    opts += [Shell(o) for o in plan.container.directives]
     opts += [_extra(o) for o in c.site.extra_sbatch]
     return opts
 
@@ -90,24 +90,13 @@ def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
     db = plan.database
     if db is None:
         return None
-    options = list(db.options)
-    if options and options[0].startswith(("--defaults-file", "--defaults-extra-file", "--no-defaults")):
-        leading = quote(options.pop(0))
-    else:
-        leading = Shell("--no-defaults")
-    remove_cache = plan.runtime.node_cache_dir() is None
     return {
         "server": db.server, "client": db.client, "admin": db.admin, "payload": db.payload,
         "cache_dir": Shell(db.cache_dir), "networking": db.networking,
-        "leading_options": leading,
-        "options": join(options),
+        "leading_options": Shell(db.leading_option), "options": join(db.options),
         "ready_timeout": db.ready_timeout, "max_restarts": db.max_restarts,
-        "backoff": db.backoff, "check_query": db.check_query,
-        "port_base": plan.profile.db_port_base,
-        "host": "127.0.0.1" if db.networking == "tcp" else "localhost",
-        "remove_cache": remove_cache,
-        # copying the payload takes time too: allow 1 GB/s at worst 30 MB/s plus the timeout
-        "wait_seconds": db.ready_timeout + 60 + db.payload_bytes // (30 * 10**6),
+        "backoff": db.backoff, "check_query": db.check_query, "port_base": db.port_base,
+        "host": db.host, "remove_cache": db.remove_cache, "wait_seconds": db.wait_seconds,
     }
 
 
@@ -128,8 +117,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         qa = {"count_command": _shell_or_none(plan.commands.get("count_events")),
               "command": _shell_or_none(plan.commands.get("qa")), "min_fraction": repr(c.qa.min_event_fraction)}
     launcher = join([plan.profile.launcher.command, *plan.profile.launcher.options])
-    prefix = plan.runtime.prefix()
-    overcommit = c.jobs.overcommit and any(j.chains_per_node > plan.partition.cpus for j in plan.jobs)
+    prefix = plan.container.prefix
     return {
         "chain_env": sorted(c.chain.env.items()),
         "version": __version__, "campaign": c.name, "spec_file": comment(plan.spec_file),
@@ -140,11 +128,11 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "chain_command": Shell(plan.commands["chain"]),
         "qa": qa, "launcher": launcher, "runtime_prefix": Shell(prefix),
         "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
-        "runtime_setup": [Shell(line) for line in plan.runtime.setup_lines()],
-        "chain_srun_options": Shell("--overcommit " if overcommit else ""),
+        "runtime_setup": [Shell(line) for line in plan.container.setup_lines],
+        "chain_srun_options": Shell("--overcommit " if plan.chain_overcommit else ""),
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
-        "cleanup_workdir": plan.bb is None and plan.commands.get("merge") is not None,
+        "cleanup_workdir": plan.cleanup_workdir,
         "checksum": _checksum_context(plan),
     }
 
@@ -256,7 +244,7 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
         "hpcrun_version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
         "profile": plan.profile.name, "profile_files": [str(p) for p in plan.profile_files],
         "partition": plan.partition_name, "qos": plan.qos, "container": c.container.runtime,
-        "burst_buffer": plan.profile.burst_buffer.system if plan.bb else "none",
+        "burst_buffer": plan.bb_system or "none",
         "walltime_seconds": c.walltime, "nodes_per_job": c.jobs.nodes,
         "checksum": c.inputs.checksum,
         "totals": {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import ContainerSpec
@@ -50,6 +50,11 @@ class Runtime:
     name: ClassVar[str] = ""
     per_node_cache: ClassVar[bool] = False   # can give the payload a per-node cache volume
     modules: ClassVar[bool] = False          # has image modules (Shifter --module)
+    CLEARS_ENV: ClassVar[frozenset] = frozenset()  # options that would drop the HPCRUN_* variables
+
+    def site_settings(self) -> Any:
+        """This runtime's table in the profile's ``containers`` (None where the site has none)."""
+        return getattr(self.profile.containers, self.name.replace("-", "_"), None)
 
     def sbatch_options(self) -> List[str]:
         return []

@@ -1,0 +1,99 @@
+"""The spec's commands: placeholders checked, turned into shell words, and what they imply."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+from hpcrun.model.spec import Campaign
+from hpcrun.plan import checks as carried
+from hpcrun.plan import placeholders as ph
+from hpcrun.plan.checks import Checks
+from hpcrun.plan.inputs import InputItem
+from hpcrun.plan.site import SiteChoice
+from hpcrun.units import format_duration
+
+
+def commands_of(campaign: Campaign, items: Sequence[InputItem], site: SiteChoice, profile_name: str,
+                checks: Checks) -> Dict[str, str]:
+    """Shell words of each command the job runs, by name (chain, merge, count_events, qa, finalize)."""
+    commands: Dict[str, str] = {}
+    _command(checks, commands, "chain", ("chain", "command"), campaign.chain.command, ph.CHAIN)
+    if campaign.merge:
+        _command(checks, commands, "merge", ("merge", "command"), campaign.merge.command, ph.MERGE)
+    if campaign.qa and campaign.qa.count_events:
+        _command(checks, commands, "count_events", ("qa", "count_events"), campaign.qa.count_events, ph.COUNT)
+    if campaign.qa and campaign.qa.command:
+        _command(checks, commands, "qa", ("qa", "command"), campaign.qa.command, ph.QA)
+    _check_finalize(checks, commands, campaign, site, profile_name)
+    _check_outputs(campaign, items, checks)
+    _check_chain_needs(campaign, items, checks)
+    _check_qa(campaign, checks)
+    return commands
+
+
+def _check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> None:
+    bad = ph.check([campaign.outputs.pattern], ph.PATTERN, allow_env=False)
+    if bad:
+        checks.spec_error(("outputs", "pattern"), bad)
+    elif "/" in ph.expand_pattern(campaign.outputs.pattern, stem="x", name="x"):
+        checks.spec_error(("outputs", "pattern"), "the output name pattern cannot contain '/'.")
+    else:
+        stage_inputs = bool(campaign.burst_buffer and campaign.burst_buffer.stage_inputs)
+        per = campaign.jobs.files_per_job
+        groups = [items[s:s + per] for s in range(0, len(items), per)]
+        carried.check_output_names(campaign.outputs.pattern, groups, stage_inputs, checks.spec_error)
+
+
+def _check_chain_needs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> None:
+    """What the chain command's placeholders need from the rest of the spec."""
+    used = ph.used(campaign.chain.command)
+    if used & {"db_socket", "db_port", "db_host"} and campaign.database is None:
+        checks.spec_error(("chain", "command"), (
+            "the chain command uses a database placeholder but the spec has no 'database' section."))
+    if campaign.database and campaign.database.networking == "socket" and "db_port" in used:
+        checks.spec_error(("chain", "command"), (
+            "{db_port} is used but database.networking is 'socket'; set it to 'tcp' or use {db_socket}."))
+    needs_events = used & {"first_event", "last_event", "nevents"}
+    if needs_events and items and any(i.events is None for i in items):
+        missing = next(i.path for i in items if i.events is None)
+        checks.spec_error(("chain", "command"), (
+            f"the chain command uses {{{sorted(needs_events)[0]}}} but the number of events of "
+            f"'{missing}' is unknown; give inputs.events or EVENTS in the list file, or slice "
+            "with {chain} and {nchains} in the program."))
+    js = campaign.jobs
+    multi_chain = js.nodes > 1 or js.chains_per_node == "auto" or js.chains_per_node != 1
+    if multi_chain and campaign.merge is None:
+        checks.spec_error(("jobs", "chains_per_node"), (
+            "more than one chain writes parts of each output, so a 'merge' command is needed."))
+
+
+def _check_qa(campaign: Campaign, checks: Checks) -> None:
+    qa = campaign.qa
+    if qa and qa.count_events is None and qa.command is None:
+        checks.spec_error(("qa",), "qa needs count_events (for min_event_fraction) or a command.")
+    if qa and qa.command and qa.count_events is None and (ph.used(qa.command) & {"events_in", "events_out"}):
+        checks.spec_error(("qa", "command"), (
+            "{events_in} and {events_out} are counted with qa.count_events, which is not given."))
+
+
+def _check_finalize(checks: Checks, commands: Dict[str, str], campaign: Campaign, site: SiteChoice,
+                    profile_name: str) -> None:
+    """The finalize job's command and time limit (it runs on the campaign's partition)."""
+    fin = campaign.finalize
+    if fin is None:
+        return
+    _command(checks, commands, "finalize", ("finalize", "command"), fin.command, ph.FINALIZE)
+    if fin.walltime is not None and fin.walltime > site.partition.max_walltime:
+        checks.spec_error(("finalize", "walltime"), (
+            f"finalize walltime {format_duration(fin.walltime)} exceeds the maximum "
+            f"{format_duration(site.partition.max_walltime)} of partition '{site.name}' "
+            f"(profile '{profile_name}')."))
+
+
+def _command(checks: Checks, commands: Dict[str, str], name: str, path: Tuple[str, ...],
+             argv: List[str], allowed: set) -> None:
+    bad = ph.check(argv, allowed)
+    if bad:
+        checks.spec_error(path, bad)
+    else:
+        commands[name] = ph.to_shell(argv)

@@ -1,0 +1,118 @@
+"""The per-node database: its payload's size, where each node keeps its copy, and the
+server, client and timings the job uses."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+from hpcrun.backends.container.base import Runtime, runtime_for
+from hpcrun.model.site import SiteProfile
+from hpcrun.model.spec import Campaign, DatabaseSpec
+from hpcrun.plan.checks import Checks
+from hpcrun.plan.values import DatabasePlan
+from hpcrun.shell import quote
+from hpcrun.units import format_size
+
+SOCKET_MAX = 107
+DB_CACHE_HEADROOM = 1.25  # payload copy + logs + temp tables
+JOB_ID, NODE = "${SLURM_JOB_ID}", "${SLURMD_NODENAME}"  # exported by the scheduler backend's prologue
+
+
+def database_and_runtime(campaign: Campaign, profile: SiteProfile,
+                         checks: Checks) -> Tuple[Optional[DatabasePlan], Runtime]:
+    """The database plan (None without a database) and the container runtime sized for its cache."""
+    db = campaign.database
+    if db is None:
+        return None, runtime_for(campaign.container, profile)
+    size = _payload_size(db, checks)
+    cache_bytes = int(size * DB_CACHE_HEADROOM) + 2**30
+    runtime = runtime_for(campaign.container, profile, node_cache_size=cache_bytes)
+    cache_dir = runtime.node_cache_dir()
+    if cache_dir is None:
+        cache_dir = _node_local_dir(db, profile, size, cache_bytes, checks)
+    else:
+        _check_runtime_cache(db, profile, size, cache_bytes, checks)
+    if cache_dir is not None:
+        _check_socket_length(cache_dir, checks)
+    return _database_plan(db, profile, size, cache_dir or "", runtime.node_cache_dir() is None), runtime
+
+
+def _payload_size(db: DatabaseSpec, checks: Checks) -> int:
+    if db.size is not None:
+        return db.size
+    size = dir_size(db.payload)
+    if size is None:
+        checks.spec_error(("database", "payload"), (
+            f"'{db.payload}' does not exist here, so its size is unknown; give database.size."))
+        return 0
+    return size
+
+
+def _node_local_dir(db: DatabaseSpec, profile: SiteProfile, size: int, cache_bytes: int,
+                    checks: Checks) -> Optional[str]:
+    if profile.node_local is None:
+        checks.profile_error(("node_local",), (
+            f"the campaign starts a database server, which needs node-local storage, but "
+            f"site profile '{profile.name}' has no node_local section."))
+        return None
+    if cache_bytes > profile.node_local.size:
+        checks.spec_error(("database", "size" if db.size else "payload"), (
+            f"the payload ({format_size(size)}) plus headroom needs "
+            f"{format_size(cache_bytes)} of node-local storage but "
+            f"{profile.node_local.path} at '{profile.name}' holds "
+            f"{format_size(profile.node_local.size)}."))
+    return quote(profile.node_local.path.rstrip("/") or "/") + f"/hpcrun.{JOB_ID}.{NODE}"
+
+
+def _check_runtime_cache(db: DatabaseSpec, profile: SiteProfile, size: int, cache_bytes: int,
+                         checks: Checks) -> None:
+    shifter = profile.containers.shifter
+    if shifter and shifter.per_node_cache_max and cache_bytes > shifter.per_node_cache_max:
+        checks.spec_error(("database", "size" if db.size else "payload"), (
+            f"the payload ({format_size(size)}) plus headroom needs a perNodeCache of "
+            f"{format_size(cache_bytes)} but '{profile.name}' allows at most "
+            f"{format_size(shifter.per_node_cache_max)}."))
+
+
+def _check_socket_length(cache_dir: str, checks: Checks) -> None:
+    worst = cache_dir.replace(JOB_ID, "9" * 10).replace(NODE, "n" * 16).replace("'", "")
+    if len(worst) + len("/mysqld.sock") > SOCKET_MAX:
+        checks.profile_error(("node_local", "path"), (
+            f"the DB socket path could reach {len(worst) + 12} characters; servers refuse "
+            f"more than {SOCKET_MAX}. Use a shorter node-local path."))
+
+
+def _database_plan(db: DatabaseSpec, profile: SiteProfile, size: int, cache_dir: str,
+                   remove_cache: bool) -> DatabasePlan:
+    mariadb = db.engine == "mariadb"
+    options = list(db.options)
+    if options and options[0].startswith(("--defaults-file", "--defaults-extra-file", "--no-defaults")):
+        leading = str(quote(options.pop(0)))
+    else:
+        leading = "--no-defaults"
+    return DatabasePlan(
+        server=db.server or ("mariadbd" if mariadb else "mysqld"), client="mariadb" if mariadb else "mysql",
+        admin="mariadb-admin" if mariadb else "mysqladmin", payload=db.payload, payload_bytes=size,
+        cache_dir=cache_dir, socket=cache_dir + "/mysqld.sock", networking=db.networking,
+        options=tuple(options), leading_option=leading, ready_timeout=db.ready_timeout,
+        max_restarts=db.restart.max_restarts, backoff=db.restart.backoff, check_query=db.check_query,
+        port_base=profile.db_port_base, host="127.0.0.1" if db.networking == "tcp" else "localhost",
+        remove_cache=remove_cache,
+        # copying the payload takes time too: allow 1 GB/s at worst 30 MB/s plus the timeout
+        wait_seconds=db.ready_timeout + 60 + size // (30 * 10**6))
+
+
+def dir_size(path: str) -> Optional[int]:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    if not os.path.isdir(path):
+        return None
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total

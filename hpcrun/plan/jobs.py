@@ -1,0 +1,100 @@
+"""Inputs grouped into jobs, and jobs into scripts (arrays where the scheduler allows)."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import List, Sequence, Tuple
+
+from hpcrun.model.site import SiteProfile
+from hpcrun.model.spec import Campaign
+from hpcrun.plan import placeholders as ph
+from hpcrun.plan.buffer import BufferChoice, Sizing, bb_lines
+from hpcrun.plan.checks import Checks
+from hpcrun.plan.checksums import Assigned
+from hpcrun.plan.inputs import InputItem
+from hpcrun.plan.values import Job, ScriptPlan
+from hpcrun.shell import quote
+
+
+def name_width(n_inputs: int) -> int:
+    return max(5, len(str(n_inputs)))
+
+
+def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, cpus: int,
+               buffer: BufferChoice, checks: Checks, notes: List[str]) -> List[Job]:
+    """One job per ``files_per_job`` inputs, with its chains, outputs and buffer size."""
+    js = campaign.jobs
+    sizing = Sizing()
+    width = name_width(len(items))
+    jobs: List[Job] = []
+    for index, start in enumerate(range(0, len(items), js.files_per_job)):
+        group = tuple(items[start:start + js.files_per_job])
+        in_bytes = sum(i.size for i in group)
+        if js.chains_per_node == "auto":
+            assert js.bytes_per_chain
+            chains = max(1, min(cpus, math.ceil(in_bytes / js.bytes_per_chain)))
+        else:
+            chains = int(js.chains_per_node)
+        outputs = tuple(ph.expand_pattern(campaign.outputs.pattern, stem=i.stem, name=os.path.basename(i.path))
+                        for i in group)
+        needed, capacity = sizing.size(buffer, campaign, index, in_bytes)
+        jobs.append(Job(index, f"{campaign.name}.{index + 1:0{width}d}", group, outputs, chains,
+                        needed, capacity, tuple(sums.values[start:start + js.files_per_job])))
+    sizing.report(buffer, checks, notes)
+    if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
+        notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")
+    return jobs
+
+
+def data_dirs(campaign: Campaign, buffer: BufferChoice) -> Tuple[str, str, str, str]:
+    """Shell text of where a job finds its inputs, writes chain parts and merged outputs, and
+    the work directory on the filesystem when there is no buffer."""
+    out_loc = quote(campaign.outputs.location)
+    workdir = campaign.outputs.workdir or campaign.outputs.location.rstrip("/") + "/.hpcrun-work"
+    root_var, bbspec = buffer.root_var, buffer.spec
+    if root_var and bbspec:
+        input_dir = f'"${{{root_var}%/}}"/in' if bbspec.stage_inputs else ""
+        work_dir = f'"${{{root_var}%/}}"/work'
+        out_dir = f'"${{{root_var}%/}}"/out' if bbspec.stage_outputs else out_loc
+        return input_dir, work_dir, out_dir, workdir
+    return "", quote(workdir) + '/"${HPCRUN_JOB}"', out_loc, workdir
+
+
+def scripts_of(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], buffer: BufferChoice,
+               checks: Checks, notes: List[str]) -> List[ScriptPlan]:
+    """Arrays unless each job needs its own stage lines (or arrays are off)."""
+    js = campaign.jobs
+    per_job_lines = bool(buffer.writer and buffer.spec and buffer.spec.stage_inputs)
+    use_arrays = js.array == "always" or (js.array == "auto" and not per_job_lines and len(jobs) > 1
+                                          and profile.max_array_size > 0)
+    if js.array == "always" and per_job_lines:
+        checks.spec_error(("jobs", "array"), (
+            "job arrays share one script, but burst_buffer.stage_inputs needs per-job #DW "
+            "stage_in lines; set stage_inputs: false or array: auto."))
+    if use_arrays and profile.max_array_size < 1:
+        checks.spec_error(("jobs", "array"), f"site profile '{profile.name}' disables job arrays.")
+    checks.raise_if_any()
+    if use_arrays:
+        return _array_scripts(campaign, profile, jobs, buffer, notes)
+    if js.throttle and len(jobs) > 1:
+        notes.append(f"jobs.throttle ({js.throttle}) applies to job arrays; these {len(jobs)} "
+                     "jobs have their own scripts, so the scheduler's queue limits apply instead.")
+    width = name_width(sum(len(j.inputs) for j in jobs))
+    return [ScriptPlan(f"job{job.index + 1:0{width}d}", (job,), None,
+                       tuple(bb_lines(buffer, campaign, job, job.bb_capacity or 0))) for job in jobs]
+
+
+def _array_scripts(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], buffer: BufferChoice,
+                   notes: List[str]) -> List[ScriptPlan]:
+    throttle = campaign.jobs.throttle or profile.array_throttle
+    size = profile.max_array_size
+    scripts = []
+    for c in range(math.ceil(len(jobs) / size)):
+        chunk = tuple(jobs[c * size:(c + 1) * size])
+        spec_array = f"0-{len(chunk) - 1}" + (f"%{throttle}" if throttle else "")
+        lines = bb_lines(buffer, campaign, None, max(j.bb_capacity or 0 for j in chunk))
+        scripts.append(ScriptPlan(f"array{c + 1:03d}", chunk, spec_array, tuple(lines)))
+    if any(j.bb_capacity for j in jobs) and len({j.bb_capacity for j in jobs}) > 1:
+        notes.append("array tasks share one #DW jobdw line sized for the largest task.")
+    return scripts

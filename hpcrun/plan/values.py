@@ -1,0 +1,153 @@
+"""The resolved plan: a frozen value holding every decision, so rendering only formats.
+
+Nothing here is a live object: the container runtime, the burst-buffer system and the
+database have been asked their questions at plan time and their answers are stored as
+data (shell text where the answer is shell text, built in Python and vetted there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from hpcrun.model.site import Partition, Pool, SiteProfile
+from hpcrun.model.spec import Campaign
+from hpcrun.plan.inputs import InputItem
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    name: str
+    inputs: Tuple[InputItem, ...]
+    outputs: Tuple[str, ...]          # merged output file name per input
+    chains_per_node: int
+    bb_needed: Optional[int] = None   # bytes before rounding
+    bb_capacity: Optional[int] = None  # bytes after rounding to the pool granularity
+    checksums: Tuple[Optional[str], ...] = ()  # "adler32:0a1b2c3d" or None, parallel to inputs
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(i.size for i in self.inputs)
+
+    @property
+    def events(self) -> Optional[int]:
+        if any(i.events is None for i in self.inputs):
+            return None
+        return sum(i.events or 0 for i in self.inputs)
+
+
+@dataclass(frozen=True)
+class ScriptPlan:
+    name: str                      # file stem in the plan directory
+    jobs: Tuple[Job, ...]
+    array: Optional[str]           # array spec ("0-9%4"), None for a single job
+    bb_lines: Tuple[str, ...]      # #DW/#BB lines (already checked)
+
+
+@dataclass(frozen=True)
+class DatabasePlan:
+    server: str
+    client: str
+    admin: str
+    payload: str
+    payload_bytes: int
+    cache_dir: str                 # shell text; may contain ${HPCRUN_JOB_ID}
+    socket: str
+    networking: str
+    options: Tuple[str, ...]       # server options after the leading one
+    leading_option: str            # shell text: --no-defaults or the spec's --defaults-file=...
+    ready_timeout: int
+    max_restarts: int
+    backoff: int
+    check_query: str
+    port_base: int
+    host: str                      # 127.0.0.1 (tcp) or localhost (socket)
+    remove_cache: bool             # the job removes its node-local copy (not a runtime volume)
+    wait_seconds: int              # how long chains wait for the server, payload copy included
+
+
+@dataclass(frozen=True)
+class ChecksumPlan:
+    """How the job verifies its inputs: one algorithm per plan, one tool computing it."""
+
+    algo: str                      # adler32 or md5
+    tool: str                      # the program, for the job's "is it there" check
+    command: str                   # shell words; the file name is appended
+    helper: bool                   # bin/hpcrun-checksum.py is part of the plan
+    hint: str                      # where to fix a missing tool
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """What the container runtime answered at plan time."""
+
+    runtime: str
+    directives: Tuple[str, ...]    # scheduler options the runtime needs (shell text)
+    prefix: str                    # shell words between the launcher and the command
+    setup_lines: Tuple[str, ...]   # shell lines before the first container starts
+    node_cache_dir: Optional[str]  # the runtime's own payload volume, if it has one
+
+
+@dataclass(frozen=True)
+class Plan:
+    campaign: Campaign
+    spec_file: str
+    profile: SiteProfile
+    profile_files: Tuple[Path, ...]
+    partition_name: str
+    partition: Partition
+    qos: Optional[str]
+    container: ContainerPlan
+    bb_system: Optional[str]       # None: the campaign uses no burst buffer
+    pool: Optional[Pool]
+    jobs: Tuple[Job, ...]
+    scripts: Tuple[ScriptPlan, ...]
+    database: Optional[DatabasePlan]
+    input_dir_expr: str            # shell text: where a job finds its inputs
+    work_dir_expr: str             # shell text: where chain parts go
+    out_dir_expr: str              # shell text: where merged outputs are written
+    notes: Tuple[str, ...] = ()
+    commands: Dict[str, str] = field(default_factory=dict)  # rendered shell words
+    checksum: Optional[ChecksumPlan] = None  # None: inputs.checksum is none
+    chain_overcommit: bool = False  # chains outnumber the CPUs of a node (jobs.overcommit)
+    cleanup_workdir: bool = False   # chain parts on the filesystem are removed after the merge
+
+    @property
+    def cores_per_job(self) -> int:
+        return self.campaign.jobs.nodes * self.partition.cores_per_node
+
+    @property
+    def core_hours(self) -> float:
+        return len(self.jobs) * self.cores_per_job * self.campaign.walltime / 3600.0
+
+    @property
+    def node_hours(self) -> float:
+        return len(self.jobs) * self.campaign.jobs.nodes * self.campaign.walltime / 3600.0
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(j.input_bytes for j in self.jobs)
+
+    @property
+    def output_bytes(self) -> int:
+        return int(self.input_bytes * self.campaign.outputs.size_ratio)
+
+    @property
+    def stage_in_bytes(self) -> int:
+        bb = self.campaign.burst_buffer
+        return self.input_bytes if (self.bb_system and bb and bb.stage_inputs) else 0
+
+    @property
+    def stage_out_bytes(self) -> int:
+        bb = self.campaign.burst_buffer
+        return self.output_bytes if (self.bb_system and bb and bb.stage_outputs) else 0
+
+    @property
+    def bb_total(self) -> int:
+        return sum(j.bb_capacity or 0 for j in self.jobs)
+
+    @property
+    def bb_max(self) -> int:
+        return max((j.bb_capacity or 0 for j in self.jobs), default=0)
