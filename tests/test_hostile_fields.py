@@ -149,6 +149,15 @@ if name in ("apptainer", "podman-hpc"):
     while rest and rest[0].startswith("-"):
         rest = rest[2:] if rest[0] in ("-B", "--bind", "-e", "--env", "-v", "--volume") else rest[1:]
     run(rest[1:])
+if name == "sarus":
+    rest = args[1:]
+    for mount in [a for a in rest if a.startswith("--mount=")]:
+        fields = dict((f.split("=", 1) + [""])[:2] for f in mount[len("--mount="):].split(","))
+        if not os.path.exists(fields["source"]):
+            sys.exit("sarus: bind source missing: " + fields["source"])
+    while rest and rest[0].startswith("-"):
+        rest = rest[1:]
+    run(rest[1:])
 if name == "shifter":
     while args and args[0].startswith("-"):
         args = args[1:]
@@ -159,7 +168,7 @@ if name == "stub-count":
     print(100)
 sys.exit(0)
 '''
-STUB_NAMES = ["srun", "ch-run", "apptainer", "podman-hpc", "shifter", "module", "stub-dbserver", "mariadb-admin",
+STUB_NAMES = ["srun", "ch-run", "apptainer", "podman-hpc", "sarus", "shifter", "module", "stub-dbserver", "mariadb-admin",
               "mariadb", "mysqladmin", "mysql", "stub-chain", "stub-merge", "stub-qa", "stub-count", "stub-finalize"]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from hpcrun.backends.burstbuffer.base import BufferRequest, Writer, writer_for
-from hpcrun.backends.container.base import Bind, Runtime, runtime_for
+from hpcrun.backends.container import Bind, Runtime, runtime_for
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.iotune.engines import fio
 from hpcrun.iotune.engines import ior as ior_engine

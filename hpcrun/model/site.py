@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hpcrun.model.fields import AbsPath, Duration, EnvVars, Line, Name, Size
+from hpcrun.model.kinds import RUNTIMES, BufferSystem
 
 # What site staff write as a program or its options is trusted code (it runs as written);
 # every other profile value is data and untrusted like a spec value (docs/security.md).
@@ -69,6 +70,14 @@ class PodmanHpcSettings(Strict):
     run_options: List[Line] = Field(default_factory=list, json_schema_extra=TRUSTED)
 
 
+class SarusSettings(Strict):
+    """Sarus ``run`` of an image pulled beforehand with ``sarus pull``."""
+
+    command: Line = Field("sarus", description="the sarus program", json_schema_extra=TRUSTED)
+    run_options: List[Line] = Field(default_factory=list, description="extra sarus run options",
+                                    json_schema_extra=TRUSTED)
+
+
 class CharliecloudSettings(Strict):
     """Charliecloud ``ch-run`` of an image directory; every path appears at the same place
     inside the container as outside, so the job's variables and arguments stay valid."""
@@ -106,12 +115,11 @@ class Containers(Strict):
     apptainer: Optional[ApptainerSettings] = None
     podman_hpc: Optional[PodmanHpcSettings] = Field(None, alias="podman-hpc")
     charliecloud: Optional[CharliecloudSettings] = None
+    sarus: Optional[SarusSettings] = None
     none: bool = Field(True, description="jobs may run without a container")
 
     def offered(self) -> List[str]:
-        names = [n for n, v in (("shifter", self.shifter), ("apptainer", self.apptainer),
-                                ("podman-hpc", self.podman_hpc),
-                                ("charliecloud", self.charliecloud)) if v is not None]
+        names = [n for n in RUNTIMES if n != "none" and getattr(self, n.replace("-", "_"), None) is not None]
         return names + (["none"] if self.none else [])
 
 
@@ -124,7 +132,7 @@ class Pool(Strict):
 
 
 class BurstBufferSettings(Strict):
-    system: Literal["datawarp", "slurm-lua", "rabbit", "none"] = "none"
+    system: BufferSystem = "none"
     directive: Line = Field("DW", description="directive word without '#' (slurm-lua: Directive=)")
     pools: List[Pool] = Field(default_factory=list)
     pool_required: bool = Field(False, description="always emit pool= (slurm-lua needs it)")

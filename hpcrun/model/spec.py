@@ -11,6 +11,7 @@ from typing import List, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
+from hpcrun.model.kinds import RuntimeKind
 
 # sbatch options hpcrun writes itself; setting them through extra_sbatch would bypass checks
 MANAGED_SBATCH = {
@@ -70,7 +71,7 @@ class SiteRef(Strict):
 class ContainerSpec(Strict):
     """Container image and runtime; the runtime must be offered by the site profile."""
 
-    runtime: Literal["shifter", "apptainer", "podman-hpc", "charliecloud", "none"] = "none"
+    runtime: RuntimeKind = "none"
     image: Optional[Line] = Field(None, description=(
         "shifter: docker:<repo>:<tag>; apptainer: path to a .sif; podman-hpc: image name; "
         "charliecloud: absolute path to an image directory"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Sequence
 
-from hpcrun.backends.container.base import Bind, Runtime
+from hpcrun.backends.container import Bind, Runtime
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks

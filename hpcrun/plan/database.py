@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple
 
-from hpcrun.backends.container.base import Runtime, runtime_for
+from hpcrun.backends.container import Runtime, runtime_for
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign, DatabaseSpec
 from hpcrun.plan.checks import Checks

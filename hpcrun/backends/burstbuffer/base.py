@@ -86,40 +86,14 @@ def register(cls: Type[Writer]) -> Type[Writer]:
     return cls
 
 
-@register
-class DataWarp(Writer):
-    system = "datawarp"
-
-
-@register
-class SlurmLua(Writer):
-    system = "slurm-lua"
-
-    def __init__(self, directive: str = "DW", pool_required: bool = True):
-        super().__init__(directive, True)
-
-
-@register
-class Rabbit(Writer):
-    system = "rabbit"
-    NAME = "hpcrun"
-
-    def root_var(self, access_mode: str) -> str:
-        return f"DW_JOB_{self.NAME}"
-
-    def lines(self, req: BufferRequest) -> List[str]:
-        p = self.prefix
-        # xfs is a file system per compute node; a job on several nodes needs the one they share,
-        # or the merge on the first node would not see the parts written on the others
-        kind = "xfs" if req.nodes == 1 else "lustre"
-        out = [f"{p} jobdw type={kind} capacity={format_capacity(req.capacity)} name={self.NAME}"]
-        out += [f"{p} persistentdw name={n}" for n in req.persistent]
-        out += [f"{p} copy_in source={s.source} destination={s.destination}" for s in req.stage_in]
-        out += [f"{p} copy_out source={s.source} destination={s.destination}" for s in req.stage_out]
-        return out
-
-
 def writer_for(system: str, directive: str, pool_required: bool) -> Optional[Writer]:
+    """The writer of the profile's system (None for ``none``)."""
+    from hpcrun.backends import burstbuffer  # noqa: F401  (importing the package registers every system)
+
     if system == "none":
         return None
     return _WRITERS[system](directive, pool_required)
+
+
+def registered() -> List[str]:
+    return sorted(_WRITERS)
