@@ -168,8 +168,9 @@ if name == "stub-count":
     print(100)
 sys.exit(0)
 '''
-STUB_NAMES = ["srun", "ch-run", "apptainer", "podman-hpc", "sarus", "shifter", "module", "stub-dbserver", "mariadb-admin",
-              "mariadb", "mysqladmin", "mysql", "stub-chain", "stub-merge", "stub-qa", "stub-count", "stub-finalize"]
+STUB_NAMES = ["srun", "ch-run", "apptainer", "podman-hpc", "sarus", "shifter", "module", "stub-dbserver",
+              "mariadb-admin", "mariadb", "mysqladmin", "mysql", "stub-chain", "stub-merge", "stub-qa", "stub-count",
+              "stub-finalize"]
 
 
 def _stubs(root: Path) -> Path:

@@ -22,12 +22,13 @@ from .test_hostile_fields import _normalize, _profile_data, _run, _stubs
 EXAMPLE = REPO / "examples" / "detector-reco-local" / "campaign.yaml"
 
 
-def _setup(root: Path, location: str = "") -> Path:
+def _setup(root: Path, payload: str = "") -> Path:
     spec = yaml.safe_load(EXAMPLE.read_text())
     _normalize(spec, root)
     spec["container"] = {"runtime": "sarus", "image": "reco/star:1"}
-    if location:
-        spec["outputs"]["location"] = location
+    if payload:
+        Path(payload).mkdir()
+        spec["database"]["payload"] = payload
     profile = _profile_data("local-test")
     profile.setdefault("containers", {})["sarus"] = {"run_options": ["--tty=false"]}
     (root / "site").mkdir()
@@ -56,13 +57,13 @@ def test_sarus_job_runs_its_chains_inside_sarus(tmp_path):
     assert "sarus" in progs, progs
     chain_calls = [c for c in calls if c["prog"] == "stub-chain"]
     assert len(chain_calls) == 2, json.dumps(calls)[:2000]   # chains_per_node: 2, one job run
-    assert (root / "out").is_dir()
+    assert any(c["prog"] == "stub-merge" for c in calls), progs
 
 
 def test_a_comma_in_a_bind_path_is_refused(tmp_path):
     root = tmp_path / "w"
     root.mkdir()
     with pytest.raises(InputError) as info:
-        load_plan(_setup(root, location=str(root / "out,put")))
+        load_plan(_setup(root, payload=str(root / "pay,load")))
     problem = info.value.problems[0]
-    assert problem.key == "outputs.location" and "comma" in problem.message, problem.render()
+    assert problem.key == "database.payload" and "comma" in problem.message, problem.render()
