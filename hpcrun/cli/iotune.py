@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from hpcrun.errors import InputError, Problem
+from hpcrun.model.kinds import RUNTIMES
 
 CL = "<command line>"
 
@@ -171,7 +172,7 @@ def register(group: click.Group) -> None:
     @click.option("--direct", is_flag=True, help="O_DIRECT I/O (not on tmpfs)")
     @click.option("--walltime", default=None, help="time limit of the sweep job (30m, '01:00:00')")
     @click.option("--partition", default=None, help="partition (default: the profile's)")
-    @click.option("--container", type=click.Choice(["none", "shifter", "apptainer", "podman-hpc"]), default=None)
+    @click.option("--container", type=click.Choice(RUNTIMES), default=None, help="container runtime")
     @click.option("--image", default=None, help="container image")
     @click.option("--name", default=None, help="sweep name (default: the preset's, or 'sweep')")
     @click.option("--profile", "profile_name", default=None, help="site profile name or YAML path")
