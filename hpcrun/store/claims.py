@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -35,13 +36,7 @@ class Claims(StoreBase):
             ids = list(conn.scalars(
                 select(t.c.id).where(t.c.campaign_id == campaign_id, t.c.state == "pending")
                 .order_by(t.c.id).limit(limit).with_for_update(skip_locked=True)))
-            claim = (update(t).where(t.c.state == "pending")
-                     .values(state="submitted", claim_token=token, claimed_by=who, claimed_at=now,
-                             last_submission_id=None, updated_at=now))
-            for chunk in _chunks(ids):
-                conn.execute(claim.where(t.c.id.in_(chunk)))
-            rows = conn.execute(select(*_INPUT_COLUMNS).where(t.c.claim_token == token).order_by(t.c.id)).all()
-        return Claim(token, who, tuple(InputRecord(*r) for r in rows))
+            return self._claim_ids(conn, ids, token, who, now)
 
     def release_claim(self, token: str, reason: Optional[str] = None) -> int:
         """Return a claim's inputs that never got a recorded submission to pending (e.g. sbatch refused)."""
@@ -85,13 +80,7 @@ class Claims(StoreBase):
             ids: List[int] = []
             for chunk in _chunks(list(job_indices)):
                 ids.extend(conn.scalars(by_job.where(t.c.job_index.in_(chunk))))
-            claim = (update(t).where(t.c.state == "pending")
-                     .values(state="submitted", claim_token=token, claimed_by=who, claimed_at=now,
-                             last_submission_id=None, updated_at=now))
-            for chunk in _chunks(ids):
-                conn.execute(claim.where(t.c.id.in_(chunk)))
-            rows = conn.execute(select(*_INPUT_COLUMNS).where(t.c.claim_token == token).order_by(t.c.id)).all()
-        return Claim(token, who, tuple(InputRecord(*r) for r in rows))
+            return self._claim_ids(conn, ids, token, who, now)
 
     def unresolved_claims(self, campaign_id: int) -> List[Claim]:
         """Claims whose inputs have no recorded submission: the submitter stopped between claim and record.
@@ -251,3 +240,15 @@ class Claims(StoreBase):
                     ok.update(conn.scalars(ready.where(t.c.id.in_(chunk))))
             bad.extend(i for i in iids if i not in ok)
         return bad
+
+    @staticmethod
+    def _claim_ids(conn: Connection, ids: List[int], token: str, who: str, now: dt.datetime) -> Claim:
+        """Claim these inputs (those still pending) under ``token``; the claim as recorded."""
+        t = schema.input_file
+        claim = (update(t).where(t.c.state == "pending")
+                 .values(state="submitted", claim_token=token, claimed_by=who, claimed_at=now,
+                         last_submission_id=None, updated_at=now))
+        for chunk in _chunks(ids):
+            conn.execute(claim.where(t.c.id.in_(chunk)))
+        rows = conn.execute(select(*_INPUT_COLUMNS).where(t.c.claim_token == token).order_by(t.c.id)).all()
+        return Claim(token, who, tuple(InputRecord(*r) for r in rows))
