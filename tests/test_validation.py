@@ -37,7 +37,7 @@ CASES = [
     ("nodes-max", {"jobs": {"nodes": 4}}, "jobs.nodes", "allows at most 1"),
     ("chains-cores", {"jobs": {"chains_per_node": 16}}, "jobs.chains_per_node", "overcommit"),
     ("runtime-offered", {"container": {"runtime": "podman-hpc", "image": "x"}}, "container.runtime",
-     "offers: shifter, apptainer, charliecloud, none"),
+     "offers: apptainer, charliecloud, shifter, none"),
     ("placeholder", {"chain": {"command": ["reco", "{inptu}"]}}, "chain.command", "Did you mean 'input'"),
     ("parts-in-chain", {"chain": {"command": ["reco", "{parts}"]}}, "chain.command", "unknown placeholder"),
     ("parts-glued", {"merge": {"command": ["m", "x{parts}"]}}, "merge.command", "argument by itself"),

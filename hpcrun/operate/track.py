@@ -192,11 +192,12 @@ class Poller:
                     self.waiting[a.job_index] = q.reason.strip("()")
                 if state == a.last_state:
                     continue
-                if state in slurm.TERMINAL and self.accounting and rec is None and (
+                if state in slurm.TERMINAL and self.accounting and (
                         state != "CANCELLED" or (now - a.submitted_at).total_seconds() <= LOST_AFTER_S):
-                    # a job that ran has an accounting record (written when it started), which slurmdbd
-                    # may deliver late: wait for it (elapsed, CPU time, exit code); only a job cancelled
-                    # before it ever ran has none, and is taken from the queue after a moment
+                    # accounting has no record of this job yet, or only its array's pending one: a job
+                    # that ran gets its own (written when it started), which slurmdbd may deliver late,
+                    # so wait for it (elapsed, CPU time, exit code); only a job cancelled before it
+                    # ever ran has none, and is taken from the queue after a moment
                     continue
                 reason = q.reason.strip("()")
                 if state in slurm.TERMINAL and state != "COMPLETED" and q.raw_id:
