@@ -73,27 +73,14 @@ def finalize(value: object) -> str:
 
 
 class DirectiveValueError(ValueError):
-    """A value that a directive line (``#SBATCH``, ``#DW``) cannot carry."""
+    """A value that a directive line (the scheduler's or the burst buffer's) cannot carry."""
 
 
-def sbatch_value(value: object) -> Shell:
-    """A value for an ``#SBATCH --opt=value`` line.
+def has_control(text: str) -> bool:
+    """A line break or another control character: no directive line can carry it."""
+    return bool(_CONTROL.search(text))
 
-    sbatch reads a directive line as words, removing double quotes and nothing else: a
-    value with blanks is written in double quotes; a double quote or a line break cannot
-    be carried at all (the planner refuses such values first, with file, line and key).
-    """
-    text = str(value)
-    why = sbatch_value_problem(text)
-    if why:
-        raise DirectiveValueError(f"{text!r} cannot be written into an #SBATCH line: {why}")
+
+def directive_word(text: str) -> Shell:
+    """A checked directive value as one word: bare when plain, else in double quotes."""
     return Shell(text if _DIRECTIVE_SAFE.match(text) else f'"{text}"')
-
-
-def sbatch_value_problem(text: str) -> str:
-    """Why ``text`` cannot be an #SBATCH value, or ''."""
-    if _CONTROL.search(text):
-        return "it contains a line break or another control character"
-    if '"' in text:
-        return "it contains a double quote, which sbatch's directive parser removes"
-    return ""

@@ -43,14 +43,14 @@ def test_bb_vs_scratch_job_on_local_test(cli, tmp_path):
     text = _render(cli, tmp_path / "sweep", "bb-vs-scratch", "--profile", "local-test")
     _lint(tmp_path / "sweep" / "iotune.sbatch")
     lines = text.splitlines()
-    assert check_script(lines, "#DW") == []
+    assert check_script(lines, "#DW", job_directive="#SBATCH") == []
     dw = [ln for ln in lines if ln.startswith("#DW ")]
     # largest bb point: 64 MiB x 16 writers x 1.25 = 1.25 GiB -> 2 GiB at 1 GiB granularity
     assert dw == ["#DW jobdw capacity=2GiB access_mode=striped type=scratch pool=wlm_pool"]
     assert check_line(dw[0]) is None
     assert "#SBATCH --partition=debug" in lines and "#SBATCH --time=01:00:00" in lines
     assert 'TARGET_DIR="${DW_JOB_STRIPED%/}"/hpcrun-iotune' in lines
-    assert 'TARGET_DIR=/tmp/hpcrun-test-cluster/pfs/hpcrun-iotune."${SLURM_JOB_ID:-$$}"' in lines
+    assert 'TARGET_DIR=/tmp/hpcrun-test-cluster/pfs/hpcrun-iotune."${HPCRUN_JOB_ID:-$$}"' in lines
     manifest = json.loads((tmp_path / "sweep" / "iotune.json").read_text())
     assert manifest["kind"] == "hpcrun-iotune" and len(manifest["points"]) == 2 * 5 * 3
     assert len(manifest["steps"]) == 30 * 3 * 2 and manifest["engine"]["name"] == "fio"
@@ -67,7 +67,7 @@ def test_jobs_for_shipped_profiles_lint(cli, tmp_path, profile, targets):
         args += ["--target", t]
     text = _render(cli, tmp_path / "s", *args)
     _lint(tmp_path / "s" / "iotune.sbatch")
-    assert check_script(text.splitlines(), "#DW") == []
+    assert check_script(text.splitlines(), "#DW", job_directive="#SBATCH") == []
     assert ("#DW jobdw" in text) == ("bb" in targets)
 
 

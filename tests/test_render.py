@@ -75,7 +75,7 @@ def _lint(plan_dir: Path, directive: str) -> None:
     for f in sorted((plan_dir / "jobs").glob("*.sbatch")):
         lines = f.read_text().splitlines()
         assert lines[0] == "#!/bin/bash"
-        assert check_script(lines, "#" + directive) == []
+        assert check_script(lines, "#" + directive, job_directive="#SBATCH") == []
         first_cmd = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
         for i, line in enumerate(lines):
             if line.lstrip().startswith(("#SBATCH", "#DW", "#BB")):
@@ -136,7 +136,8 @@ def test_arrays_chunked_by_max_array_size(spec_factory, tmp_path, monkeypatch):
     assert [s.array for s in plan.scripts] == ["0-3%2", "0-3%2", "0-1%2"]
     out = write_plan(plan, tmp_path / "p").out_dir
     text = (out / "jobs/array002.sbatch").read_text()
-    assert "HPCRUN_JOB_INDEX=$(( 4 + ${SLURM_ARRAY_TASK_ID:?" in text
+    assert "HPCRUN_JOB_INDEX=$(( 4 + HPCRUN_ARRAY_INDEX ))" in text
+    assert "export HPCRUN_ARRAY_INDEX=${SLURM_ARRAY_TASK_ID:?" in text
     rows = (out / "tasks.tsv").read_text().splitlines()
     assert len(rows) == 10 and rows[4].startswith("4\ttest-campaign.00005\t2\t")
 

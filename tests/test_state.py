@@ -25,6 +25,7 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 from sqlalchemy import create_engine, insert, inspect, text
 
+from hpcrun.backends.scheduler.base import normalize_state, parse_exit_code
 from hpcrun.errors import InputError
 from hpcrun.store import schema
 from hpcrun.store.base import SchemaVersionError, StateStoreError
@@ -42,8 +43,6 @@ from hpcrun.store.records import (
     NewStateChange,
     NewSubmission,
     QaResult,
-    normalize_slurm_state,
-    parse_exit_code,
 )
 from hpcrun.store.store import StateStore, _configure_sqlite
 
@@ -413,9 +412,9 @@ def test_real_mount_table(tmp_path):
 
 
 def test_slurm_state_words():
-    assert normalize_slurm_state("CANCELLED by 1001") == "CANCELLED"
-    assert normalize_slurm_state("cancelled+") == "CANCELLED"
-    assert normalize_slurm_state("") == "UNKNOWN"
+    assert normalize_state("CANCELLED by 1001") == "CANCELLED"
+    assert normalize_state("cancelled+") == "CANCELLED"
+    assert normalize_state("") == "UNKNOWN"
     assert parse_exit_code("0:15") == (0, 15) and parse_exit_code("") == (None, None)
 
 

@@ -179,7 +179,7 @@ def register(group: click.Group) -> None:
     @click.option("--local", is_flag=True, help="run the sweep now on this node")
     @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
                   help="sweep directory (default ./<name>.iotune); on a filesystem compute nodes see")
-    @click.option("--submit", is_flag=True, help="submit the rendered job with sbatch")
+    @click.option("--submit", is_flag=True, help="submit the rendered job to the scheduler")
     @click.option("--force", is_flag=True, help="replace a sweep directory that was already submitted")
     @click.option("--apply", "apply_to", type=click.Path(path_type=Path), default=None,
                   help="with --local: write the recommendation into this site profile YAML")
@@ -267,20 +267,20 @@ def register(group: click.Group) -> None:
 
 
 def _terminal() -> Any:
-    from hpcrun.backends.scheduler.slurm import TERMINAL
+    from hpcrun.backends.scheduler.base import TERMINAL
 
     return TERMINAL
 
 
 def _job_state(record: Path) -> Optional[str]:
-    from hpcrun.backends.scheduler import slurm
+    from hpcrun.backends.scheduler import DEFAULT, scheduler_for
+    from hpcrun.backends.scheduler.base import SchedulerError
 
     try:
-        job_id = json.loads(record.read_text(encoding="utf-8"))["job_id"]
-        rows = slurm.sacct([job_id])
-    except (OSError, ValueError, KeyError, slurm.SlurmError):
+        data = json.loads(record.read_text(encoding="utf-8"))
+        return scheduler_for(data.get("scheduler", DEFAULT)).state_of(data["job_id"])
+    except (OSError, ValueError, KeyError, SchedulerError):
         return None
-    return rows[0].state if rows else None
 
 
 def _default_dir(plan: Any, out_dir: Optional[Path]) -> Path:
@@ -318,6 +318,7 @@ def _run_local(plan: Any, out_dir: Optional[Path], force: bool, apply_to: Option
 def _render_batch(plan: Any, out_dir: Optional[Path], force: bool, submit: bool, as_json: bool) -> None:
     import datetime as dt
 
+    from hpcrun.backends.scheduler import scheduler_for
     from hpcrun.cli import out
     from hpcrun.iotune import jobscript, manifest
     from hpcrun.iotune.outdir import MANIFEST, SCRIPT, SUBMITTED, check, staging, write_json, write_text
@@ -329,11 +330,10 @@ def _render_batch(plan: Any, out_dir: Optional[Path], force: bool, submit: bool,
         write_json(tmp / MANIFEST, data)
         write_text(tmp / SCRIPT, script, 0o755)
     job_id = None
+    sched = scheduler_for(plan.profile.scheduler)
     if submit:
-        from hpcrun.backends.scheduler import slurm
-
-        job_id = slurm.sbatch(target / SCRIPT)
-        write_json(target / SUBMITTED, {"job_id": job_id, "script": SCRIPT,
+        job_id = sched.submit(target / SCRIPT, name="iotune-" + plan.sweep.name)
+        write_json(target / SUBMITTED, {"job_id": job_id, "script": SCRIPT, "scheduler": sched.name,
                                         "submitted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
     summary = {"dir": str(target), "script": str(target / SCRIPT), "engine": plan.engine,
                "points": len(plan.points), "steps": len(plan.steps),
@@ -350,4 +350,5 @@ def _render_batch(plan: Any, out_dir: Optional[Path], force: bool, submit: bool,
     if job_id:
         out.print(f"submitted: job {job_id}; when it has ended: hpcrun iotune collect {target}", highlight=False)
     else:
-        out.print(f"submit with: sbatch {target / SCRIPT}  (or re-run with --submit)", highlight=False)
+        out.print(f"submit with: {sched.submit_command(str(target / SCRIPT))}  (or re-run with --submit)",
+                  highlight=False)

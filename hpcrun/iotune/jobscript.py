@@ -1,4 +1,4 @@
-"""Render a SweepPlan into its sbatch job script (templates/iotune.sh.j2).
+"""Render a SweepPlan into its batch job script (templates/iotune.sh.j2).
 
 Python turns every word into shell text here: literal parts are single-quoted
 (:func:`hpcrun.shell.quote`); the two run-time placeholders become ``"$POINT_DIR"`` and
@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence
 
 from hpcrun import __version__
+from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import HpcrunError
 from hpcrun.iotune.engines import fio
 from hpcrun.iotune.engines import ior as ior_engine
-from hpcrun.iotune.plan import SweepPlan, sbatch_options, target_dir_expr, target_root_expr
+from hpcrun.iotune.plan import SweepPlan, job_request, target_dir_expr, target_root_expr
 from hpcrun.iotune.points import DIR, RAW, Point, Step
-from hpcrun.render.scripts import environment
+from hpcrun.plan.requests import launcher
+from hpcrun.render.scripts import environment, scheduler_context
 from hpcrun.resources import site_template_dirs
 from hpcrun.shell import Shell, comment, quote
 from hpcrun.units import format_size
@@ -61,8 +64,7 @@ def step_words(plan: SweepPlan, step: Step) -> Shell:
     assert plan.runtime is not None
     if step.ranks is not None:
         nodes, per_node = step.ranks
-        launcher = plan.profile.launcher
-        parts += [quote(launcher.command)] + [quote(o) for o in launcher.options]
+        parts += [quote(w) for w in launcher(plan.profile)]
         parts += [f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
         if plan.partition and per_node > plan.partition.cpus:
             parts.append("--overcommit")
@@ -100,7 +102,7 @@ def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
     return {
         "version": __version__, "sweep_name": plan.sweep.name, "engine": plan.engine,
         "profile_name": plan.profile.name, "out_dir": quote(out_dir), "out_dir_shown": comment(out_dir),
-        "sbatch_options": [Shell(o) for o in sbatch_options(plan, out_dir)],
+        **scheduler_context(plan.profile.scheduler, job_request(plan, out_dir)),
         "bb_lines": [Shell(line) for line in plan.bb_lines],
         "env": env, "modules": list(plan.profile.prologue.modules),
         "darshan_lib": quote(plan.darshan_lib) if plan.darshan_lib else Shell(""),
@@ -112,7 +114,8 @@ def render(plan: SweepPlan, out_dir: str) -> str:
     env = environment(site_template_dirs(plan.profile_files))
     text = env.get_template(TEMPLATE).render(context(plan, out_dir))
     bbset = plan.profile.burst_buffer
-    problems = check_script(text.splitlines(), "#" + bbset.directive, bbset.system in ("datawarp", "slurm-lua"))
+    problems = check_script(text.splitlines(), "#" + bbset.directive, grammar_checked(bbset.system),
+                            job_directive=scheduler_for(plan.profile.scheduler).directive)
     if problems:
         raise HpcrunError(f"the rendered sweep job has invalid directives: {problems}; this is a bug in "
                           "hpcrun or a site template")

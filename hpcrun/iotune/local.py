@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import InputError, Problem
 from hpcrun.iotune.engines import fio
 from hpcrun.iotune.engines import ior as ior_engine
@@ -77,7 +78,7 @@ def run(plan: SweepPlan, sweep_dir: Path, progress: Optional[Callable[[Point, St
     raw.mkdir(parents=True, exist_ok=True)
     _write(raw / "node", socket.gethostname())
     _write(raw / "started", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    _write(raw / "slurm_job_id", os.environ.get("SLURM_JOB_ID", ""))
+    _write(raw / "slurm_job_id", scheduler_for(plan.profile.scheduler).job_env() or "")
     _write(raw / "engine-version", _engine_version(plan))
     if plan.darshan_lib:
         (raw / "darshan").mkdir(exist_ok=True)

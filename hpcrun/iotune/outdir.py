@@ -1,7 +1,8 @@
 """The sweep directory: checked before anything is written, built in a hidden sibling and
 renamed into place, so an error never leaves a half-written directory behind.
 
-Layout: ``iotune.json`` (what was planned), ``iotune.sbatch`` (batch mode), ``logs/``,
+Layout: ``iotune.json`` (what was planned), the job script (batch mode; ``iotune`` plus the
+scheduler's suffix), ``logs/``,
 ``raw/`` (engine outputs, written by the job or by ``--local``), and after collecting
 ``results.json`` and ``bandwidth.png``; ``submitted.json`` once submitted.
 """
@@ -15,10 +16,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
+from hpcrun.backends.scheduler import DEFAULT, scheduler_for
 from hpcrun.errors import InputError, Problem
 
 MANIFEST = "iotune.json"
-SCRIPT = "iotune.sbatch"
+SCRIPT = "iotune" + scheduler_for(DEFAULT).script_suffix
 SUBMITTED = "submitted.json"
 RESULTS = "results.json"
 PLOT = "bandwidth.png"
@@ -29,8 +31,8 @@ def check(out_dir: Path, force: bool) -> Path:
     text = str(out_dir)
     if any(c in text for c in '\n\r"\0'):
         raise InputError([Problem(text, None, "--out", (
-            "the directory name holds a newline or '\"', which cannot be written into an #SBATCH "
-            "line; choose another name"))])
+            "the directory name holds a newline or '\"', which cannot be written into a scheduler "
+            "directive line; choose another name"))])
     if out_dir.exists():
         if not out_dir.is_dir():
             raise InputError([Problem(text, None, "--out", "exists and is not a directory")])

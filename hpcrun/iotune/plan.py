@@ -1,5 +1,5 @@
 """Sweep + site profile -> a SweepPlan: engine, resolved targets, points and engine steps,
-and for a batch job its #SBATCH options, burst-buffer lines and container runtime.
+and for a batch job its scheduler request, burst-buffer lines and container runtime.
 No text is rendered here; problems are reported together with the profile key involved.
 """
 
@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hpcrun.backends.burstbuffer.base import BufferRequest, Writer, writer_for
 from hpcrun.backends.container import Bind, Runtime, runtime_for
+from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.iotune.engines import fio
 from hpcrun.iotune.engines import ior as ior_engine
@@ -22,7 +23,8 @@ from hpcrun.iotune.presets import COMMAND_LINE, OPTIONS
 from hpcrun.iotune.sweep import Sweep, check_fio
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.yamlsrc import Located
-from hpcrun.shell import quote, sbatch_value
+from hpcrun.plan.requests import task_env
+from hpcrun.shell import quote
 from hpcrun.units import format_capacity, format_duration, round_up
 
 BB_HEADROOM = 1.25
@@ -257,7 +259,7 @@ def _batch(plan: SweepPlan, checks: _Problems) -> None:
         checks.sweep("container", f"site profile '{profile.name}' does not offer container runtime "
                      f"'{sweep.container.runtime}'; it offers: {', '.join(offered)}")
         checks.raise_if_any()
-    plan.runtime = runtime_for(sweep.container, profile)
+    plan.runtime = runtime_for(sweep.container, profile, **task_env(profile))
     binds = [Bind('"${HPCRUN_IOTUNE_OUT}"', '"${HPCRUN_IOTUNE_OUT}"')]
     for t in plan.targets:
         if t.path is not None:
@@ -288,26 +290,16 @@ def _batch(plan: SweepPlan, checks: _Problems) -> None:
     checks.raise_if_any()
 
 
-def sbatch_options(plan: SweepPlan, out_dir: str) -> List[str]:
+def job_request(plan: SweepPlan, out_dir: str) -> JobRequest:
+    """What the sweep job asks of the scheduler: the most nodes and writers of any point."""
     sweep, part = plan.sweep, plan.partition
     assert part is not None and plan.runtime is not None
-    opts = [f"--job-name={sbatch_value('iotune-' + sweep.name)}"]
-    if part.slurm_partition:
-        opts.append(f"--partition={sbatch_value(part.slurm_partition)}")
-    if part.default_qos:
-        opts.append(f"--qos={sbatch_value(part.default_qos)}")
-    if part.constraint:
-        opts.append(f"--constraint={sbatch_value(part.constraint)}")
-    opts.append(f"--nodes={max(sweep.nodes)}")
-    if part.exclusive:
-        opts.append("--exclusive")
-    else:
-        opts.append(f"--ntasks-per-node={min(max(sweep.writers), part.cpus)}")
-    opts.append(f"--time={format_duration(sweep.walltime)}")
-    opts.append(f"--output={sbatch_value(out_dir + '/logs/%x-%j.out')}")
-    opts.append(f"--comment={sbatch_value('hpcrun:iotune:' + sweep.name)}")
-    opts += plan.runtime.sbatch_options()
-    return opts
+    return JobRequest(
+        name="iotune-" + sweep.name, nodes=max(sweep.nodes), walltime_s=sweep.walltime, signal_before_s=0,
+        log_dir=out_dir + "/logs", comment="hpcrun:iotune:" + sweep.name, exclusive=part.exclusive,
+        tasks_per_node=None if part.exclusive else min(max(sweep.writers), part.cpus),
+        partition=part.slurm_partition, qos=part.default_qos, constraint=part.constraint,
+        runtime_options=tuple(plan.runtime.directive_options()))
 
 
 def target_root_expr(plan: SweepPlan, target: Target) -> str:
@@ -323,7 +315,7 @@ def target_dir_expr(plan: SweepPlan, target: Target) -> str:
     """Shell text for the directory a batch job writes in for this target (made and removed by it)."""
     if target.kind == "bb":
         return target_root_expr(plan, target) + f"/{SUBDIR}"
-    return target_root_expr(plan, target) + f'/{SUBDIR}."${{SLURM_JOB_ID:-$$}}"'
+    return target_root_expr(plan, target) + f'/{SUBDIR}."${{HPCRUN_JOB_ID:-$$}}"'
 
 
 def placeholders() -> Dict[str, str]:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hpcrun.model.fields import AbsPath, Duration, EnvVars, Line, Name, Size
-from hpcrun.model.kinds import RUNTIMES, BufferSystem
+from hpcrun.model.kinds import RUNTIMES, BufferSystem, SchedulerKind
 
 # What site staff write as a program or its options is trusted code (it runs as written);
 # every other profile value is data and untrusted like a spec value (docs/security.md).
@@ -24,7 +24,7 @@ class Strict(BaseModel):
 
 class Partition(Strict):
     slurm_partition: Optional[Name] = Field(None, description=(
-        "value for sbatch --partition; omitted when null (e.g. NERSC selects nodes by QOS and "
+        "the scheduler's partition name; omitted when null (e.g. NERSC selects nodes by QOS and "
         "constraint)"))
     nodes: int = Field(ge=1, description="nodes in the partition")
     cores_per_node: int = Field(ge=1, description="physical cores per node")
@@ -34,7 +34,7 @@ class Partition(Strict):
     max_nodes_per_job: Optional[int] = Field(None, ge=1)
     qos: List[Name] = Field(default_factory=list, description="QOS allowed here (empty: any)")
     default_qos: Optional[Name] = None
-    constraint: Optional[Line] = Field(None, description="sbatch --constraint (e.g. haswell)")
+    constraint: Optional[Line] = Field(None, description="node feature constraint (e.g. haswell)")
     exclusive: bool = Field(True, description="request whole nodes")
 
     @property
@@ -164,8 +164,10 @@ class Filesystem(Strict):
 
 
 class Launcher(Strict):
-    command: Line = Field("srun", json_schema_extra=TRUSTED)
-    options: List[Line] = Field(default_factory=list, description="added to every srun", json_schema_extra=TRUSTED)
+    command: Optional[Line] = Field(None, description=(
+        "program that starts the job's tasks; default: the scheduler's own launcher"), json_schema_extra=TRUSTED)
+    options: List[Line] = Field(default_factory=list, description="added to every task launch",
+                                json_schema_extra=TRUSTED)
 
 
 class Prologue(Strict):
@@ -223,6 +225,7 @@ class SiteProfile(Strict):
     containers: Containers = Field(default_factory=Containers)
     burst_buffer: BurstBufferSettings = Field(default_factory=BurstBufferSettings)
     filesystems: Dict[str, Filesystem] = Field(default_factory=dict)
+    scheduler: SchedulerKind = Field("slurm", description="the batch system (one of the registered schedulers)")
     launcher: Launcher = Field(default_factory=Launcher)
     prologue: Prologue = Field(default_factory=Prologue)
     tools: ToolPaths = Field(default_factory=ToolPaths)
@@ -233,7 +236,7 @@ class SiteProfile(Strict):
         "per-user limit on queued jobs (MaxSubmitJobs; array tasks count one each): "
         "hpcrun submit leaves the rest pending for a later submit"))
     accounting: bool = Field(True, description=(
-        "the site runs slurmdbd, so sacct knows finished jobs; false: status follows squeue only"))
+        "the scheduler keeps accounting records of finished jobs; false: status follows the queue only"))
     signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
     template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)",
                                      json_schema_extra=TRUSTED)

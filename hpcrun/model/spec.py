@@ -10,20 +10,9 @@ from typing import List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
 from hpcrun.model.kinds import RuntimeKind
-
-# sbatch options hpcrun writes itself; setting them through extra_sbatch would bypass checks
-MANAGED_SBATCH = {
-    "--job-name": "name", "--partition": "site.partition", "--qos": "site.qos",
-    "--account": "site.account", "--reservation": "site.reservation", "--time": "walltime",
-    "--nodes": "jobs.nodes", "--array": "jobs.array and jobs.throttle", "--output": "(the plan)",
-    "--signal": "the site profile's signal_before_timeout", "--comment": "(the campaign tag)",
-    "--image": "container.image", "--volume": "the database payload cache",
-    "--module": "container.modules", "--exclusive": "the partition's exclusive setting",
-    "--ntasks-per-node": "jobs.chains_per_node", "--constraint": "the partition's constraint",
-    "--bb": "burst_buffer", "--bbf": "burst_buffer",
-}
 
 
 class Strict(BaseModel):
@@ -37,10 +26,10 @@ class SiteRef(Strict):
         "site profile name (see `hpcrun profiles list`) or a path to a profile .yaml file"))
     partition: Optional[Name] = Field(None, description="partition; default: the profile's default")
     qos: Optional[Name] = Field(None, description="QOS; must be allowed on the partition")
-    account: Optional[Name] = Field(None, description="account to charge (sbatch --account)")
+    account: Optional[Name] = Field(None, description="account to charge")
     reservation: Optional[Name] = None
     extra_sbatch: List[Line] = Field(default_factory=list, description=(
-        "extra sbatch options (e.g. '--exclude=nid00012'), each emitted as its own #SBATCH line"))
+        "extra Slurm batch options (e.g. '--exclude=nid00012'), each emitted as its own directive line"))
 
     @field_validator("profile")
     @classmethod
@@ -53,18 +42,11 @@ class SiteRef(Strict):
     @field_validator("extra_sbatch")
     @classmethod
     def _options(cls, value: List[str]) -> List[str]:
+        slurm = scheduler_for("slurm")  # the key is Slurm's by name; the backend knows its options
         for opt in value:
-            name = opt.split("=", 1)[0]
-            if not opt.startswith("--") or " " in name:
-                raise ValueError(f"'{opt}' is not a long sbatch option; write it as --name=value")
-            if '"' in opt:
-                raise ValueError(f"'{opt}' contains a double quote, which cannot be written into an "
-                                 "#SBATCH line")
-            # sbatch accepts unambiguous abbreviations (--tim= is --time=)
-            managed = [m for m in MANAGED_SBATCH if m == name or (len(name) > 3 and m.startswith(name))]
-            if managed:
-                raise ValueError(f"'{managed[0]}' is written by hpcrun from {MANAGED_SBATCH[managed[0]]}; "
-                                 "set it there so that it is checked against the site profile")
+            why = slurm.extra_problem(opt)
+            if why:
+                raise ValueError(why)
         return value
 
 

@@ -1,16 +1,16 @@
-"""The campaign's finalize job: one Slurm job after every plan job, chained with ``--dependency``.
+"""The campaign's finalize job: one job after every plan job, chained by a dependency.
 
 ``hpcrun submit`` sends it once nothing of the plan is left pending (every plan job has been
-submitted), with ``--dependency=afterany:<ids>`` (``afterok`` for ``finalize.after: ok``) over
-the plan jobs that are **still queued or running according to squeue**: Slurm refuses, or never
+submitted), depending on (after any; after ok for ``finalize.after: ok``) the plan jobs that
+are **still queued or running according to the queue**: a scheduler refuses, or never
 satisfies, a dependency on a job that already ended and left its memory. With none left it goes
 out without a dependency.
 
 Crash safety follows the claim/tag/record pattern of plan jobs, with a fixed tag: the job name
-``<campaign>.finalize``. A round row is written in the store *before* sbatch; a submitter killed
-between sbatch and the record leaves a row without a job id, and the next submit (under the same
-submit lock) looks for that name in squeue and ``sacct --name`` (since the row was written) before
-it submits anything, so the finalize job is never duplicated. Job ids of earlier rounds are
+``<campaign>.finalize``. A round row is written in the store *before* the submission; a submitter
+killed between submitting and recording leaves a row without a job id, and the next submit (under
+the same submit lock) looks for that name in the queue and the accounting (since the row was
+written) before it submits anything, so the finalize job is never duplicated. Job ids of earlier rounds are
 excluded from that search, so ``--finalize-again`` (a new round after retried work) reuses the name.
 """
 
@@ -19,42 +19,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from hpcrun.backends.scheduler import slurm
+from hpcrun.backends.scheduler.base import TERMINAL, Scheduler, SchedulerError, SubmitUncertain, normalize_state
+from hpcrun.operate.plandir import scheduler_of
 from hpcrun.operate.results import FinalizeAction, SubmitReport
-from hpcrun.store.records import Campaign, FinalizeRecord, normalize_slurm_state
+from hpcrun.store.records import Campaign, FinalizeRecord
 from hpcrun.store.store import StateStore
 
-# an sbatch argument longer than this cannot be passed at all (Linux MAX_ARG_STRLEN is 128 KiB)
+# a command-line argument longer than this cannot be passed at all (Linux MAX_ARG_STRLEN is 128 KiB)
 MAX_DEPENDENCY_CHARS = 100_000
-_SQUEUE_CHUNK = 5000
+_QUEUE_CHUNK = 5000
 
 
 def _numeric(job_id: str) -> int:
     return int(job_id) if job_id.isdigit() else 0
 
 
-def queued_job_ids(candidates: Sequence[str]) -> List[str]:
-    """The ids among ``candidates`` (plain or array job ids) that squeue shows queued or running."""
+def queued_job_ids(sched: Scheduler, candidates: Sequence[str]) -> List[str]:
+    """The ids among ``candidates`` (plain or array job ids) that the queue shows queued or running."""
     wanted = set(candidates)
     live = set()
     ordered = sorted(wanted, key=_numeric)
-    for start in range(0, len(ordered), _SQUEUE_CHUNK):
-        for row in slurm.squeue_jobs(job_ids=ordered[start:start + _SQUEUE_CHUNK], expand=False):
+    for start in range(0, len(ordered), _QUEUE_CHUNK):
+        for row in sched.queue(job_ids=ordered[start:start + _QUEUE_CHUNK], expand=False):
             owner = row.job_id.split("_", 1)[0]
-            if owner in wanted and normalize_slurm_state(row.state) not in slurm.TERMINAL:
+            if owner in wanted and normalize_state(row.state) not in TERMINAL:
                 live.add(owner)
     return sorted(live, key=_numeric)
 
 
-def find_by_name(tag: str, since: Any, exclude: Sequence[str], accounting: bool) -> Optional[str]:
-    """The job named ``tag`` that Slurm knows (queue, recently ended, accounting since ``since``),
+def find_by_name(sched: Scheduler, tag: str, since: Any, exclude: Sequence[str], accounting: bool) -> Optional[str]:
+    """The job named ``tag`` that the scheduler knows (queue, recently ended, accounting since ``since``),
     other than the ``exclude``d ids of earlier rounds; the lowest id if several."""
     found = set()
-    for q in slurm.squeue_jobs(names=[tag], expand=False, ended=True):
+    for q in sched.queue(names=[tag], expand=False, ended=True):
         if q.name == tag:
             found.add(q.job_id.split("_", 1)[0])
     if accounting:
-        for rec in slurm.sacct_records((), slurm.since_text(since), names=[tag]).values():
+        for rec in sched.records((), sched.since_text(since), names=[tag]).values():
             if rec.name == tag:
                 found.add(rec.job_id.split("_", 1)[0])
     found -= set(exclude)
@@ -71,6 +72,7 @@ class Finalizer:
         self.campaign = campaign
         self.info: Dict[str, Any] = manifest["finalize"]
         self.accounting = bool(manifest["submit"].get("accounting", True))
+        self.sched = scheduler_of(manifest)
         self.refresh = refresh  # a status poll: brings failed jobs into the store before `after: ok` decides
 
     @property
@@ -90,7 +92,7 @@ class Finalizer:
         last = rounds[-1] if rounds else None
         if last is None or last.job_id is None:
             return None  # the first (or a requested) round is still to go out: nothing to add
-        queued = queued_job_ids([last.job_id])
+        queued = queued_job_ids(self.sched, [last.job_id])
         if queued:
             return FinalizeAction("refused", (
                 f"finalize job {last.job_id} (round {last.round}) is still queued or running; "
@@ -114,7 +116,7 @@ class Finalizer:
             return FinalizeAction("waiting", (
                 f"the finalize job waits until every plan job has been submitted ({pending} still pending)"))
         if last is not None:
-            found = find_by_name(self.tag, last.created_at, self._known(rounds), self.accounting)
+            found = find_by_name(self.sched, self.tag, last.created_at, self._known(rounds), self.accounting)
             if found:
                 self.store.record_finalize_job(last.id, found, self.info["sha256"], None)
                 return FinalizeAction("recovered", (
@@ -136,8 +138,8 @@ class Finalizer:
         return self._submit(last, rounds)
 
     def _dependency(self) -> Optional[str]:
-        ids = queued_job_ids(self.store.in_flight_job_ids(self.campaign.id))
-        return f"after{self.after}:" + ":".join(ids) if ids else ""
+        ids = queued_job_ids(self.sched, self.store.in_flight_job_ids(self.campaign.id))
+        return self.sched.dependency(self.after, ids)
 
     def _submit(self, row: FinalizeRecord, rounds: Sequence[FinalizeRecord]) -> FinalizeAction:
         script = self.plan_dir / self.info["path"]
@@ -146,21 +148,21 @@ class Finalizer:
             assert dependency is not None
             if len(dependency) > MAX_DEPENDENCY_CHARS:
                 return FinalizeAction("waiting", (
-                    f"too many plan jobs are still queued for one --dependency ({dependency.count(':')} job ids); "
+                    f"too many plan jobs are still queued for one dependency ({dependency.count(':')} job ids); "
                     "the finalize job goes out from a later submit, when fewer are queued"), round=row.round)
-            extra = [f"--job-name={self.tag}"] + ([f"--dependency={dependency}"] if dependency else [])
             try:
-                job_id = slurm.sbatch(script, extra)
-            except slurm.SbatchUncertain:
-                found = find_by_name(self.tag, row.created_at, self._known(rounds), self.accounting)
+                job_id = self.sched.submit(script, name=self.tag, dependency=dependency)
+            except SubmitUncertain:
+                found = find_by_name(self.sched, self.tag, row.created_at, self._known(rounds), self.accounting)
                 if not found:
                     raise
                 job_id = found
-            except slurm.SlurmError as exc:
-                # a job named in the dependency ended (and was purged) between squeue and sbatch: look again
+            except SchedulerError as exc:
+                # a job named in the dependency ended (and was purged) between the queue query and the
+                # submission: look again
                 if attempt == 0 and dependency and "dependency" in str(exc).lower():
                     continue
-                self.store.note_finalize(row.id, f"sbatch refused: {exc}")
+                self.store.note_finalize(row.id, f"submission refused: {exc}")
                 raise
             self.store.record_finalize_job(row.id, job_id, self.info["sha256"], dependency)
             after = f"after {dependency}" if dependency else "without a dependency (no plan job is queued any more)"

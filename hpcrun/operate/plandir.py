@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from hpcrun.backends.scheduler import DEFAULT, Scheduler, scheduler_for
 from hpcrun.errors import InputError, Problem
 from hpcrun.store.store import StateStore, open_store
 
@@ -44,3 +45,8 @@ def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
 def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) -> StateStore:
     """The store of a plan: ``db`` (a URL) or ``<plan_dir>/state.db``."""
     return open_store(db or plan_dir, **options)
+
+
+def scheduler_of(manifest: Dict[str, Any]) -> Scheduler:
+    """The scheduler the plan was written for (plans from before the registry: Slurm)."""
+    return scheduler_for(manifest.get("submit", {}).get("scheduler", DEFAULT))

@@ -17,7 +17,7 @@ class ScriptInfo:
 
 @dataclass
 class Batch:
-    """One sbatch call: a script and the plan jobs it runs."""
+    """One submission: a script and the plan jobs it runs."""
 
     script: ScriptInfo
     jobs: List[int]

@@ -1,15 +1,15 @@
-"""Submit a plan's outstanding work to Slurm, recording every job in the campaign state store.
+"""Submit a plan's outstanding work to the scheduler, recording every job in the campaign state store.
 
 Each submission is three steps: claim the plan jobs in the store (their inputs become
-``submitted`` under a fresh claim token), ``sbatch`` them with the job name
+``submitted`` under a fresh claim token), submit them with the job name
 ``<campaign>.<token[:12]>`` (the *tag*), and record the job id. A process killed between
 any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
-submit lock, so no live submitter is mid-way) looks for the tag in ``squeue`` and
-``sacct`` and records the job it finds, or returns the claim to pending when Slurm never
-got it. Nothing is submitted twice and nothing is lost.
+submit lock, so no live submitter is mid-way) looks for the tag in the queue and the
+accounting records and records the job it finds, or returns the claim to pending when the
+scheduler never got it. Nothing is submitted twice and nothing is lost.
 
-Job arrays go out as one ``sbatch --array=<pending task ids>%N`` per array script, so a
-retry resubmits exactly the failed tasks of the same script.
+Job arrays go out as one array submission of the pending task ids (``%N`` throttled) per
+array script, so a retry resubmits exactly the failed tasks of the same script.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from hpcrun.backends.scheduler import slurm
+from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.plandir import open_plan_store, read_manifest, scheduler_of
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
 from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
@@ -141,6 +141,7 @@ class Submitter:
         self.scripts = scripts_of(manifest)
         self._script_by_job: Dict[int, ScriptInfo] = {}
         self.accounting = bool(manifest["submit"].get("accounting", True))
+        self.sched = scheduler_of(manifest)
 
     def script_of(self, job_index: int) -> ScriptInfo:
         hit = self._script_by_job.get(job_index)
@@ -154,13 +155,13 @@ class Submitter:
             f"has no script for job {job_index} recorded in {self.store.location}; the plan changed after "
             "submission. Plan the changed campaign into a new directory."))])
 
-    # -- one claim: one array sbatch, or a group of per-job sbatch calls ----------------------
+    # -- one claim: one array submission, or a group of per-job submissions ------------------
 
     def submit_group(self, batches: Sequence[Batch]) -> List[Batch]:
-        """Claim the jobs of these batches at once, sbatch each batch, then record them all.
+        """Claim the jobs of these batches at once, submit each batch, then record them all.
 
-        Claiming and recording once per group (not per sbatch) keeps the store's cost far
-        below sbatch's own. Each sbatch carries a name that ties it to the claim (and, in a
+        Claiming and recording once per group (not per submission) keeps the store's cost far
+        below the scheduler's own. Each submission carries a name that ties it to the claim (and, in a
         group of per-job scripts, to its plan job), so a stop anywhere in between is settled
         by the next submit (``settle``).
         """
@@ -181,23 +182,21 @@ class Submitter:
                     batch = Batch(batch.script, jobs, self._array_spec(batch.script, jobs) if batch.array_spec
                                   else None)
                 batch.tag = f"{base}.{jobs[0]}" if grouped else base
-                extra = [f"--job-name={batch.tag}"]
-                if batch.array_spec:
-                    extra.append(f"--array={batch.array_spec}")
-                batch.job_id = slurm.sbatch(self.plan_dir / batch.script.path, extra)
+                batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
+                                                 array=batch.array_spec or None)
                 done.append(batch)
                 by_job.update(dict.fromkeys(jobs, batch.job_id))
-        except slurm.SbatchUncertain:
+        except SubmitUncertain:
             self._record(claim, by_job)
             found, _released = self.settle([claim])
             if not found:
                 raise
-            uncertain = batch  # the batch whose sbatch did not finish cleanly: it exists after all
+            uncertain = batch  # the batch whose submission did not finish cleanly: it exists after all
             uncertain.job_id = dict(found).get(uncertain.tag or "")
             if uncertain.job_id:
                 done.append(uncertain)
             return done
-        except slurm.SlurmError as exc:
+        except SchedulerError as exc:
             self._record(claim, by_job)
             self.store.release_claim(claim.token, reason=str(exc))
             raise
@@ -241,13 +240,13 @@ class Submitter:
             for j in {i.job_index for i in c.inputs if i.job_index is not None}:
                 names[f"{base}.{j}"] = (c, j)
         ids: Dict[str, set] = {n: set() for n in names}
-        for q in slurm.squeue_jobs(names=list(names)):
+        for q in self.sched.queue(names=list(names)):
             if q.name in ids:
                 ids[q.name].add(q.array_job_id)
         if self.accounting:
             claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
-            since = slurm.since_text(min(claimed)) if claimed else "now-7days"
-            for rec in slurm.sacct_records((), since, names=list(names)).values():
+            since = self.sched.since_text(min(claimed)) if claimed else "now-7days"
+            for rec in self.sched.records((), since, names=list(names)).values():
                 if rec.name in ids:
                     ids[rec.name].add(rec.job_id.split("_", 1)[0])
         found: List[Tuple[str, str]] = []
@@ -265,7 +264,7 @@ class Submitter:
             if len(job_ids) < len(jobs):
                 tag = tag_of(self.campaign.name, c.token)
                 self.store.release_claim(c.token, reason=(
-                    f"released: no Slurm job named {tag} (the submitter stopped before sbatch took it)"))
+                    f"released: no job named {tag} (the submitter stopped before the scheduler took it)"))
                 released.append(tag)
         return found, released
 
@@ -278,7 +277,7 @@ def _queue_budget(manifest: Dict[str, Any], limit: Optional[int]) -> Tuple[Optio
     queue = None
     max_queued = manifest["submit"].get("max_queued_jobs")
     if max_queued:
-        queued = slurm.queued_count(getpass.getuser())
+        queued = scheduler_of(manifest).queued_count(getpass.getuser())
         queue = (queued, int(max_queued))
         room = max(0, int(max_queued) - queued)
         budget = room if budget is None else min(budget, room)

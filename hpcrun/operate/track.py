@@ -1,9 +1,9 @@
 """Follow a campaign: one Slurm poll, recorded in the state store, summarised by state.
 
-A poll makes one ``sacct`` call for every job in flight (by their job and array ids,
-with an explicit start time), plus one ``squeue`` call when some are pending (Slurm puts
-the reason a job waits, e.g. a burst-buffer stage-in error, there). Sites without
-accounting (``accounting: false`` in the profile) are followed with ``squeue`` alone.
+A poll makes one accounting query for every job in flight (by their job and array ids,
+with an explicit start time), plus one queue query when some are pending (the queue holds
+the reason a job waits, e.g. a burst-buffer stage-in error). Sites without accounting
+(``accounting: false`` in the profile) are followed with the queue alone.
 Only transitions are stored, so polling is idempotent. A finished job's own record in
 ``run/<job>/<slurm id>/`` adds its failure reason and its QA outcome per output.
 """
@@ -17,25 +17,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from hpcrun.backends.scheduler import slurm
-from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.backends.scheduler.base import (
+    INPUT_STATE_OF,
+    TERMINAL,
+    Queued,
+    Record,
+    normalize_state,
+    parse_exit_code,
+)
+from hpcrun.operate.plandir import open_plan_store, read_manifest, scheduler_of
 from hpcrun.plan.inputs import stem_of
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.mounts import INPUT_STATES
 from hpcrun.store.records import (
-    SLURM_TO_INPUT,
     ActiveSubmission,
     FinalizeRecord,
     NewStateChange,
     QaResult,
-    normalize_slurm_state,
-    parse_exit_code,
 )
 from hpcrun.store.store import StateStore
 from hpcrun.units import format_duration
 
 IN_FLIGHT = ("submitted", "running")
-LOST_AFTER_S = 60.0  # a job neither squeue nor sacct knows this long after sbatch is gone
+LOST_AFTER_S = 60.0  # a job neither the queue nor accounting knows this long after submission is gone
 _WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
                  "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
 _BRACKET = re.compile(r"^(\d+)_\[(.*)\]$")
@@ -66,7 +70,7 @@ class StatusReport:
     inputs: Dict[str, int] = field(default_factory=dict)        # inputs per store state
     observed: int = 0                                           # transitions recorded by this poll
     held: int = 0                                               # pending jobs held by a burst-buffer failure
-    sacct_seconds: float = 0.0
+    accounting_seconds: float = 0.0
     finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
 
     @property
@@ -90,7 +94,7 @@ class StatusReport:
 
 
 def _in_bracket(spec: str, index: int) -> bool:
-    """Is array task ``index`` in squeue/sacct's ``0-3,7,9-12%2`` list?"""
+    """Is array task ``index`` in the scheduler's ``0-3,7,9-12%2`` list?"""
     for part in spec.split("%", 1)[0].split(","):
         lo, _, hi = part.partition("-")
         try:
@@ -121,34 +125,30 @@ class Poller:
         self.store = store
         self.manifest = manifest
         self.run_dir = str(plan_dir / "run")
-        self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (squeue's words, this poll)
+        self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (the queue's words, this poll)
         self.accounting = bool(manifest["submit"].get("accounting", True))
-        self.records: Dict[str, slurm.AcctRecord] = {}  # this poll's sacct answer (the finalize job reads it)
+        self.records: Dict[str, Record] = {}  # this poll's accounting answer (the finalize job reads it)
+        self.sched = scheduler_of(manifest)
 
     def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
         """run/<job>/<slurm id> (a plain string: this is called once per job per poll)."""
         return f"{self.run_dir}/{sub.job_name or '?'}/{raw_id}"
 
-    def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
-                ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
-        """Observations of these submissions; also (submission, raw id) of those that just ended.
-        ``extra`` (job id, submit time) go into the same sacct call (the finalize job)."""
-        if not active and not extra:
-            return [], [], 0.0
+    def _lookup(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]]
+                ) -> Tuple[Dict[int, Record], Dict[str, Queued], float]:
+        """One accounting query for everything in flight, and one queue query for those it lacks."""
         ids = sorted({a.job_id for a in active} | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
-        since = slurm.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
-        records: Dict[str, slurm.AcctRecord] = {}
+        since = self.sched.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
         t0 = time.monotonic()
-        if self.accounting:
-            records = slurm.sacct_records(ids, since)
+        records: Dict[str, Record] = self.sched.records(ids, since) if self.accounting else {}
         self.records = records
-        sacct_s = time.monotonic() - t0
-        brackets: Dict[str, List[Tuple[str, slurm.AcctRecord]]] = {}
+        acct_s = time.monotonic() - t0
+        brackets: Dict[str, List[Tuple[str, Record]]] = {}
         for key, record in records.items():
             m = _BRACKET.match(key)
             if m:
                 brackets.setdefault(m.group(1), []).append((m.group(2), record))
-        found: Dict[int, slurm.AcctRecord] = {}
+        found: Dict[int, Record] = {}
         for a in active:
             hit = records.get(a.slurm_id)
             if hit is None and a.array_index is not None:
@@ -156,76 +156,97 @@ class Poller:
             if hit is not None:
                 found[a.id] = hit
         need_queue = [a for a in active if a.id not in found or found[a.id].state == "PENDING"]
-        queued: Dict[str, slurm.QueuedJob] = {}
+        queued: Dict[str, Queued] = {}
         if need_queue:
-            for row in slurm.squeue_jobs(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
+            for row in self.sched.queue(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
                 queued[row.job_id] = row
+        return found, queued, acct_s
+
+    def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
+                ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
+        """Observations of these submissions; also (submission, raw id) of those that just ended.
+        ``extra`` (job id, submit time) go into the same accounting query (the finalize job)."""
+        if not active and not extra:
+            return [], [], 0.0
+        found, queued, acct_s = self._lookup(active, extra)
         now = dt.datetime.now(dt.timezone.utc)
         changes: List[NewStateChange] = []
         ended: List[Tuple[ActiveSubmission, str]] = []
         for a in active:
-            rec: Optional[slurm.AcctRecord] = found.get(a.id)
-            q: Optional[slurm.QueuedJob] = queued.get(a.slurm_id)
+            rec, q = found.get(a.id), queued.get(a.slurm_id)
             if rec is None and q is None:
-                if self.accounting:
-                    # not visible yet (accounting lags the controller by a moment), or gone without a record
-                    # (e.g. an array task cancelled before it was ever eligible)
-                    if (now - a.submitted_at).total_seconds() > LOST_AFTER_S:
-                        changes.append(NewStateChange(a.id, "LOST", now, reason=(
-                            "the job left the queue and accounting has no record of it (cancelled before it "
-                            "was eligible to run?)")))
-                        ended.append((a, ""))
-                    continue
-                if a.last_state is None:
-                    continue
-                # no accounting and gone from the queue: the job's own record is all there is
-                raw = a.slurm_id if a.array_index is None else ""
-                reason = _read(self._job_dir(a, raw) + "/reason") if raw else ""
-                state = "FAILED" if reason else "COMPLETED"
-                changes.append(NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"))
-                ended.append((a, raw))
-                continue
-            if rec is None or (rec.state == "PENDING" and q is not None):
+                seen = self._unseen(a, now)
+            elif rec is None or (rec.state == "PENDING" and q is not None):
                 assert q is not None
-                state = normalize_slurm_state(q.state)
-                if state == "PENDING" and a.job_index is not None:
-                    self.waiting[a.job_index] = q.reason.strip("()")
-                if state == a.last_state:
-                    continue
-                if state in slurm.TERMINAL and self.accounting and (
-                        state != "CANCELLED" or (now - a.submitted_at).total_seconds() <= LOST_AFTER_S):
-                    # accounting has no record of this job yet, or only its array's pending one: a job
-                    # that ran gets its own (written when it started), which slurmdbd may deliver late,
-                    # so wait for it (elapsed, CPU time, exit code); only a job cancelled before it
-                    # ever ran has none, and is taken from the queue after a moment
-                    continue
-                reason = q.reason.strip("()")
-                if state in slurm.TERMINAL and state != "COMPLETED" and q.raw_id:
-                    reason = _read(self._job_dir(a, q.raw_id) + "/reason") or reason  # the job's own words
-                changes.append(NewStateChange(a.id, state, now, reason=reason))
-                if state in slurm.TERMINAL:
-                    ended.append((a, q.raw_id))
-                continue
-            if rec.state == a.last_state:
-                continue  # nothing new (the steady state of a long campaign: most polls change little)
-            code, sig = parse_exit_code(rec.exit_code)
-            if rec.state in slurm.TERMINAL and (code is None or rec.elapsed_s is None):
-                ended_at = slurm.parse_time(rec.end)
-                if ended_at is None or (now - ended_at).total_seconds() <= LOST_AFTER_S:
-                    continue  # accounting has the end but not yet its exit code or elapsed time: next poll
-            reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
-            if rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
-                # sacct keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
-                if reason.startswith(_WAIT_REASONS):
-                    reason = ""
-                reason = _read(self._job_dir(a, rec.raw_id) + "/reason") or reason
-            changes.append(NewStateChange(
-                a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
-                rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
-                slurm.parse_time(rec.start), slurm.parse_time(rec.end)))
-            if rec.state in slurm.TERMINAL and a.last_state not in slurm.TERMINAL:
-                ended.append((a, rec.raw_id))
-        return changes, ended, sacct_s
+                seen = self._from_queue(a, q, now)
+            else:
+                seen = self._from_record(a, rec, now)
+            if seen is not None:
+                change, raw = seen
+                changes.append(change)
+                if raw is not None:
+                    ended.append((a, raw))
+        return changes, ended, acct_s
+
+    _Seen = Optional[Tuple[NewStateChange, Optional[str]]]   # the change, and the raw id if the job ended
+
+    def _unseen(self, a: ActiveSubmission, now: dt.datetime) -> _Seen:
+        """Neither accounting nor the queue lists the job."""
+        if self.accounting:
+            # not visible yet (accounting lags the controller by a moment), or gone without a record
+            # (e.g. an array task cancelled before it was ever eligible)
+            if (now - a.submitted_at).total_seconds() > LOST_AFTER_S:
+                return NewStateChange(a.id, "LOST", now, reason=(
+                    "the job left the queue and accounting has no record of it (cancelled before it "
+                    "was eligible to run?)")), ""
+            return None
+        if a.last_state is None:
+            return None
+        # no accounting and gone from the queue: the job's own record is all there is
+        raw = a.slurm_id if a.array_index is None else ""
+        reason = _read(self._job_dir(a, raw) + "/reason") if raw else ""
+        state = "FAILED" if reason else "COMPLETED"
+        return NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"), raw
+
+    def _from_queue(self, a: ActiveSubmission, q: Queued, now: dt.datetime) -> _Seen:
+        """The queue's word, where accounting has none yet (or only a pending one)."""
+        state = normalize_state(q.state)
+        if state == "PENDING" and a.job_index is not None:
+            self.waiting[a.job_index] = q.reason.strip("()")
+        if state == a.last_state:
+            return None
+        if state in TERMINAL and self.accounting and (
+                state != "CANCELLED" or (now - a.submitted_at).total_seconds() <= LOST_AFTER_S):
+            # accounting has no record of this job yet, or only its array's pending one: a job
+            # that ran gets its own (written when it started), which accounting may deliver late,
+            # so wait for it (elapsed, CPU time, exit code); only a job cancelled before it
+            # ever ran has none, and is taken from the queue after a moment
+            return None
+        reason = q.reason.strip("()")
+        if state in TERMINAL and state != "COMPLETED" and q.raw_id:
+            reason = _read(self._job_dir(a, q.raw_id) + "/reason") or reason  # the job's own words
+        return NewStateChange(a.id, state, now, reason=reason), (q.raw_id if state in TERMINAL else None)
+
+    def _from_record(self, a: ActiveSubmission, rec: Record, now: dt.datetime) -> _Seen:
+        """The accounting record, once it is complete."""
+        if rec.state == a.last_state:
+            return None  # nothing new (the steady state of a long campaign: most polls change little)
+        code, sig = parse_exit_code(rec.exit_code)
+        if rec.state in TERMINAL and (code is None or rec.elapsed_s is None):
+            ended_at = self.sched.parse_time(rec.end)
+            if ended_at is None or (now - ended_at).total_seconds() <= LOST_AFTER_S:
+                return None  # accounting has the end but not yet its exit code or elapsed time: next poll
+        reason = "" if rec.state in ("COMPLETED", "RUNNING") else rec.reason
+        if rec.state in TERMINAL and rec.state != "COMPLETED":
+            # accounting keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
+            if reason.startswith(_WAIT_REASONS):
+                reason = ""
+            reason = _read(self._job_dir(a, rec.raw_id) + "/reason") or reason
+        change = NewStateChange(
+            a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
+            rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
+            self.sched.parse_time(rec.start), self.sched.parse_time(rec.end))
+        return change, (rec.raw_id if rec.state in TERMINAL and a.last_state not in TERMINAL else None)
 
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
         """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict,
@@ -252,37 +273,38 @@ def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[Finaliz
     rounds = store.finalize_rounds(campaign_id)
     last = rounds[-1] if rounds else None
     if last is None or last.job_id is None or last.submitted_at is None \
-            or last.last_state in slurm.TERMINAL or last.last_state == "LOST":
+            or last.last_state in TERMINAL or last.last_state == "LOST":
         return None
     return last
 
 
 def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> None:
-    """Record the finalize job's state from this poll's sacct answer (squeue for a pending reason)."""
+    """Record the finalize job's state from this poll's accounting answer (the queue for a pending reason)."""
     assert row.job_id is not None and row.submitted_at is not None
     now = dt.datetime.now(dt.timezone.utc)
     rec = poller.records.get(row.job_id)
     queued = None
     if rec is None or rec.state == "PENDING":
-        queued = next((q for q in slurm.squeue_jobs(job_ids=[row.job_id], expand=False, ended=True)
+        queued = next((q for q in poller.sched.queue(job_ids=[row.job_id], expand=False, ended=True)
                        if q.job_id == row.job_id), None)
     own = _read(f"{poller.run_dir}/finalize/{row.job_id}/reason")
     if rec is not None and not (rec.state == "PENDING" and queued is not None):
         code, _sig = parse_exit_code(rec.exit_code)
         if rec.state == "PENDING":
             reason = rec.reason
-        elif rec.state in slurm.TERMINAL and rec.state != "COMPLETED":
+        elif rec.state in TERMINAL and rec.state != "COMPLETED":
             reason = own or ("" if rec.reason.startswith(_WAIT_REASONS) else rec.reason)
         else:
             reason = ""
+        parse = poller.sched.parse_time
         store.record_finalize_state(row.id, rec.state, exit_code=code, elapsed_s=rec.elapsed_s,
-                                    started_at=slurm.parse_time(rec.start), ended_at=slurm.parse_time(rec.end),
+                                    started_at=parse(rec.start), ended_at=parse(rec.end),
                                     reason=reason or None, observed_at=now)
     elif queued is not None:
-        state = normalize_slurm_state(queued.state)
-        if state in slurm.TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= LOST_AFTER_S:
+        state = normalize_state(queued.state)
+        if state in TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= LOST_AFTER_S:
             return  # ended a moment ago: wait for accounting's record
-        store.record_finalize_state(row.id, state, reason=(own if state in slurm.TERMINAL else "")
+        store.record_finalize_state(row.id, state, reason=(own if state in TERMINAL else "")
                                     or queued.reason.strip("()") or None, observed_at=now)
     elif not poller.accounting:
         store.record_finalize_state(row.id, "FAILED" if own else "COMPLETED",
@@ -306,7 +328,7 @@ def finalize_summary(manifest: Dict[str, Any], store: Optional[StateStore],
                 "not submitted yet: goes out once every plan job has been submitted"}
     last = rounds[-1]
     state = last.last_state or ""
-    status = SLURM_TO_INPUT.get(state, "failed" if state in slurm.TERMINAL else "submitted")
+    status = INPUT_STATE_OF.get(state, "failed" if state in TERMINAL else "submitted")
     return {"round": last.round, "job_id": last.job_id, "status": status, "state": state,
             "exit_code": "" if last.exit_code is None else str(last.exit_code), "elapsed": _fmt_elapsed(last.elapsed_s),
             "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}
@@ -369,7 +391,7 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
         poller = Poller(plan_dir, store, manifest)
         fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
         extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
-        changes, ended, sacct_s = poller.observe(store.active_submissions(campaign.id), extra)
+        changes, ended, acct_s = poller.observe(store.active_submissions(campaign.id), extra)
         observed = store.record_state_changes(campaign.id, changes)
         qa = poller.qa_outcomes(ended)
         if qa:
@@ -379,7 +401,7 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
         report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
         report.finalize = finalize_summary(manifest, store, campaign.id)
         report.observed = observed
-        report.sacct_seconds = sacct_s
+        report.accounting_seconds = acct_s
         return report
 
 

@@ -22,6 +22,7 @@ from hpcrun.plan.container import check_runtime, container_plan
 from hpcrun.plan.database import database_and_runtime
 from hpcrun.plan.inputs import expand
 from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
+from hpcrun.plan.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
 from hpcrun.plan.values import ChecksumPlan, Plan
 from hpcrun.shell import quote
@@ -56,7 +57,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     container = container_plan(campaign, profile, runtime, items, db_plan, buffer.root_var, workdir,
                                checks, notes)
     checks.raise_if_any()
-    scripts = scripts_of(campaign, profile, jobs, buffer, checks, notes)
+    scripts = [with_request(campaign, profile, site.partition, site.qos, container, s)
+               for s in scripts_of(campaign, profile, jobs, buffer, checks, notes)]
     return Plan(campaign=campaign, spec_file=spec_src.file, profile=profile,
                 profile_files=tuple(profile_files), partition_name=site.name, partition=site.partition,
                 qos=site.qos, container=container,
@@ -66,7 +68,9 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 checksum=checksum_plan(campaign.inputs.checksum, profile),
                 chain_overcommit=campaign.jobs.overcommit and any(
                     j.chains_per_node > site.partition.cpus for j in jobs),
-                cleanup_workdir=buffer.writer is None and "merge" in commands)
+                cleanup_workdir=buffer.writer is None and "merge" in commands,
+                scheduler=profile.scheduler, launcher=launcher(profile),
+                finalize_request=finalize_request(campaign, profile, site.partition, site.qos))
 
 
 def _check_chains(campaign: Campaign, cpus: int, pname: str, checks: Checks) -> None:

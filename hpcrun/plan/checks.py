@@ -1,7 +1,7 @@
 """Values that a generated line must carry, checked at plan time with file, line and key.
 
 Shell words can carry anything (:mod:`hpcrun.shell` quotes them), but some lines have no
-quoting: an ``#SBATCH`` directive (sbatch removes double quotes and splits nothing else),
+quoting: a scheduler directive (the backend says what its parser cannot carry),
 a ``#DW`` directive (blank-separated ``key=value`` tokens), Shifter's ``--volume`` list
 (``:`` and ``;`` separate its parts) and the job's ``tasks.tsv`` (TAB-separated, one line
 per input). A value such a line cannot carry is refused here, before anything is written,
@@ -15,13 +15,13 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.burstbuffer.base import value_problem as dw_problem
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import InputError, Problem
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan import placeholders as ph
 from hpcrun.plan.inputs import InputItem
-from hpcrun.shell import sbatch_value_problem
 
 Report = Callable[[Sequence[object], str], None]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -47,9 +47,10 @@ class Checks:
             raise InputError(self.problems)
 
 
-def check_sbatch_values(campaign: Campaign, profile: SiteProfile, pname: str,
-                        spec_error: Report, profile_error: Report) -> None:
-    """Every spec or profile value written into an ``#SBATCH`` line."""
+def check_directive_values(campaign: Campaign, profile: SiteProfile, pname: str,
+                           spec_error: Report, profile_error: Report) -> None:
+    """Every spec or profile value written into a scheduler directive line."""
+    sched = scheduler_for(profile.scheduler)
     site = campaign.site
     spec_values: List[Tuple[Tuple[object, ...], Optional[str]]] = [
         (("name",), campaign.name), (("site", "partition"), site.partition), (("site", "qos"), site.qos),
@@ -67,15 +68,15 @@ def check_sbatch_values(campaign: Campaign, profile: SiteProfile, pname: str,
         profile_values += [(("containers", "shifter", "modules", i), m) for i, m in enumerate(shifter.modules)]
         for key in ("volume_source", "cache_mount"):
             value = getattr(shifter, key)
-            why = sbatch_value_problem(value) or _volume_problem(value)
+            why = sched.value_problem(value) or _volume_problem(value)
             if why:
                 profile_error(("containers", "shifter", key), (
-                    f"{value!r} cannot be written into Shifter's #SBATCH --volume option: {why}."))
+                    f"{value!r} cannot be written into Shifter's {sched.directive} --volume option: {why}."))
     for values, report in ((spec_values, spec_error), (profile_values, profile_error)):
         for path, value in values:
-            why = sbatch_value_problem(value) if value is not None else ""
+            why = sched.value_problem(value) if value is not None else ""
             if why:
-                report(path, f"{value!r} cannot be written into an #SBATCH line: {why}; use a value "
+                report(path, f"{value!r} cannot be written into an {sched.directive} line: {why}; use a value "
                              "without it.")
 
 
@@ -85,10 +86,11 @@ def _volume_problem(value: str) -> str:
     return ""
 
 
-def check_plan_dir(plan_dir: str) -> str:
-    """Why the plan directory cannot be the job's ``#SBATCH --output`` prefix, or ''."""
-    why = sbatch_value_problem(plan_dir)
-    return f"{plan_dir!r} cannot be written into the jobs' #SBATCH --output line: {why}" if why else ""
+def check_plan_dir(plan_dir: str, scheduler: str) -> str:
+    """Why the plan directory cannot prefix the jobs' output file on a directive line, or ''."""
+    sched = scheduler_for(scheduler)
+    why = sched.value_problem(plan_dir)
+    return f"{plan_dir!r} cannot be written into the jobs' {sched.directive} --output line: {why}" if why else ""
 
 
 def check_dw_values(values: Sequence[Tuple[Tuple[object, ...], str]], spec_error: Report) -> None:

@@ -70,7 +70,7 @@ def container_plan(campaign: Campaign, profile: SiteProfile, runtime: Runtime, i
     for problem in found:
         report = checks.spec_error if problem.where == "spec" else checks.profile_error
         report(problem.path, problem.message)
-    return ContainerPlan(runtime=runtime.name, directives=tuple(runtime.sbatch_options()),
+    return ContainerPlan(runtime=runtime.name, directives=tuple(runtime.directive_options()),
                          prefix=str(runtime.prefix()), setup_lines=tuple(runtime.setup_lines()),
                          node_cache_dir=runtime.node_cache_dir())
 

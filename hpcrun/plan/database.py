@@ -10,13 +10,14 @@ from hpcrun.backends.container import Runtime, runtime_for
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign, DatabaseSpec
 from hpcrun.plan.checks import Checks
+from hpcrun.plan.requests import task_env
 from hpcrun.plan.values import DatabasePlan
 from hpcrun.shell import quote
 from hpcrun.units import format_size
 
 SOCKET_MAX = 107
 DB_CACHE_HEADROOM = 1.25  # payload copy + logs + temp tables
-JOB_ID, NODE = "${SLURM_JOB_ID}", "${SLURMD_NODENAME}"  # exported by the scheduler backend's prologue
+JOB_ID, NODE = "${HPCRUN_JOB_ID}", "${HPCRUN_NODE}"  # exported by the scheduler backend's identity lines
 
 
 def database_and_runtime(campaign: Campaign, profile: SiteProfile,
@@ -24,10 +25,10 @@ def database_and_runtime(campaign: Campaign, profile: SiteProfile,
     """The database plan (None without a database) and the container runtime sized for its cache."""
     db = campaign.database
     if db is None:
-        return None, runtime_for(campaign.container, profile)
+        return None, runtime_for(campaign.container, profile, **task_env(profile))
     size = _payload_size(db, checks)
     cache_bytes = int(size * DB_CACHE_HEADROOM) + 2**30
-    runtime = runtime_for(campaign.container, profile, node_cache_size=cache_bytes)
+    runtime = runtime_for(campaign.container, profile, node_cache_size=cache_bytes, **task_env(profile))
     cache_dir = runtime.node_cache_dir()
     if cache_dir is None:
         cache_dir = _node_local_dir(db, profile, size, cache_bytes, checks)

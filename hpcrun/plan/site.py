@@ -44,7 +44,7 @@ def choose_site(campaign: Campaign, profile: SiteProfile, checks: Checks) -> Sit
         checks.spec_error(("jobs", "nodes"), (
             f"{campaign.jobs.nodes} nodes per job, but partition '{pname}' allows at most "
             f"{max_nodes}."))
-    carried.check_sbatch_values(campaign, profile, pname, checks.spec_error, checks.profile_error)
+    carried.check_directive_values(campaign, profile, pname, checks.spec_error, checks.profile_error)
     _check_runtime_offered(campaign, profile, checks)
     return SiteChoice(pname, partition, qos)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.inputs import InputItem
@@ -44,6 +45,7 @@ class ScriptPlan:
     jobs: Tuple[Job, ...]
     array: Optional[str]           # array spec ("0-9%4"), None for a single job
     bb_lines: Tuple[str, ...]      # #DW/#BB lines (already checked)
+    request: Optional[JobRequest] = None   # what the job asks of the scheduler (set by the planner)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class ContainerPlan:
     """What the container runtime answered at plan time."""
 
     runtime: str
-    directives: Tuple[str, ...]    # scheduler options the runtime needs (shell text)
+    directives: Tuple[Tuple[str, Optional[str]], ...]  # scheduler options the runtime needs (option, value)
     prefix: str                    # shell words between the launcher and the command
     setup_lines: Tuple[str, ...]   # shell lines before the first container starts
     node_cache_dir: Optional[str]  # the runtime's own payload volume, if it has one
@@ -113,6 +115,9 @@ class Plan:
     checksum: Optional[ChecksumPlan] = None  # None: inputs.checksum is none
     chain_overcommit: bool = False  # chains outnumber the CPUs of a node (jobs.overcommit)
     cleanup_workdir: bool = False   # chain parts on the filesystem are removed after the merge
+    scheduler: str = "slurm"        # the profile's registered scheduler
+    launcher: Tuple[str, ...] = ()  # the task launcher and its site options (argv words)
+    finalize_request: Optional[JobRequest] = None
 
     @property
     def cores_per_job(self) -> int:

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
 from hpcrun.plan.values import Plan
@@ -45,24 +47,25 @@ class WriteResult:
 
 def _check_rendered(plan: Plan, files: List[RenderedFile]) -> None:
     prefix = "#" + plan.profile.burst_buffer.directive
-    grammar = plan.profile.burst_buffer.system in ("datawarp", "slurm-lua")
+    grammar = grammar_checked(plan.profile.burst_buffer.system)
+    directive = scheduler_for(plan.scheduler).directive
     for f in files:
         if f.path.startswith("jobs/"):
-            problems = check_script(f.text.splitlines(), prefix, grammar)
+            problems = check_script(f.text.splitlines(), prefix, grammar, job_directive=directive)
             if problems:
                 raise InternalError(f"rendered {f.path} has invalid directives: {problems}; "
                                     "this is a bug in hpcrun or a site template")
 
 
-def _check_out_dir(out_dir: Path) -> None:
-    why = carried.check_plan_dir(str(out_dir))
+def _check_out_dir(out_dir: Path, scheduler: str) -> None:
+    why = carried.check_plan_dir(str(out_dir), scheduler)
     if why:
         raise InputError([Problem(str(out_dir).replace("\n", "\\n"), None, "--out",
                                   why + "; choose a directory whose path has neither.")])
 
 
 def _render(plan: Plan, out_dir: Path) -> tuple:
-    _check_out_dir(out_dir)
+    _check_out_dir(out_dir, plan.scheduler)
     plan_dir = str(out_dir)
     files = render_all(plan, plan_dir)
     _check_rendered(plan, files)
@@ -94,7 +97,7 @@ def _diff(old_dir: Path, files: List[RenderedFile], manifest: str) -> str:
 
 def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool = False) -> WriteResult:
     out_dir = Path(os.path.abspath(out_dir))
-    _check_out_dir(out_dir)
+    _check_out_dir(out_dir, plan.scheduler)
     recover_interrupted(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.backends.scheduler import JobRequest, scheduler_for
+from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Plan, ScriptPlan
 from hpcrun.resources import site_template_dirs
-from hpcrun.shell import Shell, comment, finalize, join, quote, sbatch_value
-from hpcrun.units import format_capacity, format_duration
+from hpcrun.shell import Shell, comment, finalize, join, quote
+from hpcrun.units import format_capacity
 
 
 @dataclass(frozen=True)
@@ -53,37 +55,18 @@ def template_dirs(plan: Plan) -> List[Path]:
     return site_template_dirs(list(plan.profile_files))
 
 
-def _opt(name: str, value: object = None) -> Shell:
-    """One ``#SBATCH`` option: ``--name`` or ``--name=value`` (the value checked for the line)."""
-    return Shell(name if value is None else f"{name}={sbatch_value(value)}")
+def scheduler_context(scheduler: str, request: Optional[JobRequest], array: bool = False) -> Dict[str, Any]:
+    """A job's directive lines and identity lines in its scheduler's words (plus the names
+    older site templates used for the options)."""
+    assert request is not None
+    sched = scheduler_for(scheduler)
+    options = [Shell(o) for o in sched.options(request)]
+    return {"directives": [Shell(f"{sched.directive} {o}") for o in options],
+            "job_identity": [Shell(line) for line in sched.job_identity(array)], **sched.template_context(options)}
 
 
-def _sbatch_options(plan: Plan, script: ScriptPlan, plan_dir: str) -> List[Shell]:
-    c, part = plan.campaign, plan.partition
-    name = c.name if script.array else script.jobs[0].name
-    opts = [_opt("--job-name", name)]
-    opts += _site_options(plan)
-    opts.append(_opt("--nodes", c.jobs.nodes))
-    if part.exclusive:
-        opts.append(_opt("--exclusive"))
-    else:
-        per_node = max(j.chains_per_node for j in script.jobs)
-        opts.append(_opt("--ntasks-per-node", min(per_node, part.cpus)))
-    opts.append(_opt("--time", format_duration(c.walltime)))
-    opts.append(_opt("--signal", f"B:USR1@{plan.profile.signal_before_timeout}"))
-    log = f"{plan_dir}/logs/%x-%A_%a.out" if script.array else f"{plan_dir}/logs/%x-%j.out"
-    opts.append(_opt("--output", log))
-    opts.append(_opt("--comment", "hpcrun:" + c.name))
-    if script.array:
-        opts.append(_opt("--array", script.array))
-    opts += [Shell(o) for o in plan.container.directives]
-    opts += [_extra(o) for o in c.site.extra_sbatch]
-    return opts
-
-
-def _extra(opt: str) -> Shell:
-    key, sep, value = opt.partition("=")
-    return _opt(key, value if sep else None)
+def _absolute_logs(request: Optional[JobRequest], plan_dir: str) -> Optional[JobRequest]:
+    return None if request is None else replace(request, log_dir=f"{plan_dir}/{request.log_dir}")
 
 
 def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
@@ -116,7 +99,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     if c.qa:
         qa = {"count_command": _shell_or_none(plan.commands.get("count_events")),
               "command": _shell_or_none(plan.commands.get("qa")), "min_fraction": repr(c.qa.min_event_fraction)}
-    launcher = join([plan.profile.launcher.command, *plan.profile.launcher.options])
+    sched = scheduler_for(plan.scheduler)
     prefix = plan.container.prefix
     return {
         "chain_env": sorted(c.chain.env.items()),
@@ -126,10 +109,13 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "database": _database_context(plan), "merge": plan.commands.get("merge") is not None,
         "merge_command": _shell_or_none(plan.commands.get("merge")),
         "chain_command": Shell(plan.commands["chain"]),
-        "qa": qa, "launcher": launcher, "runtime_prefix": Shell(prefix),
+        "qa": qa, "launcher": join(plan.launcher), "runtime_prefix": Shell(prefix),
         "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
         "runtime_setup": [Shell(line) for line in plan.container.setup_lines],
-        "chain_srun_options": Shell("--overcommit " if plan.chain_overcommit else ""),
+        "chain_launch_options": Shell(sched.launch.options["overcommit"] + " " if plan.chain_overcommit else ""),
+        "launch_log": Shell(f'"$HPCRUN_RUNDIR/chains/{sched.launch.log_name}"'),
+        "task_identity": [Shell(line) for line in sched.task_identity()],
+        "node_identity": [Shell(line) for line in sched.node_identity()],
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
         "cleanup_workdir": plan.cleanup_workdir,
@@ -158,60 +144,25 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
             comments.append(comment(f"burst buffer: {format_capacity(first.bb_capacity)} "
                                     f"(needed {first.bb_needed} bytes)"))
     ctx = dict(common)
+    ctx.update(scheduler_context(plan.scheduler, _absolute_logs(script.request, plan_dir), script.array is not None))
     ctx.update({
-        "sbatch_options": _sbatch_options(plan, script, plan_dir),
         "bb_lines": [Shell(line) for line in script.bb_lines], "is_array": script.array is not None,
         "first_index": first.index, "script_label": comment(label), "comment_lines": comments,
     })
     return env.get_template(template).render(ctx)
 
 
-FINALIZE_SCRIPT = "jobs/finalize.sbatch"
-
-
-def finalize_name(campaign: str) -> str:
-    """The finalize job's fixed Slurm job name: a restarted submitter finds it by this name."""
-    return f"{campaign}.finalize"
-
-
-def _site_options(plan: Plan) -> List[Shell]:
-    """Where every job of the campaign runs and who pays: partition, QOS, account, reservation, constraint."""
-    c, part = plan.campaign, plan.partition
-    opts = []
-    if part.slurm_partition:
-        opts.append(_opt("--partition", part.slurm_partition))
-    if plan.qos:
-        opts.append(_opt("--qos", plan.qos))
-    if c.site.account:
-        opts.append(_opt("--account", c.site.account))
-    if c.site.reservation:
-        opts.append(_opt("--reservation", c.site.reservation))
-    if part.constraint:
-        opts.append(_opt("--constraint", part.constraint))
-    return opts
-
-
-def _finalize_options(plan: Plan, plan_dir: str) -> List[Shell]:
-    """One task on one node of the campaign's partition; no array, no burst buffer, no container."""
-    c = plan.campaign
-    assert c.finalize is not None
-    opts = [_opt("--job-name", finalize_name(c.name))]
-    opts += _site_options(plan)
-    opts += [_opt("--nodes", 1), _opt("--ntasks", 1)]
-    opts.append(_opt("--time", format_duration(c.finalize.walltime or c.walltime)))
-    opts.append(_opt("--signal", f"B:USR1@{plan.profile.signal_before_timeout}"))
-    opts.append(_opt("--output", plan_dir + "/logs/%x-%j.out"))
-    opts.append(_opt("--comment", "hpcrun:" + c.name))
-    opts += [_extra(o) for o in c.site.extra_sbatch]
-    return opts
+def script_path(plan: Plan, stem: str) -> str:
+    """Where a job script lives in the plan directory (the scheduler names the suffix)."""
+    return f"jobs/{stem}{scheduler_for(plan.scheduler).script_suffix}"
 
 
 def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:
     c = plan.campaign
     assert c.finalize is not None
     ctx = dict(common)
-    ctx.update({"sbatch_options": _finalize_options(plan, plan_dir), "after": c.finalize.after,
-                "job_name": finalize_name(c.name), "outdir": c.outputs.location,
+    ctx.update(scheduler_context(plan.scheduler, _absolute_logs(plan.finalize_request, plan_dir)))
+    ctx.update({"after": c.finalize.after, "job_name": finalize_name(c.name), "outdir": c.outputs.location,
                 "finalize_command": Shell(plan.commands["finalize"])})
     return env.get_template("finalize.sh.j2").render(ctx)
 
@@ -262,13 +213,15 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
             "throttle": c.jobs.throttle or plan.profile.array_throttle,
             "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
             "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.profile.accounting,
+            "scheduler": plan.scheduler,
         },
         "finalize": None if c.finalize is None else {
-            "path": FINALIZE_SCRIPT, "sha256": digests[FINALIZE_SCRIPT], "job_name": finalize_name(c.name),
+            "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
+            "job_name": finalize_name(c.name),
             "after": c.finalize.after},
         "scripts": [
-            {"name": s.name, "path": f"jobs/{s.name}.sbatch", "array": s.array,
-             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[f"jobs/{s.name}.sbatch"]}
+            {"name": s.name, "path": script_path(plan, s.name), "array": s.array,
+             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
             for s in plan.scripts],
         "jobs": [
             {"index": j.index, "name": j.name, "chains_per_node": j.chains_per_node,
@@ -289,11 +242,11 @@ def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     """render_all one file at a time, so a caller can write each and drop its text."""
     env = environment(template_dirs(plan))
     common = common_context(plan, plan_dir)
-    template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "slurm.sh.j2"
+    template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "job.sh.j2"
     for s in plan.scripts:
-        yield RenderedFile(f"jobs/{s.name}.sbatch", render_script(env, template, plan, s, common, plan_dir), True)
+        yield RenderedFile(script_path(plan, s.name), render_script(env, template, plan, s, common, plan_dir), True)
     if plan.campaign.finalize is not None:
-        yield RenderedFile(FINALIZE_SCRIPT, render_finalize(env, plan, common, plan_dir), True)
+        yield RenderedFile(script_path(plan, "finalize"), render_finalize(env, plan, common, plan_dir), True)
     yield RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)

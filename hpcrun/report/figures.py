@@ -2,7 +2,7 @@
 
 The figures follow the STAR production at NERSC: an input *succeeded* when its job
 completed and its QA passed (at least ``qa.min_event_fraction`` of the events in the
-output); CPU efficiency is TotalCPU / (Elapsed x CPUs) as sacct reports them, summed over
+output); CPU efficiency is TotalCPU / (Elapsed x CPUs) as the scheduler's accounting reports them, summed over
 every run that ended (a failed attempt used the CPUs too). Everything here is computed
 from what ``hpcrun status`` recorded; nothing calls Slurm.
 """
@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from hpcrun.backends.scheduler.slurm import TERMINAL
-from hpcrun.store.records import ReportData, RunRow, slurm_task_id
+from hpcrun.backends.scheduler.base import TERMINAL, task_id
+from hpcrun.store.records import ReportData, RunRow
 
 # what the generated job's exit codes mean (docs/generated-job.md)
 EXIT_LABELS = {3: "setup failed", 4: "payload copy failed", 5: "database never ready",
@@ -138,7 +138,7 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
         nbytes = r.input_bytes or 0
         runs.append(RunMetrics(
             job_names.get(r.job_index, f"#{r.job_index}") if r.job_index is not None else "?",
-            slurm_task_id(r.job_id, r.array_index),
+            task_id(r.job_id, r.array_index),
             r.elapsed_s, r.cpu_s or 0.0, r.alloc_cpus or 0,
             _ratio(r.cpu_s or 0.0, r.elapsed_s * (r.alloc_cpus or 0)),
             nbytes, events, nbytes / 1e6 / r.elapsed_s, events / r.elapsed_s if events else None,

@@ -39,7 +39,7 @@ class Claims(StoreBase):
             return self._claim_ids(conn, ids, token, who, now)
 
     def release_claim(self, token: str, reason: Optional[str] = None) -> int:
-        """Return a claim's inputs that never got a recorded submission to pending (e.g. sbatch refused)."""
+        """Return a claim's inputs that never got a recorded submission to pending (e.g. the scheduler refused it)."""
         t = schema.input_file
         with self._write() as conn:
             result = conn.execute(

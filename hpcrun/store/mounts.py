@@ -25,7 +25,6 @@ NETWORK_FS_TYPES = frozenset({
 # FUSE filesystems that are known to be local (container root filesystems)
 LOCAL_FUSE_TYPES = frozenset({"fuse.fuse-overlayfs", "fuse.lxcfs"})
 
-# Slurm job state (first word, as sacct/squeue print it) -> the input's state
 
 
 class NetworkFilesystemWarning(UserWarning):

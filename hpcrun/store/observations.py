@@ -7,16 +7,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sqlalchemy import func, insert, select, update
 
+from hpcrun.backends.scheduler.base import INPUT_STATE_OF, normalize_state
 from hpcrun.store import schema
 from hpcrun.store.base import _IN_CHUNK, StateStoreError, StoreBase, _chunks, _failure_reason, _now
 from hpcrun.store.records import (
-    SLURM_TO_INPUT,
     ActiveSubmission,
     FinalizeRecord,
     NewStateChange,
     QaResult,
     StateChangeRecord,
-    normalize_slurm_state,
 )
 
 
@@ -86,7 +85,7 @@ class Observations(StoreBase):
             latest: Dict[int, Tuple[str, dt.datetime]] = {}
             inputs_to: Dict[int, Tuple[str, Optional[str]]] = {}
             for c in changes:
-                state = normalize_slurm_state(c.slurm_state)
+                state = normalize_state(c.slurm_state)
                 if last[c.submission_id] == state:
                     continue
                 last[c.submission_id] = state
@@ -96,7 +95,7 @@ class Observations(StoreBase):
                              "cpu_s": c.cpu_s, "max_rss_bytes": c.max_rss_bytes, "reason": c.reason,
                              "alloc_cpus": c.alloc_cpus, "started_at": c.started_at, "ended_at": c.ended_at})
                 latest[c.submission_id] = (state, at)
-                target = SLURM_TO_INPUT.get(state)
+                target = INPUT_STATE_OF.get(state)
                 if target is not None:
                     why = _failure_reason(state, c.exit_code, c.signal, c.reason) if target == "failed" else None
                     inputs_to[c.submission_id] = (target, why)
@@ -149,7 +148,7 @@ class Observations(StoreBase):
                                r.exit_code, r.elapsed_s, r.started_at, r.ended_at, r.reason) for r in rows]
 
     def add_finalize_round(self, campaign_id: int, tag: str, after: str) -> FinalizeRecord:
-        """Open the next finalize round (its row exists before its sbatch; see ``record_finalize_job``).
+        """Open the next finalize round (its row exists before its submission; see ``record_finalize_job``).
 
         Refused while the latest round has no recorded job: that round is still to be settled.
         """
@@ -166,7 +165,7 @@ class Observations(StoreBase):
 
     def record_finalize_job(self, finalize_id: int, job_id: str, script_digest: Optional[str],
                             dependency: Optional[str], submitted_at: Optional[dt.datetime] = None) -> None:
-        """The job sbatch accepted (or that was found under the round's name) for this round."""
+        """The job the scheduler accepted (or that was found under the round's name) for this round."""
         f = schema.finalize
         with self._write() as conn:
             result = conn.execute(update(f).where(f.c.id == finalize_id, f.c.job_id.is_(None)).values(
@@ -177,7 +176,7 @@ class Observations(StoreBase):
                                       "a job recorded")
 
     def note_finalize(self, finalize_id: int, reason: Optional[str]) -> None:
-        """Why the round's job is not submitted (e.g. sbatch's rejection), or None to clear it."""
+        """Why the round's job is not submitted (e.g. the scheduler's rejection), or None to clear it."""
         f = schema.finalize
         with self._write() as conn:
             conn.execute(update(f).where(f.c.id == finalize_id).values(reason=reason))
@@ -188,7 +187,7 @@ class Observations(StoreBase):
                               observed_at: Optional[dt.datetime] = None) -> bool:
         """An observation of the round's job; stored only when something changed. Returns whether it was."""
         f = schema.finalize
-        state = normalize_slurm_state(state)
+        state = normalize_state(state)
         values = {"last_state": state, "exit_code": exit_code, "elapsed_s": elapsed_s, "started_at": started_at,
                   "ended_at": ended_at, "reason": reason}
         with self._write() as conn:
@@ -203,7 +202,7 @@ class Observations(StoreBase):
 
     def in_flight_job_ids(self, campaign_id: int) -> List[str]:
         """Slurm job ids (array ids for arrays) of the latest submission of every job the store
-        believes queued or running; the store may be behind Slurm, so ask squeue before relying on them."""
+        believes queued or running; the store may be behind the scheduler, so ask its queue before relying on them."""
         t, s = schema.input_file, schema.submission
         query = (select(s.c.job_id).select_from(s.join(t, t.c.last_submission_id == s.c.id))
                  .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running"))).distinct())

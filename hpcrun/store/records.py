@@ -6,15 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-SLURM_TO_INPUT = {
-    **dict.fromkeys(("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"),
-                    "submitted"),
-    **dict.fromkeys(("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "STAGE_OUT", "SIGNALING",
-                     "RESIZING"), "running"),
-    "COMPLETED": "done",
-    **dict.fromkeys(("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-                     "PREEMPTED", "REVOKED", "LOST"), "failed"),
-}
+from hpcrun.backends.scheduler.base import task_id
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class NewSubmission:
-    """One job (or one array task) that sbatch accepted, and the claimed inputs it processes."""
+    """One job (or one array task) that the scheduler accepted, and the claimed inputs it processes."""
 
     job_id: str
     script_path: str
@@ -90,7 +82,7 @@ class NewSubmission:
 
 @dataclass(frozen=True)
 class NewStateChange:
-    """One observation of a submission's Slurm state (from sacct or squeue)."""
+    """One observation of a submission's state (from the scheduler's accounting or its queue)."""
 
     submission_id: int
     slurm_state: str
@@ -128,7 +120,7 @@ class JobState:
 
     @property
     def slurm_id(self) -> Optional[str]:
-        return None if self.slurm_job_id is None else slurm_task_id(self.slurm_job_id, self.array_index)
+        return None if self.slurm_job_id is None else task_id(self.slurm_job_id, self.array_index)
 
 
 @dataclass(frozen=True)
@@ -195,7 +187,7 @@ class ActiveSubmission:
 
     @property
     def slurm_id(self) -> str:
-        return slurm_task_id(self.job_id, self.array_index)
+        return task_id(self.job_id, self.array_index)
 
 
 @dataclass(frozen=True)
@@ -245,23 +237,3 @@ class FinalizeRecord:
     started_at: Optional[dt.datetime]
     ended_at: Optional[dt.datetime]
     reason: Optional[str]
-
-
-def slurm_task_id(job_id: str, array_index: Optional[int]) -> str:
-    """How Slurm names a job or an array task: ``123`` or ``123_4``."""
-    return job_id if array_index is None else f"{job_id}_{array_index}"
-
-
-def normalize_slurm_state(state: str) -> str:
-    """``cancelled by 1001`` -> ``CANCELLED``; ``CANCELLED+`` (squeue) -> ``CANCELLED``."""
-    word = state.strip().split(" ", 1)[0] if state.strip() else "UNKNOWN"
-    return word.rstrip("+").upper()
-
-
-def parse_exit_code(text: str) -> Tuple[Optional[int], Optional[int]]:
-    """sacct's ``ExitCode`` ``7:0`` -> (7, 0); anything unparsable -> (None, None)."""
-    code, _, sig = text.strip().partition(":")
-    try:
-        return int(code), (int(sig) if sig else None)
-    except ValueError:
-        return None, None

@@ -187,7 +187,7 @@ def _v1_tables(md: MetaData) -> Dict[str, Table]:
 
 
 def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:
-    """Columns version 2 adds: where an input sits in the plan, and what sacct says of a run."""
+    """Columns version 2 adds: where an input sits in the plan, and what the accounting says of a run."""
     return {
         "hpcrun_input": (
             Column("job_index", Integer, nullable=True),       # the plan job that processes it
@@ -205,8 +205,8 @@ def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:
 def _v3_finalize(md: MetaData) -> Table:
     """The table version 3 adds: the campaign-level finalize job, one row per round.
 
-    A row is written *before* its sbatch (job_id still NULL), so a submitter killed between
-    sbatch and the record leaves a row that the next submit settles by the job's fixed name.
+    A row is written *before* its submission (job_id still NULL), so a submitter killed between
+    submitting and recording leaves a row that the next submit settles by the job's fixed name.
     """
     return Table(
         "hpcrun_finalize", md,
@@ -216,7 +216,7 @@ def _v3_finalize(md: MetaData) -> Table:
         Column("tag", String(255), nullable=False),              # the Slurm job name, <campaign>.finalize
         Column("after", String(8), nullable=False),              # any | ok
         Column("created_at", UTCDateTime, nullable=False),
-        Column("job_id", String(64), nullable=True),             # NULL until sbatch's answer is recorded
+        Column("job_id", String(64), nullable=True),             # NULL until the scheduler's answer is recorded
         Column("script_digest", String(128), nullable=True),
         Column("dependency", Text, nullable=True),               # the --dependency value given, "" for none
         Column("submitted_at", UTCDateTime, nullable=True),

@@ -12,7 +12,7 @@ Concurrency rule: every write runs in one transaction; on SQLite it starts with
 claim never deadlocks or sees a stale snapshot), on servers the claim locks its rows with
 ``SELECT ... FOR UPDATE SKIP LOCKED``. SQLite does not queue waiting writers fairly: a
 process that claims in a tight loop can starve another until it stops, so callers should
-claim in batches with real work (sbatch) in between, as the submitter naturally does.
+claim in batches with real work (submissions) in between, as the submitter naturally does.
 
 This module is the storage layer only; ``hpcrun submit``, ``status`` and ``retry`` build
 on it.

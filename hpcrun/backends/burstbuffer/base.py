@@ -54,6 +54,7 @@ class BufferRequest:
 
 class Writer:
     system: ClassVar[str] = ""
+    dw_grammar: ClassVar[bool] = True   # its lines follow DataWarp's grammar, checked after rendering
     prefix: str = "#DW"
     always_pool: bool = False
 
@@ -97,3 +98,11 @@ def writer_for(system: str, directive: str, pool_required: bool) -> Optional[Wri
 
 def registered() -> List[str]:
     return sorted(_WRITERS)
+
+
+def grammar_checked(system: str) -> bool:
+    """Whether this system's rendered lines are checked against DataWarp's grammar."""
+    from hpcrun.backends import burstbuffer  # noqa: F401  (importing the package registers every system)
+
+    cls = _WRITERS.get(system)
+    return cls is not None and cls.dw_grammar

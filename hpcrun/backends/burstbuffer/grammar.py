@@ -90,12 +90,16 @@ def _first_command(lines: List[str]) -> int:
     return len(lines)
 
 
-def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True) -> List[str]:
-    """Problems with the directive block: placement and (DataWarp) grammar, one jobdw at most."""
+def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True, *,
+                 job_directive: str) -> List[str]:
+    """Problems with the directive block: placement and (DataWarp) grammar, one jobdw at most.
+
+    ``job_directive`` is the scheduler's own directive (its lines are placed, not parsed here).
+    """
     problems: List[str] = []
     jobdw = 0
     in_header = True
-    tokens = ("#SBATCH", prefix + " ", "#BB ")
+    tokens = (job_directive, prefix + " ", "#BB ")
     # Fast path: after the first command only a misplaced directive is a problem, and every
     # line the loop below would flag there contains one of the tokens, so a body without any
     # of them needs no per-line scan (half the cost on generated scripts; same result).
@@ -110,17 +114,16 @@ def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True) ->
             continue
         if in_header and stripped and not line.startswith("#"):
             in_header = False
-        is_directive = line.startswith(("#SBATCH", prefix + " ", "#BB ")) or \
-            stripped.startswith(("#SBATCH", prefix + " ", "#BB "))
+        is_directive = line.startswith(tokens) or stripped.startswith(tokens)
         if not is_directive:
             continue
         if not in_header:
-            problems.append(f"line {n}: directive after the first command is ignored by Slurm")
+            problems.append(f"line {n}: directive after the first command is ignored by the scheduler")
             continue
         if not line.startswith("#"):
             problems.append(f"line {n}: directive not at column 0")
             continue
-        if line.startswith("#SBATCH") or not grammar:
+        if line.startswith(job_directive) or not grammar:
             continue
         why = check_line(line, prefix)
         if why:

@@ -11,6 +11,7 @@ from hpcrun.units import format_capacity
 @register
 class Rabbit(Writer):
     system = "rabbit"
+    dw_grammar = False   # #DW lines of Flux's own vocabulary, checked for placement only
     NAME = "hpcrun"
 
     def root_var(self, access_mode: str) -> str:

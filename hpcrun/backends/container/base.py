@@ -1,8 +1,8 @@
 """Container runtimes: one small class each, registered by name.
 
-A runtime answers three questions for the renderer: which ``#SBATCH`` options it
-needs, what argv prefix runs a command inside the image (after ``srun``, never
-before it), and where the node-local payload cache appears inside the container.
+A runtime answers three questions for the renderer: which scheduler directive options
+it needs (Shifter's image and volumes), what argv prefix runs a command inside the image
+(after the task launcher, never before it), and where the node-local payload cache appears inside the container.
 It also says what it can do (``per_node_cache``, ``modules``), which shell lines the
 batch script runs before the first container starts (``setup_lines``), and what is
 wrong with the plan for it (``problems``).
@@ -45,6 +45,8 @@ class Runtime:
     node_cache_size: int = 0          # bytes for the per-node payload cache (0: no DB)
     binds: List[Bind] = field(default_factory=list)
     env_names: List[str] = field(default_factory=list)   # variables set by the spec/profile
+    task_env: Tuple[str, ...] = ()            # the scheduler's per-task variables (its rank, node, job id)
+    task_env_patterns: Tuple[str, ...] = ()   # the same as name patterns
 
     name: ClassVar[str] = ""
     per_node_cache: ClassVar[bool] = False   # can give the payload a per-node cache volume
@@ -55,7 +57,8 @@ class Runtime:
         """This runtime's table in the profile's ``containers`` (None where the site has none)."""
         return getattr(self.profile.containers, self.name.replace("-", "_"), None)
 
-    def sbatch_options(self) -> List[str]:
+    def directive_options(self) -> List[Tuple[str, Optional[str]]]:
+        """(option, value) pairs for the job's directive lines; the scheduler checks and writes them."""
         return []
 
     def setup_lines(self) -> List[str]:
@@ -67,7 +70,7 @@ class Runtime:
         return [], []
 
     def prefix(self) -> Shell:
-        """Shell words placed between ``srun [opts]`` and the command."""
+        """Shell words placed between the task launcher and the command."""
         return Shell("")
 
     def node_cache_dir(self) -> Optional[str]:

@@ -19,7 +19,7 @@ def _under(path: str, root: str) -> bool:
 @register
 @dataclass
 class Charliecloud(Runtime):
-    """Charliecloud ``ch-run`` of an unpacked image directory, launched by srun like any program.
+    """Charliecloud ``ch-run`` of an unpacked image directory, launched by the task launcher like any program.
 
     Facts (Charliecloud 0.31): the image is mounted read-only, so every bind target must
     already exist in it (in a private /tmp tmpfs ch-run creates it; inside another bind, such as
@@ -34,8 +34,7 @@ class Charliecloud(Runtime):
     WRITES_IMAGE: ClassVar[frozenset] = frozenset({"-w", "--write"})
     # variables the job passes into every container; --unset-env must leave them alone
     NEEDED_ENV: ClassVar[Tuple[str, ...]] = (
-        "HPCRUN_RUNDIR", "HPCRUN_PLAN_DIR", "HPCRUN_DB_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-        "SLURM_JOB_ID", "SLURMD_NODENAME", "DW_JOB_STRIPED", "PATH", "USER")
+        "HPCRUN_RUNDIR", "HPCRUN_PLAN_DIR", "HPCRUN_DB_PORT", "HPCRUN_JOB_ID", "DW_JOB_STRIPED", "PATH", "USER")
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -163,11 +162,11 @@ class Charliecloud(Runtime):
                         "instead (they are bound).")))
                 if opt.startswith("--unset-env"):
                     glob = opt.partition("=")[2]
-                    hit = [n for n in self.NEEDED_ENV if glob and fnmatch.fnmatchcase(n, glob)]
+                    hit = [n for n in self.NEEDED_ENV + self.task_env if glob and fnmatch.fnmatchcase(n, glob)]
                     if hit:
                         found.append(RuntimeProblem(where, path + (i,), (
                             f"'{opt}' removes {hit[0]}, which hpcrun passes into every container "
-                            "(its HPCRUN_*, SLURM_*, DW_* variables, PATH and USER); unset "
+                            "(its HPCRUN_*, DW_* and the scheduler's task variables, PATH and USER); unset "
                             "narrower names.")))
         for b in self.binds:
             if b.path and ":" in b.path:

@@ -22,7 +22,7 @@ class PodmanHpc(Runtime):
         words: List[str] = [quote(settings.command), "run", "--rm"]
         words += [quote(o) for o in settings.run_options]
         words += [quote(o) for o in self.spec.options]
-        for pattern in ("HPCRUN_*", "SLURM_*", "DW_*", *self.env_names):
+        for pattern in ("HPCRUN_*", *self.task_env_patterns, "DW_*", *self.env_names):
             words += ["-e", quote(pattern)]
         for bind in self.binds:
             spec = f"{bind.source}:{bind.target}" + (":ro" if bind.read_only else "")

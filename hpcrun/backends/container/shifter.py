@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, List, Optional
+from typing import ClassVar, List, Optional, Tuple
 
 from hpcrun.backends.container.base import Runtime, register
-from hpcrun.shell import Shell, quote, sbatch_value
+from hpcrun.shell import Shell, quote
 from hpcrun.units import format_binary_suffix
 
 
@@ -32,17 +32,17 @@ class Shifter(Runtime):
     def uses_per_node_cache(self) -> bool:
         return bool(self.node_cache_size) and self.settings.per_node_cache
 
-    def sbatch_options(self) -> List[str]:
-        opts = [f"--image={sbatch_value(self.spec.image)}"]
+    def directive_options(self) -> List[Tuple[str, Optional[str]]]:
+        opts: List[Tuple[str, Optional[str]]] = [("--image", self.spec.image)]
         maps = []
         if self.uses_per_node_cache():
             size = format_binary_suffix(self.node_cache_size)
             maps.append(f"{self.settings.volume_source}:{self.settings.cache_mount}:perNodeCache=size={size}")
         if maps:
-            opts.append(f"--volume={sbatch_value(';'.join(maps))}")
+            opts.append(("--volume", ";".join(maps)))
         modules = list(self.spec.modules) or list(self.settings.modules)
         if modules:
-            opts.append(f"--module={sbatch_value(','.join(modules))}")
+            opts.append(("--module", ",".join(modules)))
         return opts
 
     def prefix(self) -> Shell:

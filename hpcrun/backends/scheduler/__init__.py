@@ -1,0 +1,22 @@
+"""Schedulers: an abstract :class:`Scheduler` and one module per scheduler, registered by name.
+
+Adding a scheduler is one module here (a ``@register``-ed subclass) and its line below; the
+profile's ``scheduler`` choices follow from :func:`names`.
+"""
+
+from hpcrun.backends.scheduler import slurm  # noqa: F401
+from hpcrun.backends.scheduler.base import JobRequest, Scheduler, registered
+
+__all__ = ["DEFAULT", "JobRequest", "Scheduler", "names", "scheduler_for"]
+
+DEFAULT = "slurm"
+
+
+def names() -> list:
+    """Every registered scheduler, the default first."""
+    return [DEFAULT] + [n for n in registered() if n != DEFAULT]
+
+
+def scheduler_for(name: str = DEFAULT) -> Scheduler:
+    """A scheduler by its registered name (the profile's ``scheduler``)."""
+    return registered()[name]()

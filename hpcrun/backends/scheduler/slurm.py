@@ -1,6 +1,7 @@
-"""Slurm client: run sbatch/sacct/squeue/scontrol and parse what they print.
+"""Slurm: the scheduler backend. Runs sbatch/sacct/squeue and parses what they print, writes
+``#SBATCH`` lines and the ``SLURM_*`` identity lines of jobs and tasks.
 
-Nothing else in hpcrun calls Slurm commands. ``SBATCH_*`` variables are removed
+Nothing else in hpcrun names Slurm's commands or variables (a test greps for it). ``SBATCH_*`` variables are removed
 from sbatch's environment because they silently override the script's own
 ``#SBATCH`` lines (hpc-reference §8.1).
 """
@@ -17,10 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from hpcrun.errors import HpcrunError
+from hpcrun.backends.scheduler.base import (
+    TERMINAL,
+    JobRequest,
+    Launch,
+    Queued,
+    Record,
+    Scheduler,
+    SchedulerError,
+    SubmitUncertain,
+    register,
+)
+from hpcrun.units import format_duration
 
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"}
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm temporarily unable",
              "Resource temporarily unavailable", "Connection refused")
 # for sbatch only errors that prove the controller never took the job: after a timeout the job
@@ -28,13 +38,11 @@ TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm te
 NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
 
 
-class SlurmError(HpcrunError):
+class SlurmError(SchedulerError):
     """A Slurm command failed; the message carries its output verbatim."""
 
-    exit_code = 3
 
-
-class SbatchUncertain(SlurmError):
+class SbatchUncertain(SlurmError, SubmitUncertain):
     """sbatch timed out or lost the controller mid-call: the job may or may not exist."""
 
 
@@ -134,23 +142,7 @@ ACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Reason", "E
                "AllocCPUS", "NodeList", "Start", "End", "MaxRSS")
 
 
-@dataclass
-class AcctRecord:
-    """One job or array task as sacct reports it, with its steps folded in (MaxRSS is per step)."""
-
-    job_id: str            # 123, 123_4, or a pending array's 123_[5-9%2]
-    raw_id: str
-    name: str
-    state: str
-    exit_code: str
-    reason: str
-    elapsed_s: Optional[float]
-    cpu_s: Optional[float]
-    alloc_cpus: Optional[int]
-    nodes: str
-    start: Optional[str]
-    end: Optional[str]
-    max_rss_bytes: Optional[int] = None
+AcctRecord = Record   # the neutral record, filled from sacct
 
 
 _CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
@@ -244,14 +236,7 @@ def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = 
     return parse_acct(proc.stdout)
 
 
-@dataclass
-class QueuedJob:
-    job_id: str          # as squeue -r prints it: 123 or 123_4
-    array_job_id: str    # 123 for both
-    name: str
-    state: str
-    reason: str
-    raw_id: str = ""     # the unique numeric id (SLURM_JOB_ID inside the job; %A)
+QueuedJob = Queued     # the neutral queue row, filled from squeue (%A gives raw_id)
 
 
 def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
@@ -293,3 +278,134 @@ def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user:
 def queued_count(user: str) -> int:
     """How many jobs and array tasks this user has queued or running (what MaxSubmitJobs counts)."""
     return len(squeue_jobs(user=user))
+
+
+# ---- the backend ------------------------------------------------------------------------
+
+# sbatch options hpcrun writes itself; setting them through the spec's extra options would bypass checks
+MANAGED = {
+    "--job-name": "name", "--partition": "site.partition", "--qos": "site.qos",
+    "--account": "site.account", "--reservation": "site.reservation", "--time": "walltime",
+    "--nodes": "jobs.nodes", "--array": "jobs.array and jobs.throttle", "--output": "(the plan)",
+    "--signal": "the site profile's signal_before_timeout", "--comment": "(the campaign tag)",
+    "--image": "container.image", "--volume": "the database payload cache",
+    "--module": "container.modules", "--exclusive": "the partition's exclusive setting",
+    "--ntasks-per-node": "jobs.chains_per_node", "--constraint": "the partition's constraint",
+    "--bb": "burst_buffer", "--bbf": "burst_buffer",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@register
+class Slurm(Scheduler):
+    """Slurm 22.05 and later, with or without slurmdbd (the profile's ``accounting``)."""
+
+    name = "slurm"
+    script_suffix = ".sbatch"
+    directive = "#SBATCH"
+    launch = Launch(command=("srun",), log_name="srun.log", options={"overcommit": "--overcommit"})
+    # what srun gives every task; a container that clears the environment must pass these on
+    task_env = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURMD_NODENAME")
+    task_env_patterns = ("SLURM_*",)
+
+    def value_problem(self, text: str) -> str:
+        # sbatch reads a directive line as words, removing double quotes and nothing else
+        if _CONTROL.search(text):
+            return "it contains a line break or another control character"
+        if '"' in text:
+            return "it contains a double quote, which sbatch's directive parser removes"
+        return ""
+
+    def _opt(self, name: str, value: object = None) -> str:
+        return name if value is None else f"{name}={self.value(value)}"
+
+    def options(self, request: JobRequest) -> List[str]:
+        r = request
+        opts = [self._opt("--job-name", r.name)]
+        for key, value in (("--partition", r.partition), ("--qos", r.qos), ("--account", r.account),
+                           ("--reservation", r.reservation), ("--constraint", r.constraint)):
+            if value:
+                opts.append(self._opt(key, value))
+        opts.append(self._opt("--nodes", r.nodes))
+        if r.exclusive:
+            opts.append("--exclusive")
+        elif r.tasks_per_node is not None:
+            opts.append(self._opt("--ntasks-per-node", r.tasks_per_node))
+        if r.tasks is not None:
+            opts.append(self._opt("--ntasks", r.tasks))
+        opts.append(self._opt("--time", format_duration(r.walltime_s)))
+        if r.signal_before_s:
+            opts.append(self._opt("--signal", f"B:USR1@{r.signal_before_s}"))
+        log = "%x-%A_%a.out" if r.array else "%x-%j.out"
+        opts.append(self._opt("--output", f"{r.log_dir}/{log}"))
+        opts.append(self._opt("--comment", r.comment))
+        if r.array:
+            opts.append(self._opt("--array", r.array))
+        opts += [self._opt(k, v) for k, v in r.runtime_options]
+        for extra in r.extra:
+            key, sep, value = extra.partition("=")
+            opts.append(self._opt(key, value if sep else None))
+        return opts
+
+    def extra_problem(self, option: str) -> str:
+        name = option.split("=", 1)[0]
+        if not option.startswith("--") or " " in name:
+            return f"'{option}' is not a long sbatch option; write it as --name=value"
+        if '"' in option:
+            return f"'{option}' contains a double quote, which cannot be written into an #SBATCH line"
+        # sbatch accepts unambiguous abbreviations (--tim= is --time=)
+        managed = [m for m in MANAGED if m == name or (len(name) > 3 and m.startswith(name))]
+        if managed:
+            return (f"'{managed[0]}' is written by hpcrun from {MANAGED[managed[0]]}; "
+                    "set it there so that it is checked against the site profile")
+        return ""
+
+    def job_identity(self, array: bool) -> List[str]:
+        lines = ["export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}", "export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}"]
+        if array:
+            lines.append("export HPCRUN_ARRAY_INDEX=${SLURM_ARRAY_TASK_ID:?this script is a job array}")
+        return lines
+
+    def task_identity(self) -> List[str]:
+        return ["export HPCRUN_RANK=${SLURM_PROCID:?run me under srun}",
+                "export HPCRUN_NRANKS=${SLURM_NTASKS:?run me under srun}", *self.node_identity()]
+
+    def node_identity(self) -> List[str]:
+        return ["export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}"]
+
+    def template_context(self, options: Sequence[str]) -> Dict[str, object]:
+        return {"sbatch_options": options}
+
+    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "") -> str:
+        extra = [f"--job-name={name}"]
+        if array:
+            extra.append(f"--array={array}")
+        if dependency:
+            extra.append(f"--dependency={dependency}")
+        return sbatch(script, extra)
+
+    def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
+        return f"after{kind}:" + ":".join(job_ids) if job_ids else ""
+
+    def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = ()) -> Dict[str, Record]:
+        return sacct_records(job_ids, since, names=names)
+
+    def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
+              expand: bool = True, ended: bool = False) -> List[Queued]:
+        return squeue_jobs(job_ids=job_ids, names=names, user=user, expand=expand, ended=ended)
+
+    def since_text(self, moment: _dt.datetime) -> str:
+        return since_text(moment)
+
+    def parse_time(self, text: Optional[str]) -> Optional[_dt.datetime]:
+        return parse_time(text)
+
+    def state_of(self, job_id: str) -> Optional[str]:
+        rows = sacct([job_id])
+        return rows[0].state if rows else None
+
+    def submit_command(self, script: str) -> str:
+        return f"sbatch {script}"
+
+    def job_env(self) -> Optional[str]:
+        return os.environ.get("SLURM_JOB_ID") or None

@@ -4,9 +4,10 @@
 # answers, restarts it if it dies (at most 3 times), and shuts it
 # down cleanly on SIGTERM or when the job creates "$HPCRUN_RUNDIR/db/stop".
 set -uo pipefail
-node=${SLURMD_NODENAME:-$(hostname)}
+export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
+node=$HPCRUN_NODE
 status="$HPCRUN_RUNDIR/db"
-cache=/tmp/hpcrun.${SLURM_JOB_ID}.${SLURMD_NODENAME}
+cache=/tmp/hpcrun.${HPCRUN_JOB_ID}.${HPCRUN_NODE}
 socket="$cache/mysqld.sock"
 payload=/tmp/hpcrun-test-cluster/pfs/detector-reco/conditions
 server=/usr/sbin/mariadbd

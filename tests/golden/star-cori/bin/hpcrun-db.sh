@@ -4,7 +4,8 @@
 # answers, restarts it if it dies (at most 3 times), and shuts it
 # down cleanly on SIGTERM or when the job creates "$HPCRUN_RUNDIR/db/stop".
 set -uo pipefail
-node=${SLURMD_NODENAME:-$(hostname)}
+export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
+node=$HPCRUN_NODE
 status="$HPCRUN_RUNDIR/db"
 cache=/dbcache
 socket="$cache/mysqld.sock"

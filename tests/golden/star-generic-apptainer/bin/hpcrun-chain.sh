@@ -1,24 +1,27 @@
 #!/bin/bash
-# hpcrun 0.1.0: one chain (one srun task) of campaign star-reco-2019-apptainer.
+# hpcrun 0.1.0: one chain (one launched task) of campaign star-reco-2019-apptainer.
 # Runs inside the container; processes its slice of the events of every input of the job.
 set -uo pipefail
-chain=${SLURM_PROCID:?run me under srun}
-nchains=${SLURM_NTASKS:?run me under srun}
+export HPCRUN_RANK=${SLURM_PROCID:?run me under srun}
+export HPCRUN_NRANKS=${SLURM_NTASKS:?run me under srun}
+export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
+chain=$HPCRUN_RANK
+nchains=$HPCRUN_NRANKS
 export HPCRUN_CHAIN=$chain HPCRUN_NCHAINS=$nchains
-db_cache=/local/hpcrun.${SLURM_JOB_ID}.${SLURMD_NODENAME}
+db_cache=/local/hpcrun.${HPCRUN_JOB_ID}.${HPCRUN_NODE}
 export HPCRUN_DB_SOCKET="$db_cache/mysqld.sock"
 log="$HPCRUN_RUNDIR/chains/$chain.log"
 timeline="$HPCRUN_RUNDIR/chains/$chain.timeline"
 rc=0
 child=""
 stopping=0
-# shellcheck disable=SC2329  # trap handler: pass srun's SIGTERM on to the running program
+# shellcheck disable=SC2329  # trap handler: pass the launcher's SIGTERM on to the running program
 on_term() {
   stopping=1
   [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
 }
 trap on_term TERM INT
-printf 'start %s %s\n' "$(date +%s.%N)" "${SLURMD_NODENAME:-$(hostname)}" >> "$timeline"
+printf 'start %s %s\n' "$(date +%s.%N)" "$HPCRUN_NODE" >> "$timeline"
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
   if [ "$stopping" -eq 1 ]; then
     rc=143

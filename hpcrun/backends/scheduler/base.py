@@ -1,0 +1,240 @@
+"""The scheduler room: what hpcrun asks of a batch system, in words no scheduler owns.
+
+A scheduler turns a neutral ``JobRequest`` into its script's directive lines, says which
+shell lines give a job and a task their identity (``HPCRUN_JOB_ID``, ``HPCRUN_NODE``,
+``HPCRUN_RANK`` ...), which command launches tasks, and answers the operate layer:
+submit a script, list the queue, read the accounting records. Its job states are
+mapped here to the neutral states the store keeps, so nothing above this folder knows a
+scheduler's commands or variables.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+
+from hpcrun.errors import HpcrunError
+from hpcrun.shell import DirectiveValueError, Shell, directive_word
+
+# ---- neutral job states (the store keeps these words) ------------------------------------
+
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                      "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"})
+
+INPUT_STATE_OF = {
+    **dict.fromkeys(("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"),
+                    "submitted"),
+    **dict.fromkeys(("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "STAGE_OUT", "SIGNALING",
+                     "RESIZING"), "running"),
+    "COMPLETED": "done",
+    **dict.fromkeys(("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+                     "PREEMPTED", "REVOKED", "LOST"), "failed"),
+}
+
+
+def normalize_state(state: str) -> str:
+    """``cancelled by 1001`` -> ``CANCELLED``; ``CANCELLED+`` -> ``CANCELLED``; empty -> ``UNKNOWN``."""
+    word = state.strip().split(" ", 1)[0] if state.strip() else "UNKNOWN"
+    return word.rstrip("+").upper()
+
+
+def task_id(job_id: str, array_index: Optional[int]) -> str:
+    """A job or an array task as the queue and the accounting name it: ``123`` or ``123_4``."""
+    return job_id if array_index is None else f"{job_id}_{array_index}"
+
+
+def parse_exit_code(text: str) -> Tuple[Optional[int], Optional[int]]:
+    """An exit status ``7:0`` (code:signal) -> (7, 0); anything unparsable -> (None, None)."""
+    code, _, sig = text.strip().partition(":")
+    try:
+        return int(code), (int(sig) if sig else None)
+    except ValueError:
+        return None, None
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+class SchedulerError(HpcrunError):
+    """A scheduler command failed; the message carries its output verbatim."""
+
+    exit_code = 3
+
+
+class SubmitUncertain(SchedulerError):
+    """A submission timed out or lost the controller mid-call: the job may or may not exist."""
+
+
+# ---- what goes in and what comes out -------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything a batch job asks of the scheduler, as plain values (the plan builds it)."""
+
+    name: str
+    nodes: int
+    walltime_s: int
+    signal_before_s: int
+    log_dir: str                          # the job's output file goes here, named by job name and id
+    comment: str
+    tasks_per_node: Optional[int] = None  # None with exclusive nodes
+    tasks: Optional[int] = None
+    exclusive: bool = False
+    array: Optional[str] = None           # e.g. "0-99%10"
+    partition: Optional[str] = None
+    qos: Optional[str] = None
+    account: Optional[str] = None
+    reservation: Optional[str] = None
+    constraint: Optional[str] = None
+    runtime_options: Tuple[Tuple[str, Optional[str]], ...] = ()   # a container runtime's own options
+    extra: Tuple[str, ...] = ()           # the spec's raw extra options, checked at plan time
+
+
+@dataclass
+class Record:
+    """One job or array task as the scheduler's accounting reports it (steps folded in)."""
+
+    job_id: str            # 123, 123_4, or a pending array's 123_[5-9%2]
+    raw_id: str            # the unique numeric id
+    name: str
+    state: str
+    exit_code: str
+    reason: str
+    elapsed_s: Optional[float]
+    cpu_s: Optional[float]
+    alloc_cpus: Optional[int]
+    nodes: str
+    start: Optional[str]
+    end: Optional[str]
+    max_rss_bytes: Optional[int] = None
+
+
+@dataclass
+class Queued:
+    """One job or array task as the queue lists it."""
+
+    job_id: str          # 123 or 123_4
+    array_job_id: str    # 123 for both
+    name: str
+    state: str
+    reason: str
+    raw_id: str = ""     # the unique numeric id
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the batch script starts tasks: the command and its option spellings."""
+
+    command: Tuple[str, ...]
+    log_name: str                         # file in chains/ holding the launcher's own output
+    options: Dict[str, str] = field(default_factory=dict)
+
+
+# ---- the scheduler -------------------------------------------------------------------------
+
+class Scheduler(ABC):
+    """A batch system: directive lines and identity for the renderer, queries for operate."""
+
+    name: ClassVar[str] = ""
+    script_suffix: ClassVar[str] = ".sh"
+    directive: ClassVar[str] = "#"
+    launch: ClassVar[Launch]
+    task_env: ClassVar[Tuple[str, ...]] = ()       # variables every task gets (containers pass them)
+    task_env_patterns: ClassVar[Tuple[str, ...]] = ()
+
+    # -- rendering ------------------------------------------------------------------------
+    @abstractmethod
+    def value_problem(self, text: str) -> str:
+        """Why ``text`` cannot be a value on a directive line, or ''."""
+
+    def value(self, value: object) -> Shell:
+        """A value checked for a directive line (refused values never reach a script)."""
+        text = str(value)
+        why = self.value_problem(text)
+        if why:
+            raise DirectiveValueError(f"{text!r} cannot be written into an {self.directive} line: {why}")
+        return directive_word(text)
+
+    @abstractmethod
+    def options(self, request: JobRequest) -> List[str]:
+        """The directive options of one job, each a checked ``--name[=value]`` word."""
+
+    def directive_lines(self, request: JobRequest) -> List[str]:
+        return [f"{self.directive} {o}" for o in self.options(request)]
+
+    @abstractmethod
+    def extra_problem(self, option: str) -> str:
+        """Why a raw extra option from a spec cannot be passed on, or ''."""
+
+    @abstractmethod
+    def job_identity(self, array: bool) -> List[str]:
+        """Shell lines exporting HPCRUN_JOB_ID, HPCRUN_NODES (and HPCRUN_ARRAY_INDEX for arrays)."""
+
+    @abstractmethod
+    def task_identity(self) -> List[str]:
+        """Shell lines a launched task runs first: HPCRUN_RANK, HPCRUN_NRANKS, HPCRUN_NODE."""
+
+    @abstractmethod
+    def node_identity(self) -> List[str]:
+        """Shell lines a per-node helper runs first: HPCRUN_NODE."""
+
+    def template_context(self, options: Sequence[str]) -> Dict[str, object]:
+        """Names older site templates used for this scheduler's options (kept working)."""
+        return {}
+
+    # -- operating -------------------------------------------------------------------------
+    @abstractmethod
+    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "") -> str:
+        """Submit a script under a job name; return its job id (SubmitUncertain when unknown)."""
+
+    @abstractmethod
+    def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
+        """Run after these jobs ended (kind: any, ok, notok) in the scheduler's own spelling."""
+
+    @abstractmethod
+    def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = ()) -> Dict[str, Record]:
+        """One accounting query over these jobs (arrays by their array id) or job names."""
+
+    @abstractmethod
+    def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
+              expand: bool = True, ended: bool = False) -> List[Queued]:
+        """Jobs in the queue (array tasks one each unless not ``expand``; ``ended``: recently ended too)."""
+
+    def queued_count(self, user: str) -> int:
+        """How many jobs and array tasks this user has queued or running."""
+        return len(self.queue(user=user))
+
+    @abstractmethod
+    def since_text(self, moment: _dt.datetime) -> str:
+        """A start time for ``records`` a little before ``moment``."""
+
+    @abstractmethod
+    def parse_time(self, text: Optional[str]) -> Optional[_dt.datetime]:
+        """A time from a record -> an aware UTC datetime (None when unknown)."""
+
+    @abstractmethod
+    def state_of(self, job_id: str) -> Optional[str]:
+        """One job's state by its id (None when the scheduler does not know it)."""
+
+    @abstractmethod
+    def submit_command(self, script: str) -> str:
+        """The command a person types to submit this script by hand."""
+
+    @abstractmethod
+    def job_env(self) -> Optional[str]:
+        """The id of the job this process runs in, or None outside a job."""
+
+
+_REGISTRY: Dict[str, Type[Scheduler]] = {}
+
+
+def register(cls: Type[Scheduler]) -> Type[Scheduler]:
+    """Class decorator: make a scheduler known by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def registered() -> Dict[str, Type[Scheduler]]:
+    return dict(_REGISTRY)
