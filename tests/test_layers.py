@@ -197,3 +197,20 @@ def test_the_package_root_stays_small() -> None:
 def test_no_module_above_the_size_limit(path: Path) -> None:
     lines = len(path.read_text().splitlines())
     assert lines <= MODULE_LINES_MAX, f"{path.relative_to(PKG.parent)} has {lines} lines (limit {MODULE_LINES_MAX})"
+
+
+FUNCTION_LINES_MAX = 80
+
+
+def _functions(path: Path) -> List[Tuple[int, str, int]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [(n.lineno, n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno is not None]
+
+
+def test_no_function_above_the_size_limit() -> None:
+    """Small functions (complexity is bounded by ruff's C901 at 20, see pyproject.toml)."""
+    long = [f"{path.relative_to(PKG.parent)}:{line} {name}() has {size} lines"
+            for path in sorted(PKG.rglob("*.py")) for line, name, size in _functions(path)
+            if size > FUNCTION_LINES_MAX]
+    assert not long, f"functions above {FUNCTION_LINES_MAX} lines:\n" + "\n".join(long)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
 from hpcrun.errors import InputError, Problem
+from hpcrun.iotune.engines import names as engine_names
 from hpcrun.model.kinds import RUNTIMES
 
 CL = "<command line>"
@@ -154,6 +155,11 @@ def register(group: click.Group) -> None:
     """Add ``run``, ``collect`` and ``history`` to the ``hpcrun iotune`` group."""
     from hpcrun.cli import reported
 
+    for add in (_run_command, _collect_command, _history_command):
+        add(group, reported)
+
+
+def _run_command(group: click.Group, reported: Callable[..., Any]) -> None:
     @group.command("run")
     @click.argument("preset", required=False)
     @click.option("--transfer-size", multiple=True, help="bytes per I/O call, comma-separated (64k,1m,4m,16m)")
@@ -167,7 +173,7 @@ def register(group: click.Group) -> None:
     @click.option("--reps", type=int, default=None, help="repetitions of each point")
     @click.option("--write", "write", is_flag=True, help="measure writes (default: writes and reads)")
     @click.option("--read", "read", is_flag=True, help="measure reads (default: writes and reads)")
-    @click.option("--engine", type=click.Choice(["auto", "ior", "fio"]), default=None)
+    @click.option("--engine", type=click.Choice(["auto", *engine_names()]), default=None)
     @click.option("--darshan", is_flag=True, help="run every point under Darshan (profile tools.darshan_lib)")
     @click.option("--direct", is_flag=True, help="O_DIRECT I/O (not on tmpfs)")
     @click.option("--walltime", default=None, help="time limit of the sweep job (30m, '01:00:00')")
@@ -209,6 +215,9 @@ def register(group: click.Group) -> None:
         else:
             _render_batch(plan, out_dir, force, submit, as_json)
 
+
+
+def _collect_command(group: click.Group, reported: Callable[..., Any]) -> None:
     @group.command("collect")
     @click.argument("sweep_dir", type=click.Path(path_type=Path, file_okay=False))
     @click.option("--apply", "apply_to", type=click.Path(path_type=Path), default=None,
@@ -227,11 +236,14 @@ def register(group: click.Group) -> None:
             state = _job_state(sweep_dir / SUBMITTED)
             if state is None or state not in _terminal():
                 raise NotFinished([Problem(str(sweep_dir), None, "DIR", (
-                    f"the sweep job has not ended yet (Slurm state {state or 'unknown'}); run collect again "
+                    f"the sweep job has not ended yet (job state {state or 'unknown'}); run collect again "
                     "when it has"))])
         results = collect(sweep_dir, manifest, state)
         _finish(sweep_dir, results, apply_to, as_json)
 
+
+
+def _history_command(group: click.Group, reported: Callable[..., Any]) -> None:
     @group.command("history")
     @click.option("--name", default=None, help="only sweeps with this name")
     @click.option("--json", "as_json", is_flag=True, help="print JSON")

@@ -11,9 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from hpcrun import __version__
 from hpcrun.errors import InputError, Problem
 from hpcrun.iotune import advice
-from hpcrun.iotune.engines import fio
-from hpcrun.iotune.engines import ior as ior_engine
-from hpcrun.iotune.points import EngineOutputError, Measurement, combine
+from hpcrun.iotune.engines import Engine, engine_for
+from hpcrun.iotune.points import EngineOutputError, Measurement
 
 
 class NotFinished(InputError):
@@ -38,7 +37,7 @@ def _step_failure(raw: Path, step: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _measure(engine: str, raw: Path, steps: List[Dict[str, Any]], operation: str
+def _measure(engine: Engine, raw: Path, steps: List[Dict[str, Any]], operation: str
              ) -> Tuple[Optional[Measurement], Optional[str], Optional[str]]:
     """(measurement, error, engine version seen in the output)"""
     mine = [s for s in steps if operation in s["operations"]]
@@ -51,15 +50,12 @@ def _measure(engine: str, raw: Path, steps: List[Dict[str, Any]], operation: str
         if failure:
             return None, failure, None
         try:
-            if engine == "fio":
-                text = _read(raw / step["result"])
-                parts.append(fio.parse(text or "", operation))
-            else:
-                found, version = ior_engine.parse(raw / step["result"], step["operations"])
-                parts.append(found[operation])
+            found, seen = engine.measure(raw / step["result"], step["operations"], operation)
+            parts.append(found)
+            version = seen or version
         except EngineOutputError as exc:
             return None, f"{step['name']}: {exc} (raw/{step['result']})", None
-    return combine(parts) if engine == "fio" else parts[0], None, version
+    return engine.combine(parts), None, version
 
 
 def finished(sweep_dir: Path) -> bool:
@@ -73,7 +69,7 @@ def collect(sweep_dir: Path, manifest: Dict[str, Any], job_state: Optional[str] 
         raise NotFinished([Problem(str(sweep_dir), None, "DIR", (
             "the sweep has not finished: raw/exit_code is missing (the job is queued or running, or was "
             "never submitted); run collect again when it has ended"))])
-    engine = manifest["engine"]["name"]
+    engine = engine_for(manifest["engine"]["name"])
     steps = manifest["steps"]
     rows: List[Dict[str, Any]] = []
     seen_version = None
@@ -100,10 +96,7 @@ def collect(sweep_dir: Path, manifest: Dict[str, Any], job_state: Optional[str] 
                                               "run when it cannot write its log (or the library was not loaded)")
             rows.append(row)
     version_text = _read(raw / "engine-version") or ""
-    if engine == "fio":
-        engine_version = fio.version(version_text)
-    else:
-        engine_version = seen_version or ior_engine.version(version_text)
+    engine_version = seen_version or engine.version(version_text)
     targets = []
     for t in manifest["targets"]:
         targets.append(dict(t, run_path=_read(raw / f"target-{t['index']}.path"),
@@ -113,7 +106,7 @@ def collect(sweep_dir: Path, manifest: Dict[str, Any], job_state: Optional[str] 
         "name": manifest["sweep"]["name"], "created": manifest["created"],
         "collected": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "hpcrun_version": __version__, "planned_with": manifest["hpcrun_version"], "mode": manifest["mode"],
-        "engine": {"name": engine, "version": engine_version, "binary": manifest["engine"]["binary"]},
+        "engine": {"name": engine.name, "version": engine_version, "binary": manifest["engine"]["binary"]},
         "environment": {"node": _read(raw / "node"), "date": _read(raw / "started"),
                         "slurm_job_id": _read(raw / "slurm_job_id") or None, "profile": manifest["profile"],
                         "exit_code": int(exit_code) if exit_code and exit_code.isdigit() else None,

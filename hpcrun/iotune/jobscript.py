@@ -14,8 +14,7 @@ from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import HpcrunError
-from hpcrun.iotune.engines import fio
-from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.engines import engine_for
 from hpcrun.iotune.plan import SweepPlan, job_request, target_dir_expr, target_root_expr
 from hpcrun.iotune.points import DIR, RAW, Point, Step
 from hpcrun.plan.requests import launcher
@@ -65,9 +64,9 @@ def step_words(plan: SweepPlan, step: Step) -> Shell:
     if step.ranks is not None:
         nodes, per_node = step.ranks
         parts += [quote(w) for w in launcher(plan.profile)]
-        parts += [f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
-        if plan.partition and per_node > plan.partition.cpus:
-            parts.append("--overcommit")
+        parts += scheduler_for(plan.profile.scheduler).launch_options(
+            str(nodes), str(nodes * per_node), str(per_node), step=False,
+            overcommit=bool(plan.partition and per_node > plan.partition.cpus))
     prefix = plan.runtime.prefix()
     if prefix:
         parts.append(prefix)
@@ -82,8 +81,7 @@ def step_words(plan: SweepPlan, step: Step) -> Shell:
 
 
 def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
-    version_argv = fio.version_argv(plan.engine_bin) if plan.engine == "fio" else ior_engine.version_argv(
-        plan.engine_bin)
+    version_argv = engine_for(plan.engine).version_argv(plan.engine_bin)
     env = sorted(plan.profile.prologue.env.items())
     targets = []
     for t in plan.targets:

@@ -15,8 +15,7 @@ from typing import Callable, List, Optional
 
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import InputError, Problem
-from hpcrun.iotune.engines import fio
-from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.engines import engine_for
 from hpcrun.iotune.plan import SUBDIR, SweepPlan
 from hpcrun.iotune.points import Point, Step, substitute
 
@@ -48,7 +47,7 @@ def argv_for(plan: SweepPlan, step: Step, point_dir: str, raw: str) -> List[str]
 
 
 def _engine_version(plan: SweepPlan) -> str:
-    argv = fio.version_argv(plan.engine_bin) if plan.engine == "fio" else ior_engine.version_argv(plan.engine_bin)
+    argv = engine_for(plan.engine).version_argv(plan.engine_bin)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         return (proc.stdout + proc.stderr).strip() or "unknown"
@@ -62,12 +61,11 @@ def run(plan: SweepPlan, sweep_dir: Path, progress: Optional[Callable[[Point, St
     if engine is None:
         raise InputError([Problem("<command line>", None, "--engine", (
             f"the {plan.engine} binary '{plan.engine_bin}' is not on PATH here; install it, set its path "
-            f"in the profile ({'iotune.fio' if plan.engine == 'fio' else 'tools.ior'}) or choose "
+            f"in the profile ({engine_for(plan.engine).binary_key}) or choose "
             "another --engine"))])
-    if plan.engine == "ior" and shutil.which(plan.profile.iotune.mpirun[0]) is None:
-        raise InputError([Problem("<command line>", None, "--engine", (
-            f"IOR needs the MPI launcher '{plan.profile.iotune.mpirun[0]}' (profile iotune.mpirun), "
-            "which is not on PATH here"))])
+    why = engine_for(plan.engine).local_problem(plan.profile)
+    if why:
+        raise InputError([Problem("<command line>", None, "--engine", why)])
     bad = [t for t in plan.targets if t.path is None or not Path(t.path).is_dir()
            or not os.access(t.path, os.W_OK | os.X_OK)]
     if bad:

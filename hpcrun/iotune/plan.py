@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -16,11 +15,11 @@ from hpcrun.backends.burstbuffer.base import BufferRequest, Writer, writer_for
 from hpcrun.backends.container import Bind, Runtime, runtime_for
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.errors import HpcrunError, InputError, Problem
-from hpcrun.iotune.engines import fio
-from hpcrun.iotune.engines import ior as ior_engine
+from hpcrun.iotune.engines import engine_for
+from hpcrun.iotune.engines.base import registered
 from hpcrun.iotune.points import DIR, RAW, Point, Step
 from hpcrun.iotune.presets import COMMAND_LINE, OPTIONS
-from hpcrun.iotune.sweep import Sweep, check_fio
+from hpcrun.iotune.sweep import Sweep
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.requests import task_env
@@ -87,15 +86,13 @@ class _Problems:
 
 
 def choose_engine(sweep: Sweep, profile: SiteProfile) -> Tuple[str, str]:
-    """``--engine auto``: IOR when the profile names it or it is on PATH, else fio."""
-    ior_bin = profile.tools.ior or "ior"
-    if sweep.engine == "ior":
-        return "ior", ior_bin
-    if sweep.engine == "fio":
-        return "fio", profile.iotune.fio
-    if profile.tools.ior or profile.tools.ior_module or shutil.which("ior"):
-        return "ior", ior_bin
-    return "fio", profile.iotune.fio
+    """The named engine, or for ``--engine auto`` the first registered one present here
+    (IOR when the profile names it or it is on PATH, else fio)."""
+    if sweep.engine != "auto":
+        chosen = engine_for(sweep.engine)
+    else:
+        chosen = next(e for e in registered().values() if e.present(profile))
+    return chosen.name, chosen.binary(profile)
 
 
 def _fstype(profile: SiteProfile, path: str) -> str:
@@ -144,9 +141,9 @@ def _targets(sweep: Sweep, profile: SiteProfile, local: bool, engine: str,
             kind = "node-local"
         else:
             path, kind = name, "path"
-        if engine == "fio" and ":" in path:
-            checks.sweep("targets", f"target '{path}' contains ':', which fio reads as a separator "
-                         "between directories; choose a path without ':'")
+        why = engine_for(engine).path_problem(path)
+        if why:
+            checks.sweep("targets", f"{why}; choose a path without it")
         out.append(Target(i, name, kind, path, _fstype(profile, path)))
     return out
 
@@ -172,39 +169,21 @@ def _darshan_env(lib: str, step_name: str, mpi: bool) -> Tuple[Tuple[Tuple[str, 
 
 def _steps(sweep: Sweep, points: List[Point], engine: str, engine_bin: str,
            darshan_lib: Optional[str]) -> List[Step]:
-    steps: List[Step] = []
-    for p in points:
-        if engine == "fio":
-            for rep in range(1, sweep.reps + 1):
-                for op in ("write", "read"):
-                    if op not in sweep.operations:
-                        continue
-                    name = f"{p.id}-{op}-r{rep}"
-                    env, log = _darshan_env(darshan_lib, name, False) if darshan_lib else ((), "")
-                    steps.append(Step(name, p.id, (op,), rep, tuple(fio.argv(engine_bin, p, op, sweep.direct)),
-                                      env, None, f"{name}.json", f"{name}.json", log))
-        else:
-            ops = [op for op in ("write", "read") if op in sweep.operations]
-            name = p.id
-            env, log = _darshan_env(darshan_lib, name, True) if darshan_lib else ((), "")
-            argv = ior_engine.argv(engine_bin, p, ops, sweep.reps, sweep.direct, f"{RAW}/{name}.json")
-            # stdout beside the summary as <summary>.log: the IOR reader quotes it when the summary is bad
-            steps.append(Step(name, p.id, tuple(ops), None, tuple(argv), env, (p.nodes, p.writers),
-                              f"{name}.json.log", f"{name}.json", log))
-    return steps
+    runner = engine_for(engine)
+    darshan = (lambda name, mpi: _darshan_env(darshan_lib, name, mpi)) if darshan_lib else None
+    return [step for p in points for step in runner.steps(sweep, p, engine_bin, darshan)]
 
 
 def plan_sweep(sweep: Sweep, sweep_src: Located, profile: SiteProfile, profile_src: Located,
                profile_files: List[Path], local: bool) -> SweepPlan:
     checks = _Problems(sweep_src, profile_src)
     engine, engine_bin = choose_engine(sweep, profile)
-    if engine == "fio":
-        try:
-            check_fio(sweep)
-        except ValueError as exc:
-            why = "" if sweep.engine == "fio" else (
-                " (the engine is fio because the profile names no IOR in tools.ior and 'ior' is not on PATH)")
-            checks.sweep("apis" if sweep.apis != ["posix"] else "nodes", f"{exc}{why}")
+    try:
+        engine_for(engine).check_sweep(sweep)
+    except ValueError as exc:
+        passed = [e.absent for e in registered().values() if e.name != engine and e.absent]
+        why = "" if sweep.engine == engine else f" (the engine is {engine} because {'; '.join(passed)})"
+        checks.sweep("apis" if sweep.apis != ["posix"] else "nodes", f"{exc}{why}")
     darshan_lib = None
     if sweep.darshan:
         darshan_lib = profile.tools.darshan_lib

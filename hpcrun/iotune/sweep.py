@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import math
 from functools import reduce
-from typing import List, Literal, Optional
+from typing import TYPE_CHECKING, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpcrun.iotune.engines import engine_for, names
 from hpcrun.model.fields import Duration, Line, Name, Size
 from hpcrun.model.spec import ContainerSpec
+
+if TYPE_CHECKING:
+    EngineChoice = str
+else:
+    EngineChoice = Literal[tuple(["auto", *names()])]   # from the engine registry
 
 SYMBOLIC_TARGETS = ("bb", "scratch", "node-local")
 API = Literal["posix", "mpiio", "hdf5"]
@@ -56,7 +62,7 @@ class Sweep(Strict):
     operations: List[Literal["write", "read"]] = Field(
         default_factory=lambda: ["write", "read"], min_length=1,  # type: ignore[arg-type]
         description="write and/or read (read follows write when both run)")
-    engine: Literal["auto", "ior", "fio"] = "auto"
+    engine: EngineChoice = "auto"
     darshan: bool = Field(False, description="run every point under Darshan (LD_PRELOAD)")
     direct: bool = Field(False, description="O_DIRECT (fio direct=1, IOR --posix.odirect)")
     walltime: Duration = Field(1800, description="time limit of the sweep job")
@@ -115,8 +121,8 @@ class Sweep(Strict):
                 raise ValueError(f"block size {b} bytes is not a multiple of transfer size {bad[0]} "
                                  "bytes; every block size must be a multiple of every transfer size "
                                  "(IOR refuses otherwise)")
-        if self.engine == "fio":
-            check_fio(self)
+        if self.engine != "auto":
+            engine_for(self.engine).check_sweep(self)
         return self
 
     def blocks(self) -> List[int]:
@@ -130,13 +136,3 @@ def default_block(transfers: List[int]) -> int:
     common = reduce(lambda a, b: a * b // math.gcd(a, b), transfers)
     want = max(4 * max(transfers), MIN_BLOCK)
     return -(-want // common) * common
-
-
-def check_fio(sweep: Sweep) -> None:
-    """fio runs one POSIX process group on the node it starts on."""
-    if sweep.apis != ["posix"]:
-        raise ValueError("fio measures POSIX I/O only; use apis: [posix] (--api posix) or the IOR "
-                         "engine for mpiio and hdf5")
-    if sweep.nodes != [1]:
-        raise ValueError("fio runs on one node; use nodes: [1] (--nodes 1) or the IOR engine for "
-                         "several nodes")

@@ -16,7 +16,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
@@ -95,21 +95,84 @@ def _diff(old_dir: Path, files: List[RenderedFile], manifest: str) -> str:
     return "".join(chunks)
 
 
+def _check_target(out_dir: Path, force: bool) -> None:
+    """The directory is new, empty, or an earlier plan that was not submitted (unless --force)."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise InputError([Problem(str(out_dir), None, "--out", "exists and is not a directory")])
+    entries = [p.name for p in out_dir.iterdir()]
+    if entries and MANIFEST not in entries:
+        raise InputError([Problem(str(out_dir), None, "--out", (
+            "is not empty and holds no hpcrun plan; choose a new or empty directory"))])
+    if not force and any(m in entries for m in SUBMITTED_MARKERS):
+        raise InputError([Problem(str(out_dir), None, "--out", (
+            "holds a plan that was already submitted; re-planning would detach its jobs. "
+            "Use a new directory, or --force if you really mean to replace it"))])
+
+
+def _write_files(plan: Plan, plan_dir: str, tmp: Path) -> Tuple[List[RenderedFile], Dict[str, str]]:
+    """Render and write every file into ``tmp``; their digests for the manifest (texts not kept)."""
+    for sub in ("jobs", "bin", "logs", "run"):
+        (tmp / sub).mkdir(parents=True)
+    made = {"jobs", "bin", "logs", "run"}
+    files: List[RenderedFile] = []
+    digests: Dict[str, str] = {}
+    rendered = iter_rendered(plan, plan_dir)
+    while True:
+        # chunks, not one file at a time: alternating render and write per file is ~25%
+        # slower (cache effects), a chunk keeps memory flat (500 x ~6 KB)
+        chunk = list(itertools.islice(rendered, 500))
+        if not chunk:
+            return files, digests
+        _check_rendered(plan, chunk)
+        raws = [f.text.encode("utf-8") for f in chunk]
+        for f, raw in zip(chunk, raws):
+            digests[f.path] = hashlib.sha256(raw).hexdigest()
+        for f, raw in zip(chunk, raws):
+            sub = os.path.dirname(f.path)
+            if sub and sub not in made:
+                os.makedirs(os.path.join(tmp, sub), exist_ok=True)
+                made.add(sub)
+            with open(os.path.join(tmp, f.path), "wb") as out:
+                out.write(raw)
+                if f.executable:
+                    os.fchmod(out.fileno(), 0o755)
+            files.append(RenderedFile(f.path, "", f.executable))
+
+
+def _swap_in(out_dir: Path, tmp: Path, old: Path) -> None:
+    """Move the previous plan's logs, run records and state into the new one, then swap."""
+    if out_dir.exists():
+        # job logs and run records of the previous plan are kept, not thrown away
+        for keep in ("logs", "run"):
+            if (out_dir / keep).is_dir():
+                (tmp / keep).rmdir()
+                os.rename(out_dir / keep, tmp / keep)
+        # and so is the campaign's state: a record is never lost by planning again
+        for keep in KEPT_FILES:
+            if os.path.lexists(out_dir / keep):
+                os.rename(out_dir / keep, tmp / keep)
+        os.rename(out_dir, old)
+    os.rename(tmp, out_dir)
+
+
+def _roll_back(out_dir: Path, tmp: Path, old: Path) -> None:
+    """After a failure anywhere above: the previous plan, its records and state back in place."""
+    if old.exists() and not out_dir.exists():
+        os.rename(old, out_dir)
+    for keep in ("logs", "run", *KEPT_FILES):
+        if os.path.lexists(tmp / keep) and out_dir.is_dir() and not os.path.lexists(out_dir / keep):
+            os.rename(tmp / keep, out_dir / keep)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool = False) -> WriteResult:
+    """Write the plan directory atomically: built beside it, then renamed into place."""
     out_dir = Path(os.path.abspath(out_dir))
     _check_out_dir(out_dir, plan.scheduler)
     recover_interrupted(out_dir)
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise InputError([Problem(str(out_dir), None, "--out", "exists and is not a directory")])
-        entries = [p.name for p in out_dir.iterdir()]
-        if entries and MANIFEST not in entries:
-            raise InputError([Problem(str(out_dir), None, "--out", (
-                "is not empty and holds no hpcrun plan; choose a new or empty directory"))])
-        if not force and any(m in entries for m in SUBMITTED_MARKERS):
-            raise InputError([Problem(str(out_dir), None, "--out", (
-                "holds a plan that was already submitted; re-planning would detach its jobs. "
-                "Use a new directory, or --force if you really mean to replace it"))])
+    _check_target(out_dir, force)
     plan_dir = str(out_dir)
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -118,58 +181,14 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
     try:
         if tmp.exists():
             shutil.rmtree(tmp)
-        for sub in ("jobs", "bin", "logs", "run"):
-            (tmp / sub).mkdir(parents=True)
-        made = {"jobs", "bin", "logs", "run"}
-        files: List[RenderedFile] = []
-        digests: Dict[str, str] = {}
-        rendered = iter_rendered(plan, plan_dir)
-        while True:
-            # chunks, not one file at a time: alternating render and write per file is ~25%
-            # slower (cache effects), a chunk keeps memory flat (500 x ~6 KB)
-            chunk = list(itertools.islice(rendered, 500))
-            if not chunk:
-                break
-            _check_rendered(plan, chunk)
-            raws = [f.text.encode("utf-8") for f in chunk]
-            for f, raw in zip(chunk, raws):
-                digests[f.path] = hashlib.sha256(raw).hexdigest()
-            for f, raw in zip(chunk, raws):
-                sub = os.path.dirname(f.path)
-                if sub and sub not in made:
-                    os.makedirs(os.path.join(tmp, sub), exist_ok=True)
-                    made.add(sub)
-                with open(os.path.join(tmp, f.path), "wb") as out:
-                    out.write(raw)
-                    if f.executable:
-                        os.fchmod(out.fileno(), 0o755)
-                files.append(RenderedFile(f.path, "", f.executable))   # text not kept
+        files, digests = _write_files(plan, plan_dir, tmp)
         data = manifest(plan, plan_dir, digests)
-        manifest_text = manifest_json(data)
-        (tmp / MANIFEST).write_text(manifest_text, encoding="utf-8")
-        diff = None
+        (tmp / MANIFEST).write_text(manifest_json(data), encoding="utf-8")
         previous = (out_dir / MANIFEST).is_file()
-        if want_diff and previous:
-            diff = _diff_dirs(out_dir, tmp)
-        if out_dir.exists():
-            # job logs and run records of the previous plan are kept, not thrown away
-            for keep in ("logs", "run"):
-                if (out_dir / keep).is_dir():
-                    (tmp / keep).rmdir()
-                    os.rename(out_dir / keep, tmp / keep)
-            # and so is the campaign's state: a record is never lost by planning again
-            for keep in KEPT_FILES:
-                if os.path.lexists(out_dir / keep):
-                    os.rename(out_dir / keep, tmp / keep)
-            os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
+        diff = _diff_dirs(out_dir, tmp) if want_diff and previous else None
+        _swap_in(out_dir, tmp, old)
     except BaseException:
-        if old.exists() and not out_dir.exists():
-            os.rename(old, out_dir)
-        for keep in ("logs", "run", *KEPT_FILES):
-            if os.path.lexists(tmp / keep) and out_dir.is_dir() and not os.path.lexists(out_dir / keep):
-                os.rename(tmp / keep, out_dir / keep)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _roll_back(out_dir, tmp, old)
         raise
     shutil.rmtree(old, ignore_errors=True)
     return WriteResult(out_dir, files, diff, data, previous)

@@ -112,7 +112,10 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "qa": qa, "launcher": join(plan.launcher), "runtime_prefix": Shell(prefix),
         "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
         "runtime_setup": [Shell(line) for line in plan.container.setup_lines],
-        "chain_launch_options": Shell(sched.launch.options["overcommit"] + " " if plan.chain_overcommit else ""),
+        "db_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
+            '"$HPCRUN_NODES"', '"$HPCRUN_NODES"', "1")])),
+        "chain_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
+            '"$HPCRUN_NODES"', '"$HPCRUN_NCHAINS"', '"$HPCRUN_CHAINS_PER_NODE"', overcommit=plan.chain_overcommit)])),
         "launch_log": Shell(f'"$HPCRUN_RUNDIR/chains/{sched.launch.log_name}"'),
         "task_identity": [Shell(line) for line in sched.task_identity()],
         "node_identity": [Shell(line) for line in sched.node_identity()],

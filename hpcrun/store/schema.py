@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from sqlalchemy import (
     BigInteger,
@@ -89,6 +89,12 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
 
 def _v1_tables(md: MetaData) -> Dict[str, Table]:
     """The tables as version 1 created them (see the module docstring)."""
+    tables = _v1_campaign(md) + _v1_inputs(md) + _v1_observations(md)
+    return {t.name: t for t in tables}
+
+
+def _v1_campaign(md: MetaData) -> Tuple[Table, ...]:
+    """Version 1: the schema version, campaigns and their submissions."""
     version = Table(
         "hpcrun_schema_version", md,
         Column("version", Integer, primary_key=True, autoincrement=False),
@@ -112,9 +118,9 @@ def _v1_tables(md: MetaData) -> Dict[str, Table]:
         Column("script_path", Text, nullable=False),
         Column("script_digest", String(128), nullable=False),
         Column("submitted_at", UTCDateTime, nullable=False),
-        Column("tag", String(255), nullable=False),            # job name/comment used to reconcile with Slurm
+        Column("tag", String(255), nullable=False),            # job name/comment used to reconcile with the scheduler
         Column("claim_token", String(64), nullable=True),
-        Column("last_state", String(32), nullable=True),       # latest Slurm state seen, for change detection
+        Column("last_state", String(32), nullable=True),       # latest job state seen, for change detection
         Column("last_observed_at", UTCDateTime, nullable=True),
         # lets SQLAlchemy return the ids of a bulk insert in order on SQLite too (one statement per
         # batch instead of one per row); filled by SQLAlchemy, meaningless afterwards
@@ -123,6 +129,11 @@ def _v1_tables(md: MetaData) -> Dict[str, Table]:
         Index(None, "tag"),
         Index(None, "claim_token"),
     )
+    return version, campaign, submission
+
+
+def _v1_inputs(md: MetaData) -> Tuple[Table, ...]:
+    """Version 1: every input and which submissions carried it."""
     input_file = Table(
         "hpcrun_input", md,
         Column("id", ID, primary_key=True),
@@ -155,6 +166,11 @@ def _v1_tables(md: MetaData) -> Dict[str, Table]:
         # with only (input), PostgreSQL answers max(submission_id) by scanning the primary key backwards
         Index(None, "input_id", "submission_id"),
     )
+    return input_file, submission_input
+
+
+def _v1_observations(md: MetaData) -> Tuple[Table, ...]:
+    """Version 1: what polls observed of each submission, and the QA of each output."""
     state_change = Table(
         "hpcrun_state_change", md,
         Column("id", ID, primary_key=True),
@@ -182,8 +198,7 @@ def _v1_tables(md: MetaData) -> Dict[str, Table]:
         Column("checked_at", UTCDateTime, nullable=False),
         Index(None, "input_id"),
     )
-    return {t.name: t for t in (version, campaign, submission, input_file, submission_input, state_change,
-                                qa_outcome)}
+    return state_change, qa_outcome
 
 
 def _v2_columns() -> Dict[str, Sequence[Column[Any]]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
@@ -125,11 +125,10 @@ class Queued:
 
 @dataclass(frozen=True)
 class Launch:
-    """How the batch script starts tasks: the command and its option spellings."""
+    """How the batch script starts tasks: the default command, and where its own output goes."""
 
     command: Tuple[str, ...]
     log_name: str                         # file in chains/ holding the launcher's own output
-    options: Dict[str, str] = field(default_factory=dict)
 
 
 # ---- the scheduler -------------------------------------------------------------------------
@@ -163,6 +162,13 @@ class Scheduler(ABC):
 
     def directive_lines(self, request: JobRequest) -> List[str]:
         return [f"{self.directive} {o}" for o in self.options(request)]
+
+    @abstractmethod
+    def launch_options(self, nodes: str, tasks: str, per_node: str, *, overcommit: bool = False,
+                       step: bool = True) -> List[str]:
+        """The launcher's options for ``tasks`` tasks on ``nodes`` nodes (shell words; values may be
+        ``"$VAR"``). ``step``: a step inside the job's allocation that may overlap others and
+        must not take the job down when one task fails."""
 
     @abstractmethod
     def extra_problem(self, option: str) -> str:

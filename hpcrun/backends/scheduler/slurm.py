@@ -303,7 +303,7 @@ class Slurm(Scheduler):
     name = "slurm"
     script_suffix = ".sbatch"
     directive = "#SBATCH"
-    launch = Launch(command=("srun",), log_name="srun.log", options={"overcommit": "--overcommit"})
+    launch = Launch(command=("srun",), log_name="srun.log")
     # what srun gives every task; a container that clears the environment must pass these on
     task_env = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURMD_NODENAME")
     task_env_patterns = ("SLURM_*",)
@@ -346,6 +346,16 @@ class Slurm(Scheduler):
             key, sep, value = extra.partition("=")
             opts.append(self._opt(key, value if sep else None))
         return opts
+
+    def launch_options(self, nodes: str, tasks: str, per_node: str, *, overcommit: bool = False,
+                       step: bool = True) -> List[str]:
+        words = ["--overlap"] if step else []
+        words += [f"--nodes={nodes}", f"--ntasks={tasks}", f"--ntasks-per-node={per_node}"]
+        if overcommit:
+            words.append("--overcommit")
+        if step:
+            words.append("--kill-on-bad-exit=0")
+        return words
 
     def extra_problem(self, option: str) -> str:
         name = option.split("=", 1)[0]

@@ -11,9 +11,15 @@ is its own run.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from hpcrun.iotune.points import DIR, EngineOutputError, Measurement, Point
+from hpcrun.iotune.engines.base import DarshanEnv, Engine, register
+from hpcrun.iotune.points import DIR, EngineOutputError, Measurement, Point, Step, combine
+
+if TYPE_CHECKING:
+    from hpcrun.iotune.sweep import Sweep
+    from hpcrun.model.site import SiteProfile
 
 MIB = 2**20
 
@@ -68,3 +74,63 @@ def parse(text: str, operation: str) -> Measurement:
 
 def version(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown"
+
+
+def check_sweep(sweep: Sweep) -> None:
+    """fio runs one POSIX process group on the node it starts on."""
+    if sweep.apis != ["posix"]:
+        raise ValueError("fio measures POSIX I/O only; use apis: [posix] (--api posix) or the IOR "
+                         "engine for mpiio and hdf5")
+    if sweep.nodes != [1]:
+        raise ValueError("fio runs on one node; use nodes: [1] (--nodes 1) or the IOR engine for "
+                         "several nodes")
+
+
+@register
+class Fio(Engine):
+    """fio: one node, POSIX, one run per operation and repetition (the fallback of auto)."""
+
+    name = "fio"
+    binary_key = "iotune.fio"
+
+    def binary(self, profile: SiteProfile) -> str:
+        return profile.iotune.fio
+
+    def present(self, profile: SiteProfile) -> bool:
+        return True   # the fallback: a missing fio is reported when the sweep runs
+
+    def check_sweep(self, sweep: Sweep) -> None:
+        check_sweep(sweep)
+
+    def path_problem(self, path: str) -> str:
+        if ":" in path:
+            return f"target '{path}' contains ':', which fio reads as a separator between directories"
+        return ""
+
+    def steps(self, sweep: Sweep, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
+        out = []
+        for rep in range(1, sweep.reps + 1):
+            for op in ("write", "read"):
+                if op not in sweep.operations:
+                    continue
+                name = f"{point.id}-{op}-r{rep}"
+                env, log = darshan(name, False) if darshan else ((), "")
+                out.append(Step(name, point.id, (op,), rep, tuple(argv(binary, point, op, sweep.direct)),
+                                env, None, f"{name}.json", f"{name}.json", log))
+        return out
+
+    def version_argv(self, binary: str) -> List[str]:
+        return version_argv(binary)
+
+    def version(self, text: str) -> str:
+        return version(text)
+
+    def measure(self, result: Path, operations: List[str], operation: str) -> Tuple[Measurement, Optional[str]]:
+        try:
+            text = result.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            text = ""
+        return parse(text, operation), None
+
+    def combine(self, parts: List[Measurement]) -> Measurement:
+        return combine(parts)

@@ -8,10 +8,16 @@ the JSON summary goes to a file (``-O summaryFile=``), never mixed with ``-v`` t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from hpcrun.iotune.points import DIR, RAW, EngineOutputError, Measurement, Point
+from hpcrun.iotune.engines.base import DarshanEnv, Engine, register
+from hpcrun.iotune.points import DIR, RAW, EngineOutputError, Measurement, Point, Step
+
+if TYPE_CHECKING:
+    from hpcrun.iotune.sweep import Sweep
+    from hpcrun.model.site import SiteProfile
 
 _API = {"posix": "POSIX", "mpiio": "MPIIO", "hdf5": "HDF5"}
 
@@ -73,3 +79,44 @@ def parse(path: Path, operations: Sequence[str]) -> Tuple[Dict[str, Measurement]
 
 def version(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown"
+
+
+@register
+class Ior(Engine):
+    """IOR: MPI ranks under the launcher, every API, one invocation per point (repeats itself)."""
+
+    name = "ior"
+    binary_key = "tools.ior"
+    mpi = True
+    absent = "the profile names no IOR in tools.ior and 'ior' is not on PATH"
+
+    def binary(self, profile: SiteProfile) -> str:
+        return profile.tools.ior or "ior"
+
+    def present(self, profile: SiteProfile) -> bool:
+        return bool(profile.tools.ior or profile.tools.ior_module or shutil.which("ior"))
+
+    def local_problem(self, profile: SiteProfile) -> str:
+        if shutil.which(profile.iotune.mpirun[0]) is None:
+            return (f"IOR needs the MPI launcher '{profile.iotune.mpirun[0]}' (profile iotune.mpirun), "
+                    "which is not on PATH here")
+        return ""
+
+    def steps(self, sweep: Sweep, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
+        ops = [op for op in ("write", "read") if op in sweep.operations]
+        name = point.id
+        env, log = darshan(name, True) if darshan else ((), "")
+        words = argv(binary, point, ops, sweep.reps, sweep.direct, f"{RAW}/{name}.json")
+        # stdout beside the summary as <summary>.log: the IOR reader quotes it when the summary is bad
+        return [Step(name, point.id, tuple(ops), None, tuple(words), env, (point.nodes, point.writers),
+                     f"{name}.json.log", f"{name}.json", log)]
+
+    def version_argv(self, binary: str) -> List[str]:
+        return version_argv(binary)
+
+    def version(self, text: str) -> str:
+        return version(text)
+
+    def measure(self, result: Path, operations: List[str], operation: str) -> Tuple[Measurement, Optional[str]]:
+        found, seen = parse(result, operations)
+        return found[operation], seen
