@@ -419,3 +419,29 @@ def test_the_documented_example_plans(tmp_path, spec_factory):
     plan_dir = _plan(tmp_path, spec_factory, example["finalize"])
     text = (plan_dir / "jobs" / "finalize.sbatch").read_text()
     assert "#SBATCH --time=00:30:00" in text and '--list "${HPCRUN_OUTPUT_LIST}"' in text
+
+
+def test_retry_opens_the_plan_once(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    """One `hpcrun retry`: the manifest read once and the store opened once, for the poll, the
+    requeue and the resubmission alike (it used to be three and four times)."""
+    import hpcrun.operate.plandir as plandir
+    import hpcrun.operate.retry as retry_module
+
+    plan_dir = _plan(tmp_path, spec_factory)
+    first = submit(plan_dir)
+    ids = [b.job_id for b in first.batches]
+    fake_slurm.end(ids[0], "FAILED", "7:0")
+    for job_id in ids[1:]:
+        fake_slurm.end(job_id)
+    reads, opens = [], []
+    real_read, real_open = retry_module.read_manifest, plandir.open_store
+    import hpcrun.operate.submit as submit_module
+    import hpcrun.operate.track as track_module
+
+    for module in (retry_module, submit_module, track_module):
+        monkeypatch.setattr(module, "read_manifest", lambda *a, **k: reads.append(a) or real_read(*a, **k))
+    monkeypatch.setattr(plandir, "open_store", lambda *a, **k: opens.append(a) or real_open(*a, **k))
+    report = retry_module.retry(plan_dir)
+    assert report.requeued == ["test-campaign.00001"] and report.submit is not None
+    assert [b.jobs for b in report.submit.batches] == [[0]]
+    assert (len(reads), len(opens)) == (1, 1)

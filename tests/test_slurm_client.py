@@ -161,3 +161,28 @@ def test_squeue_rows_with_and_without_the_raw_id(tmp_path, monkeypatch):
         ("123_4", "123", "COMPLETED", "None", "127"),
         ("123_[5-9%2]", "123", "PENDING", "(burst_buffer/lua: a|b)", "123"),
         ("130", "130", "RUNNING", "nid001", "")]
+
+
+def test_queue_only_slurm_never_runs_sacct(tmp_path, monkeypatch, spec_factory):
+    """The second scheduler: Slurm without accounting. A sacct that fails is first on PATH;
+    records() asks nothing, state_of() reads the queue, and its plans record accounting: false."""
+    from hpcrun.backends.scheduler import scheduler_for
+    from hpcrun.plan.load import load_plan
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sacct").write_text("#!/bin/sh\necho 'sacct must not be called' >&2\nexit 1\n")
+    (fake / "squeue").write_text("#!/bin/sh\necho '130|130|iotune-x|COMPLETED|None|130'\n")
+    for tool in ("sacct", "squeue"):
+        (fake / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    sched = scheduler_for("slurm-queue-only")
+    assert sched.records(["130"], "now-1days") == {}
+    assert sched.state_of("130") == "COMPLETED"
+    with pytest.raises(slurm.SlurmError):
+        scheduler_for("slurm").state_of("130")   # the accounting one does call sacct
+    profile = tmp_path / "queue-only.yaml"
+    profile.write_text("name: queue-only\nextends: local-test\nscheduler: slurm-queue-only\n")
+    plan = load_plan(spec_factory({"site": {"profile": str(profile)}}))
+    assert (plan.scheduler, plan.accounting) == ("slurm-queue-only", False)
+    assert plan.scripts[0].request is not None

@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.plandir import open_plan_store, read_manifest
 from hpcrun.operate.results import Batch, SubmitReport
-from hpcrun.operate.submit import submit
-from hpcrun.operate.track import poll
+from hpcrun.operate.submit import submit_store
+from hpcrun.operate.track import poll_store
 from hpcrun.store.base import StateStoreError
 
 
@@ -62,11 +62,11 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
     limit = max_attempts or int(manifest["submit"]["max_attempts"])
     with_cancelled = bool(manifest["submit"].get("retry_cancelled")) if cancelled is None else cancelled
     report = RetryReport(manifest["campaign"], dry_run=dry_run)
-    if not dry_run:
-        poll(plan_dir, db=db)
     if db is None and not (plan_dir / "state.db").exists():
         return report  # nothing was ever submitted
-    with open_plan_store(plan_dir, db) as store:
+    with open_plan_store(plan_dir, db) as store:   # one manifest, one store for the poll, requeue and submit
+        if not dry_run:
+            poll_store(plan_dir, manifest, store)
         try:
             campaign = store.get_campaign(manifest["campaign"])
         except StateStoreError:
@@ -76,8 +76,8 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
                                (store.unpark(campaign.id, selected) if not dry_run else [])]
         requeued, parked = store.requeue_failed(campaign.id, limit, retry_cancelled=with_cancelled,
                                                 job_indices=selected, dry_run=dry_run)
-    report.requeued = [names.get(i, f"#{i}") for i in requeued]
-    report.parked = [names.get(i, f"#{i}") for i in parked]
-    if not dry_run and (requeued or report.unparked or finalize_again):
-        report.submit = submit(plan_dir, db=db, on_batch=on_batch, finalize_again=finalize_again)
+        report.requeued = [names.get(i, f"#{i}") for i in requeued]
+        report.parked = [names.get(i, f"#{i}") for i in parked]
+        if not dry_run and (requeued or report.unparked or finalize_again):
+            report.submit = submit_store(plan_dir, manifest, store, on_batch=on_batch, finalize_again=finalize_again)
     return report

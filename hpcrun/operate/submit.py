@@ -285,15 +285,15 @@ def _queue_budget(manifest: Dict[str, Any], limit: Optional[int]) -> Tuple[Optio
 
 
 def _finalize_step(plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign,
-                   report: SubmitReport, db: Optional[str], again: bool) -> Optional[FinalizeAction]:
+                   report: SubmitReport, again: bool) -> Optional[FinalizeAction]:
     """The campaign's finalize job, once nothing of the plan is left pending (see hpcrun/operate/finalize.py)."""
     if not manifest.get("finalize"):
         return None
     from hpcrun.operate.finalize import Finalizer
-    from hpcrun.operate.track import poll
+    from hpcrun.operate.track import poll_store
 
     def refresh() -> None:
-        poll(plan_dir, db=db)
+        poll_store(plan_dir, manifest, store)
 
     finalizer = Finalizer(plan_dir, store, manifest, campaign, refresh=refresh)
     refused = finalizer.again() if again else None
@@ -321,28 +321,38 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
         return SubmitReport(manifest["campaign"], str(plan_dir / "state.db"), batches, left_pending=left,
                             queue=queue, dry_run=True, finalize=dry_run_action(manifest, None, None, left))
     with open_plan_store(plan_dir, db) as store:
-        campaign = register(store, manifest)
-        report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
-        if dry_run:
-            budget, report.queue = _queue_budget(manifest, limit)
-            report.batches, report.left_pending = plan_batches(
-                scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
-            from hpcrun.operate.finalize import dry_run_action
-            report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
-            return report
-        with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait):
-            submitter = Submitter(plan_dir, store, manifest, campaign)
-            report.recovered, report.released = submitter.reconcile()
-            budget, report.queue = _queue_budget(manifest, limit)
-            batches, report.left_pending = plan_batches(
-                submitter.scripts, store.pending_jobs(campaign.id), budget, throttle)
-            for group in claim_groups(batches):
-                for done in submitter.submit_group(group):
-                    report.batches.append(done)
-                    if on_batch:
-                        on_batch(done)
-            report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, db, finalize_again)
+        return submit_store(plan_dir, manifest, store, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
+                            on_batch=on_batch, on_wait=on_wait, finalize_again=finalize_again)
+
+
+def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *, dry_run: bool = False,
+                 limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 on_batch: Optional[Callable[[Batch], None]] = None,
+                 on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False) -> SubmitReport:
+    """``submit`` on a plan directory already open (retry reuses its manifest and store)."""
+    throttle = manifest["submit"].get("throttle")
+    campaign = register(store, manifest)
+    report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
+    if dry_run:
+        budget, report.queue = _queue_budget(manifest, limit)
+        report.batches, report.left_pending = plan_batches(
+            scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
+        from hpcrun.operate.finalize import dry_run_action
+        report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
         return report
+    with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait):
+        submitter = Submitter(plan_dir, store, manifest, campaign)
+        report.recovered, report.released = submitter.reconcile()
+        budget, report.queue = _queue_budget(manifest, limit)
+        batches, report.left_pending = plan_batches(
+            submitter.scripts, store.pending_jobs(campaign.id), budget, throttle)
+        for group in claim_groups(batches):
+            for done in submitter.submit_group(group):
+                report.batches.append(done)
+                if on_batch:
+                    on_batch(done)
+        report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
+    return report
 
 
 def follow(plan_dir: Union[str, Path], *, interval: float = 60.0, db: Optional[str] = None,

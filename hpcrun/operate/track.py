@@ -384,25 +384,30 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
     if db is None and not (plan_dir / "state.db").exists():
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
-        try:
-            campaign = store.get_campaign(manifest["campaign"])
-        except StateStoreError:
-            return _unsubmitted(store.location, plan_dir, all_jobs)
-        poller = Poller(plan_dir, store, manifest)
-        fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
-        extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
-        changes, ended, acct_s = poller.observe(store.active_submissions(campaign.id), extra)
-        observed = store.record_state_changes(campaign.id, changes)
-        qa = poller.qa_outcomes(ended)
-        if qa:
-            store.record_qa(qa)
-        if fin is not None:
-            observe_finalize(poller, store, fin)
-        report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
-        report.finalize = finalize_summary(manifest, store, campaign.id)
-        report.observed = observed
-        report.accounting_seconds = acct_s
-        return report
+        return poll_store(plan_dir, manifest, store, all_jobs)
+
+
+def poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_jobs: bool = False) -> StatusReport:
+    """``poll`` on a plan directory already open (retry and submit reuse their manifest and store)."""
+    try:
+        campaign = store.get_campaign(manifest["campaign"])
+    except StateStoreError:
+        return _unsubmitted(store.location, plan_dir, all_jobs)
+    poller = Poller(plan_dir, store, manifest)
+    fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
+    extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
+    changes, ended, acct_s = poller.observe(store.active_submissions(campaign.id), extra)
+    observed = store.record_state_changes(campaign.id, changes)
+    qa = poller.qa_outcomes(ended)
+    if qa:
+        store.record_qa(qa)
+    if fin is not None:
+        observe_finalize(poller, store, fin)
+    report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
+    report.finalize = finalize_summary(manifest, store, campaign.id)
+    report.observed = observed
+    report.accounting_seconds = acct_s
+    return report
 
 
 def held_for_a_human(pending_reason: str) -> bool:

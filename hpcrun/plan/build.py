@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import InputError
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
@@ -70,6 +71,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                     j.chains_per_node > site.partition.cpus for j in jobs),
                 cleanup_workdir=buffer.writer is None and "merge" in commands,
                 scheduler=profile.scheduler, launcher=launcher(profile),
+                accounting=profile.accounting and scheduler_for(profile.scheduler).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos))
 
 

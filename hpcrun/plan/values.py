@@ -116,6 +116,7 @@ class Plan:
     chain_overcommit: bool = False  # chains outnumber the CPUs of a node (jobs.overcommit)
     cleanup_workdir: bool = False   # chain parts on the filesystem are removed after the merge
     scheduler: str = "slurm"        # the profile's registered scheduler
+    accounting: bool = True         # the scheduler can be asked about ended jobs (profile and backend agree)
     launcher: Tuple[str, ...] = ()  # the task launcher and its site options (argv words)
     finalize_request: Optional[JobRequest] = None
 

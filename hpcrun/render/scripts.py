@@ -215,7 +215,7 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
         "submit": {
             "throttle": c.jobs.throttle or plan.profile.array_throttle,
             "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
-            "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.profile.accounting,
+            "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.accounting,
             "scheduler": plan.scheduler,
         },
         "finalize": None if c.finalize is None else {

@@ -413,22 +413,25 @@ def test_finalize_killed_after_sbatch_is_recovered_not_duplicated(slurm_cluster,
         held.cancel_all()
 
 
-def test_status_without_accounting_follows_squeue(slurm_cluster, hpcrun_bin, example_root):
-    """A site profile with `accounting: false`: status never calls sacct (a sacct that fails is
-    first on PATH) and still records each job's end from squeue and the job's own reason."""
-    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw", 2)
-    markers = slurm_cluster.pfs / "markers"
+@pytest.mark.parametrize("setting", ["accounting: false", "scheduler: slurm-queue-only"])
+def test_status_without_accounting_follows_squeue(slurm_cluster, hpcrun_bin, example_root, setting):
+    """A site profile with `accounting: false`, or the queue-only Slurm scheduler: status never
+    calls sacct (a sacct that fails is first on PATH) and still records each job's end from
+    squeue and the job's own reason."""
+    tag = "queueonly" if "scheduler" in setting else "noacct"
+    glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / f"raw-{tag}", 2)
+    markers = slurm_cluster.pfs / f"markers-{tag}"
     markers.mkdir()
     (markers / "run1001.h5.fail").write_text("always\n")
     slurm_cluster.chown(markers)
-    profiles = slurm_cluster.workdir / "profiles"
+    profiles = slurm_cluster.workdir / f"profiles-{tag}"
     slurm_cluster.write(profiles / "local-noacct.yaml",
-                        "name: local-noacct\nextends: local-test\naccounting: false\n")
-    nosacct = slurm_cluster.workdir / "nosacct"
+                        f"name: local-noacct\nextends: local-test\n{setting}\n")
+    nosacct = slurm_cluster.workdir / f"nosacct-{tag}"
     slurm_cluster.write(nosacct / "sacct", "#!/bin/sh\necho 'sacct must not be called' >&2\nexit 1\n", mode=0o755)
     slurm_cluster.chown(profiles)
     slurm_cluster.chown(nosacct)
-    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "noacct", burst_buffer=None, inputs__glob=glob,
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, tag, burst_buffer=None, inputs__glob=glob,
                  chain_extra=["--fail-marked", str(markers)], site={"profile": "local-noacct"},
                  jobs={"files_per_job": 1, "chains_per_node": 2})
     env = {"HPCRUN_PROFILE_PATH": str(profiles), "COLUMNS": "200",
@@ -438,12 +441,14 @@ def test_status_without_accounting_follows_squeue(slurm_cluster, hpcrun_bin, exa
         return slurm_cluster.run_as_user([c.hpcrun, *args], cwd=str(c.dir), env=env, timeout=400)
 
     assert hp("plan", str(c.spec), "--out", str(c.plan)).returncode == 0
-    assert json.loads((c.plan / "manifest.json").read_text())["submit"]["accounting"] is False
+    submit = json.loads((c.plan / "manifest.json").read_text())["submit"]
+    assert submit["accounting"] is False
+    assert submit["scheduler"] == ("slurm-queue-only" if "scheduler" in setting else "slurm")
     assert hp("submit", str(c.plan)).returncode == 0
     proc = hp("status", str(c.plan), "--wait", "--timeout", "240", "--json", "--all")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {j["job"]: j for j in json.loads(proc.stdout)["jobs"]}
-    assert (rows["e2e-noacct.00001"]["status"], rows["e2e-noacct.00001"]["state"]) == ("done", "COMPLETED")
-    bad = rows["e2e-noacct.00002"]
+    assert (rows[f"e2e-{tag}.00001"]["status"], rows[f"e2e-{tag}.00001"]["state"]) == ("done", "COMPLETED")
+    bad = rows[f"e2e-{tag}.00002"]
     assert (bad["status"], bad["state"]) == ("failed", "FAILED"), bad
     assert "chain(s) failed" in bad["reason"], bad

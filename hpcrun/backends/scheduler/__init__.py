@@ -4,7 +4,7 @@ Adding a scheduler is one module here (a ``@register``-ed subclass) and its line
 profile's ``scheduler`` choices follow from :func:`names`.
 """
 
-from hpcrun.backends.scheduler import slurm  # noqa: F401
+from hpcrun.backends.scheduler import slurm, slurm_queue_only  # noqa: F401
 from hpcrun.backends.scheduler.base import JobRequest, Scheduler, registered
 
 __all__ = ["DEFAULT", "JobRequest", "Scheduler", "names", "scheduler_for"]

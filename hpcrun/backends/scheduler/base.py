@@ -142,6 +142,7 @@ class Scheduler(ABC):
     launch: ClassVar[Launch]
     task_env: ClassVar[Tuple[str, ...]] = ()       # variables every task gets (containers pass them)
     task_env_patterns: ClassVar[Tuple[str, ...]] = ()
+    accounting: ClassVar[bool] = True              # keeps records of ended jobs (``records`` answers)
 
     # -- rendering ------------------------------------------------------------------------
     @abstractmethod
