@@ -182,7 +182,7 @@ def test_queue_only_slurm_never_runs_sacct(tmp_path, monkeypatch, spec_factory):
     with pytest.raises(slurm.SlurmError):
         scheduler_for("slurm").state_of("130")   # the accounting one does call sacct
     profile = tmp_path / "queue-only.yaml"
-    profile.write_text("name: queue-only\nextends: local-test\nscheduler: slurm-queue-only\n")
+    profile.write_text("name: queue-only\nextends: local-test\nscheduler: {kind: slurm-queue-only}\n")
     plan = load_plan(spec_factory({"site": {"profile": str(profile)}}))
     assert (plan.scheduler, plan.accounting) == ("slurm-queue-only", False)
     assert plan.scripts[0].request is not None

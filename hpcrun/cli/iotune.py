@@ -342,7 +342,7 @@ def _render_batch(plan: Any, out_dir: Optional[Path], force: bool, submit: bool,
         write_json(tmp / MANIFEST, data)
         write_text(tmp / SCRIPT, script, 0o755)
     job_id = None
-    sched = scheduler_for(plan.profile.scheduler)
+    sched = scheduler_for(plan.profile.scheduler.kind)
     if submit:
         job_id = sched.submit(target / SCRIPT, name="iotune-" + plan.sweep.name)
         write_json(target / SUBMITTED, {"job_id": job_id, "script": SCRIPT, "scheduler": sched.name,

@@ -64,7 +64,7 @@ def step_words(plan: SweepPlan, step: Step) -> Shell:
     if step.ranks is not None:
         nodes, per_node = step.ranks
         parts += [quote(w) for w in launcher(plan.profile)]
-        parts += scheduler_for(plan.profile.scheduler).launch_options(
+        parts += scheduler_for(plan.profile.scheduler.kind).launch_options(
             str(nodes), str(nodes * per_node), str(per_node), step=False,
             overcommit=bool(plan.partition and per_node > plan.partition.cpus))
     prefix = plan.runtime.prefix()
@@ -100,7 +100,7 @@ def context(plan: SweepPlan, out_dir: str) -> Dict[str, Any]:
     return {
         "version": __version__, "sweep_name": plan.sweep.name, "engine": plan.engine,
         "profile_name": plan.profile.name, "out_dir": quote(out_dir), "out_dir_shown": comment(out_dir),
-        **scheduler_context(plan.profile.scheduler, job_request(plan, out_dir)),
+        **scheduler_context(plan.profile.scheduler.kind, job_request(plan, out_dir)),
         "bb_lines": [Shell(line) for line in plan.bb_lines],
         "env": env, "modules": list(plan.profile.prologue.modules),
         "darshan_lib": quote(plan.darshan_lib) if plan.darshan_lib else Shell(""),
@@ -113,7 +113,7 @@ def render(plan: SweepPlan, out_dir: str) -> str:
     text = env.get_template(TEMPLATE).render(context(plan, out_dir))
     bbset = plan.profile.burst_buffer
     problems = check_script(text.splitlines(), "#" + bbset.directive, grammar_checked(bbset.system),
-                            job_directive=scheduler_for(plan.profile.scheduler).directive)
+                            job_directive=scheduler_for(plan.profile.scheduler.kind).directive)
     if problems:
         raise HpcrunError(f"the rendered sweep job has invalid directives: {problems}; this is a bug in "
                           "hpcrun or a site template")

@@ -163,6 +163,12 @@ class Filesystem(Strict):
     type: Literal["lustre", "gpfs", "nfs", "xfs", "ext4", "tmpfs", "other"] = "other"
 
 
+class SchedulerSettings(Strict):
+    """The scheduler's settings table: which backend writes and follows the jobs."""
+
+    kind: SchedulerKind = Field("slurm", description="one of the registered schedulers")
+
+
 class Launcher(Strict):
     command: Optional[Line] = Field(None, description=(
         "program that starts the job's tasks; default: the scheduler's own launcher"), json_schema_extra=TRUSTED)
@@ -225,7 +231,8 @@ class SiteProfile(Strict):
     containers: Containers = Field(default_factory=Containers)
     burst_buffer: BurstBufferSettings = Field(default_factory=BurstBufferSettings)
     filesystems: Dict[str, Filesystem] = Field(default_factory=dict)
-    scheduler: SchedulerKind = Field("slurm", description="the batch system (one of the registered schedulers)")
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings, description=(
+        "the batch system's settings table"))
     launcher: Launcher = Field(default_factory=Launcher)
     prologue: Prologue = Field(default_factory=Prologue)
     tools: ToolPaths = Field(default_factory=ToolPaths)

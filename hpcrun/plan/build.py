@@ -70,8 +70,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 chain_overcommit=campaign.jobs.overcommit and any(
                     j.chains_per_node > site.partition.cpus for j in jobs),
                 cleanup_workdir=buffer.writer is None and "merge" in commands,
-                scheduler=profile.scheduler, launcher=launcher(profile),
-                accounting=profile.accounting and scheduler_for(profile.scheduler).accounting,
+                scheduler=profile.scheduler.kind, launcher=launcher(profile),
+                accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos))
 
 

@@ -50,7 +50,7 @@ class Checks:
 def check_directive_values(campaign: Campaign, profile: SiteProfile, pname: str,
                            spec_error: Report, profile_error: Report) -> None:
     """Every spec or profile value written into a scheduler directive line."""
-    sched = scheduler_for(profile.scheduler)
+    sched = scheduler_for(profile.scheduler.kind)
     site = campaign.site
     spec_values: List[Tuple[Tuple[object, ...], Optional[str]]] = [
         (("name",), campaign.name), (("site", "partition"), site.partition), (("site", "qos"), site.qos),

@@ -53,11 +53,11 @@ def finalize_request(campaign: Campaign, profile: SiteProfile, part: Partition,
 def launcher(profile: SiteProfile) -> Tuple[str, ...]:
     """The profile's task launcher, or the scheduler's own."""
     own = profile.launcher.command
-    command = (own,) if own else scheduler_for(profile.scheduler).launch.command
+    command = (own,) if own else scheduler_for(profile.scheduler.kind).launch.command
     return tuple(command) + tuple(profile.launcher.options)
 
 
 def task_env(profile: SiteProfile) -> dict:
     """The scheduler's per-task variables, which a container runtime must let through."""
-    sched = scheduler_for(profile.scheduler)
+    sched = scheduler_for(profile.scheduler.kind)
     return {"task_env": sched.task_env, "task_env_patterns": sched.task_env_patterns}

@@ -413,7 +413,7 @@ def test_finalize_killed_after_sbatch_is_recovered_not_duplicated(slurm_cluster,
         held.cancel_all()
 
 
-@pytest.mark.parametrize("setting", ["accounting: false", "scheduler: slurm-queue-only"])
+@pytest.mark.parametrize("setting", ["accounting: false", "scheduler: {kind: slurm-queue-only}"])
 def test_status_without_accounting_follows_squeue(slurm_cluster, hpcrun_bin, example_root, setting):
     """A site profile with `accounting: false`, or the queue-only Slurm scheduler: status never
     calls sacct (a sacct that fails is first on PATH) and still records each job's end from
