@@ -132,14 +132,15 @@ FINALIZE_AGAIN = click.option(
 @click.option("--dry-run", is_flag=True, help="show what would be submitted; change nothing")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="submit at most this many plan jobs")
 @click.option("--follow", is_flag=True, help="keep submitting as the queue drains until all work is submitted")
-@click.option("--interval", type=float, default=60.0, show_default=True, help="seconds between --follow rounds")
+@click.option("--interval", type=float, default=None,
+              help="seconds between --follow rounds (default 60; never below the site's scheduler.min_poll_interval)")
 @click.option("--lock-timeout", type=float, default=600.0, show_default=True,
               help="seconds to wait for another submit of this campaign to finish")
 @FINALIZE_AGAIN
 @click.option("--json", "as_json", is_flag=True)
 @reported
 def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional[int], follow: bool,
-               interval: float, lock_timeout: float, finalize_again: bool, as_json: bool) -> None:
+               interval: Optional[float], lock_timeout: float, finalize_again: bool, as_json: bool) -> None:
     """Submit the work of PLAN_DIR that is neither done nor in flight, and record it; then the
     campaign's finalize job (spec `finalize:`) once every plan job has been submitted."""
     from hpcrun.operate.submit import follow as follow_submit
@@ -196,7 +197,9 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
 @click.option("--wait", "wait_", is_flag=True, help="poll until nothing is in flight")
 @click.option("--watch", is_flag=True, help="like --wait, with a live progress bar")
 @click.option("--timeout", type=float, default=None, help="give up waiting after this many seconds")
-@click.option("--interval", type=float, default=None, help="seconds between polls (default 2, --watch 10)")
+@click.option("--interval", type=float, default=None, help=(
+    "seconds between polls (default 60, doubling up to 10x while nothing changes; never below the "
+    "site's scheduler.min_poll_interval)"))
 @click.option("--all", "show_all", is_flag=True,
               help="list every job (also done and never submitted), in the table and in --json")
 @click.option("--json", "as_json", is_flag=True)
@@ -217,10 +220,10 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
             def tick(rep: Any) -> None:
                 bar.update(task, total=len(rep.jobs), completed=rep.finished,
                            description=", ".join(f"{n} {s}" for s, n in rep.counts.items() if n))
-            report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 10.0, on_poll=tick,
+            report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval, on_poll=tick,
                                   all_jobs=show_all)
     elif wait_ or watch:
-        report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval or 2.0, all_jobs=show_all)
+        report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval, all_jobs=show_all)
     else:
         report = poll(plan_dir, db=db, all_jobs=show_all)
     if as_json:

@@ -47,6 +47,22 @@ def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) ->
     return open_store(db or plan_dir, **options)
 
 
+DEFAULT_POLL_S = 60.0      # a login node is shared: poll the scheduler once a minute unless told otherwise
+BACKOFF = 2.0              # the interval doubles after a poll that saw no change ...
+BACKOFF_LIMIT = 10.0       # ... up to ten times the chosen interval, and drops back on the next change
+
+
+def poll_interval(manifest: Dict[str, Any], requested: Optional[float]) -> float:
+    """The interval between polls: the request (default one minute), never below the site's minimum."""
+    site_min = float(manifest.get("submit", {}).get("min_poll_interval") or 0)
+    return max(DEFAULT_POLL_S if requested is None else requested, site_min)
+
+
+def next_interval(base: float, current: float, changed: bool) -> float:
+    """Back off while nothing changes; back to ``base`` as soon as something does."""
+    return base if changed else min(current * BACKOFF, base * BACKOFF_LIMIT)
+
+
 def scheduler_of(manifest: Dict[str, Any]) -> Scheduler:
     """The scheduler the plan was written for (plans from before the registry: Slurm)."""
     return scheduler_for(manifest.get("submit", {}).get("scheduler", DEFAULT))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import open_plan_store, read_manifest, scheduler_of
+from hpcrun.operate.plandir import open_plan_store, poll_interval, read_manifest, scheduler_of
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
 from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
@@ -355,12 +355,14 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
     return report
 
 
-def follow(plan_dir: Union[str, Path], *, interval: float = 60.0, db: Optional[str] = None,
+def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: Optional[str] = None,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            on_batch: Optional[Callable[[Batch], None]] = None,
            on_round: Optional[Callable[[SubmitReport], None]] = None,
            finalize_again: bool = False) -> List[SubmitReport]:
-    """Keep submitting as the queue drains until no outstanding work is left to submit."""
+    """Keep submitting as the queue drains until no outstanding work is left to submit (every
+    ``interval`` seconds: one minute by default, never below the site's minimum)."""
+    pause = poll_interval(read_manifest(Path(os.path.abspath(plan_dir)), jobs=False), interval)
     reports: List[SubmitReport] = []
     while True:
         report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch,
@@ -370,4 +372,4 @@ def follow(plan_dir: Union[str, Path], *, interval: float = 60.0, db: Optional[s
             on_round(report)
         if report.left_pending == 0 and not (report.finalize and report.finalize.action == "waiting"):
             return reports
-        time.sleep(interval)
+        time.sleep(pause)

@@ -25,7 +25,7 @@ from hpcrun.backends.scheduler.base import (
     normalize_state,
     parse_exit_code,
 )
-from hpcrun.operate.plandir import open_plan_store, read_manifest, scheduler_of
+from hpcrun.operate.plandir import next_interval, open_plan_store, poll_interval, read_manifest, scheduler_of
 from hpcrun.plan.inputs import stem_of
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.mounts import INPUT_STATES
@@ -416,9 +416,14 @@ def held_for_a_human(pending_reason: str) -> bool:
 
 
 def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Optional[float] = None,
-          interval: float = 2.0, on_poll: Optional[Callable[[StatusReport], None]] = None,
-          all_jobs: bool = False) -> StatusReport:
-    """Poll until nothing is in flight (or what is left is held for a human); returns the last report."""
+          interval: Optional[float] = None, on_poll: Optional[Callable[[StatusReport], None]] = None,
+          all_jobs: bool = False, sleep: Callable[[float], None] = time.sleep) -> StatusReport:
+    """Poll until nothing is in flight (or what is left is held for a human); returns the last report.
+
+    Polite by default: once a minute (or ``interval``, never below the site's
+    ``scheduler.min_poll_interval``), backing off while nothing changes."""
+    base = poll_interval(read_manifest(Path(plan_dir).resolve(), jobs=False), interval)
+    current = base
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         report = poll(plan_dir, db=db, all_jobs=all_jobs)
@@ -428,4 +433,6 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
             return report
         if deadline is not None and time.monotonic() > deadline:
             return report
-        time.sleep(interval)
+        current = next_interval(base, current, report.observed > 0)
+        left = None if deadline is None else max(1.0, deadline - time.monotonic())
+        sleep(current if left is None else min(current, left))

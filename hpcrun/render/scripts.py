@@ -216,7 +216,7 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
             "throttle": c.jobs.throttle or plan.profile.array_throttle,
             "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
             "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.accounting,
-            "scheduler": plan.scheduler,
+            "scheduler": plan.scheduler, "min_poll_interval": plan.profile.scheduler.min_poll_interval,
         },
         "finalize": None if c.finalize is None else {
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],

@@ -65,7 +65,8 @@ class Campaign:
         return json.loads(proc.stdout)["submitted"]
 
     def status(self, wait: bool = True, timeout: float = 240) -> list:
-        args = ["status", str(self.plan), "--json", "--all"] + (["--wait", "--timeout", str(timeout)] if wait else [])
+        wait_args = ["--wait", "--timeout", str(timeout), "--interval", "2"]   # local-test allows 1 s
+        args = ["status", str(self.plan), "--json", "--all"] + (wait_args if wait else [])
         proc = self.hp(*args, timeout=timeout + 60)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return json.loads(proc.stdout)["jobs"]
