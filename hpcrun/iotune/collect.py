@@ -58,6 +58,11 @@ def _measure(engine: Engine, raw: Path, steps: List[Dict[str, Any]], operation: 
     return engine.combine(parts), None, version
 
 
+def _job_id(raw: Path) -> Optional[str]:
+    """The sweep job's id (raw/job_id; sweeps written before it was named so: raw/slurm_job_id)."""
+    return _read(raw / "job_id") or _read(raw / "slurm_job_id") or None
+
+
 def finished(sweep_dir: Path) -> bool:
     return (sweep_dir / "raw" / "exit_code").is_file()
 
@@ -108,7 +113,7 @@ def collect(sweep_dir: Path, manifest: Dict[str, Any], job_state: Optional[str] 
         "hpcrun_version": __version__, "planned_with": manifest["hpcrun_version"], "mode": manifest["mode"],
         "engine": {"name": engine.name, "version": engine_version, "binary": manifest["engine"]["binary"]},
         "environment": {"node": _read(raw / "node"), "date": _read(raw / "started"),
-                        "slurm_job_id": _read(raw / "slurm_job_id") or None, "profile": manifest["profile"],
+                        "slurm_job_id": _job_id(raw), "profile": manifest["profile"],
                         "exit_code": int(exit_code) if exit_code and exit_code.isdigit() else None,
                         "job_state": job_state},
         "targets": targets, "sweep": manifest["sweep"], "results": rows,

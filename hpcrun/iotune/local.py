@@ -76,7 +76,7 @@ def run(plan: SweepPlan, sweep_dir: Path, progress: Optional[Callable[[Point, St
     raw.mkdir(parents=True, exist_ok=True)
     _write(raw / "node", socket.gethostname())
     _write(raw / "started", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    _write(raw / "slurm_job_id", scheduler_for(plan.profile.scheduler.kind).job_env() or "")
+    _write(raw / "job_id", scheduler_for(plan.profile.scheduler.kind).job_env() or "")
     _write(raw / "engine-version", _engine_version(plan))
     if plan.darshan_lib:
         (raw / "darshan").mkdir(exist_ok=True)
