@@ -29,6 +29,7 @@ from hpcrun.backends.scheduler.base import normalize_state, parse_exit_code
 from hpcrun.errors import InputError
 from hpcrun.store import schema
 from hpcrun.store.base import SchemaVersionError, StateStoreError
+from hpcrun.store.lockprobe import probe_locks
 from hpcrun.store.mounts import (
     OVERRIDE_FLAG,
     Mount,
@@ -388,27 +389,60 @@ def test_network_fs_types(fstype, network):
     assert is_network_fs(fstype) is network
 
 
-def test_sqlite_on_lustre_is_refused_with_override(tmp_path):
-    fake = f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n31 22 0:41 / {tmp_path} rw - lustre mds@o2ib:/scratch rw\n"
+def _lustre_at(path) -> str:
+    return f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n31 22 0:41 / {path} rw - lustre mds@o2ib:/scratch rw\n"
+
+
+def _journal(store) -> str:
+    with store.engine.connect() as conn:
+        return str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower()
+
+
+def test_sqlite_on_a_network_fs_with_working_locks_opens_without_wal(tmp_path):
+    """The default store works where real sites keep plan directories: rollback journal, no flag."""
+    with StateStore.open(tmp_path, mount_table=_lustre_at(tmp_path)) as store:
+        assert _journal(store) == "delete"
+        store.register_campaign("c", "a", "b")
+    assert not list(tmp_path.glob(".hpcrun-lock-probe*")) and not (tmp_path / "state.db-wal").exists()
+    with StateStore.open(tmp_path, mount_table=LOCAL_ONLY) as store:   # the same file on a local disk: WAL
+        assert _journal(store) == "wal"
+    with StateStore.open(f"sqlite:///{tmp_path / 'other.db'}", mount_table=_lustre_at(tmp_path)) as store:
+        assert _journal(store) == "delete"   # a sqlite URL is placed the same way
+
+
+def test_sqlite_where_locks_are_broken_is_refused_with_override(tmp_path):
+    broken = lambda _d: "flock locks fail here (ENOSYS: Function not implemented)"  # noqa: E731
     with pytest.raises(InputError) as exc:
-        StateStore.open(tmp_path, mount_table=fake)
+        check_sqlite_location(tmp_path / "state.db", mount_table=_lustre_at(tmp_path), probe=broken)
     message = str(exc.value)
-    assert str(tmp_path / "state.db") in message and "lustre" in message and OVERRIDE_FLAG in message
-    assert not (tmp_path / "state.db").exists()
+    assert str(tmp_path / "state.db") in message and "lustre" in message and "ENOSYS" in message
+    assert "-o flock" in message and "postgresql" in message and OVERRIDE_FLAG in message
     with pytest.warns(NetworkFilesystemWarning, match="lustre"):
-        store = StateStore.open(tmp_path, mount_table=fake, allow_network_fs=True)
-    store.close()
-    assert (tmp_path / "state.db").exists()
-    with pytest.raises(InputError, match="lustre"):  # a sqlite URL is checked the same way
-        StateStore.open(f"sqlite:///{tmp_path / 'other.db'}", mount_table=fake)
+        placement = check_sqlite_location(tmp_path / "state.db", mount_table=_lustre_at(tmp_path), probe=broken,
+                                          allow_network_fs=True)
+    assert placement.network
+
+
+def test_lock_probe_sees_a_second_process_refused(tmp_path):
+    assert probe_locks(tmp_path) is None
+    assert not list(tmp_path.iterdir())   # the probe file is gone
+
+
+def test_lock_probe_reports_a_lock_another_process_was_granted(tmp_path, monkeypatch):
+    """Locks that are local to each client (NFS with local_lock, Lustre -o localflock seen from
+    two nodes) look like this: the other process gets the lock too."""
+    from hpcrun.store import lockprobe
+    monkeypatch.setattr(lockprobe, "_take_here", lambda fd: [])   # this process takes nothing
+    said = probe_locks(tmp_path)
+    assert said is not None and "was granted the fcntl lock" in said and "flock" in said
 
 
 def test_real_mount_table(tmp_path):
     if not os.path.exists("/proc/self/mountinfo"):
         pytest.skip("no /proc/self/mountinfo on this system")
-    mount = check_sqlite_location(tmp_path / "state.db")
-    assert mount is not None and mount.fstype
-    print(f"\n{tmp_path} is on {mount.fstype} mounted at {mount.mount_point}")
+    placement = check_sqlite_location(tmp_path / "state.db")
+    assert placement.mount is not None and placement.mount.fstype
+    print(f"\n{tmp_path} is on {placement.mount.fstype} mounted at {placement.mount.mount_point}")
 
 
 def test_slurm_state_words():

@@ -7,17 +7,18 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Union
+from typing import Callable, Iterable, List, Optional, Union
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.store import schema
+from hpcrun.store.lockprobe import probe_locks
 
 DB_NAME = "state.db"
 INPUT_STATES = schema.INPUT_STATES
 DEFAULT_BUSY_TIMEOUT_S = 30.0
-OVERRIDE_FLAG = "--allow-network-fs"
+OVERRIDE_FLAG = "allow_network_fs=True"  # Python API only: a broken lock is not a command-line choice
 
-# SQLite's locking (and WAL's shared memory) is unsafe on these: see https://sqlite.org/faq.html#q5
+# SQLite's WAL needs shared memory these do not have, and their locks must be probed: https://sqlite.org/faq.html#q5
 NETWORK_FS_TYPES = frozenset({
     "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "glusterfs", "afs",
     "9p", "panfs", "pvfs2", "orangefs", "dvs", "wekafs", "ncpfs", "coda", "davfs", "fuse",
@@ -28,7 +29,7 @@ LOCAL_FUSE_TYPES = frozenset({"fuse.fuse-overlayfs", "fuse.lxcfs"})
 
 
 class NetworkFilesystemWarning(UserWarning):
-    """A SQLite state file on a network or parallel filesystem was used on explicit request."""
+    """A SQLite state file where locking is broken was used on explicit request."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,32 +96,46 @@ def read_mount_table() -> Optional[str]:
     return None
 
 
-def check_sqlite_location(db_path: Union[str, os.PathLike], *, allow_network_fs: bool = False,
-                          mount_table: Optional[str] = None) -> Optional[Mount]:
-    """Refuse (or, when allowed, warn about) a SQLite file on a network or parallel filesystem.
+@dataclass(frozen=True)
+class Placement:
+    """Where a SQLite file lives, and so how it must be opened."""
 
-    Two hpcrun processes on different nodes would each believe they hold the lock and
-    could corrupt the campaign's state, so this is an error unless explicitly overridden.
-    ``mount_table`` defaults to this process's /proc/self/mountinfo.
+    mount: Optional[Mount]
+    network: bool   # on a network or parallel filesystem: rollback journal, never WAL
+
+
+def check_sqlite_location(db_path: Union[str, os.PathLike], *, allow_network_fs: bool = False,
+                          mount_table: Optional[str] = None,
+                          probe: Callable[[Path], Optional[str]] = probe_locks) -> Placement:
+    """Where the SQLite file is; on a network filesystem, prove locking works there or refuse.
+
+    Real sites keep plan directories on Lustre, GPFS or NFS, so such a location is
+    accepted once a second process is refused the locks this one holds (``probe``);
+    the store then uses a rollback journal, since WAL needs shared memory no network
+    filesystem has. ``allow_network_fs`` opens it even when that probe fails (one
+    process at a time, at the caller's risk). ``mount_table`` replaces
+    /proc/self/mountinfo (tests, odd sites).
     """
     text = read_mount_table() if mount_table is None else mount_table
-    if text is None:
-        return None
-    mount = find_mount(os.path.realpath(os.fspath(db_path)), parse_mount_table(text))
+    mount = None if text is None else find_mount(os.path.realpath(os.fspath(db_path)), parse_mount_table(text))
     if mount is None or not is_network_fs(mount.fstype):
-        return mount
+        return Placement(mount, False)
+    broken = probe(Path(os.path.realpath(os.fspath(db_path))).parent)
+    if broken is None:
+        return Placement(mount, True)
     where = os.fspath(db_path)
-    risk = (f"is on a {mount.fstype} filesystem (mounted at {mount.mount_point} from {mount.source or '?'}). "
-            "SQLite's file locking is not reliable there: two hpcrun processes could both believe they hold "
-            "the lock and corrupt the campaign state.")
+    risk = (f"is on a {mount.fstype} filesystem (mounted at {mount.mount_point} from {mount.source or '?'}) "
+            f"where file locking does not work: {broken}. Two hpcrun processes could both believe they "
+            "hold the lock and corrupt the campaign state.")
     if not allow_network_fs:
         raise InputError([Problem(where, None, "", (
-            f"{risk} Keep the plan directory on a local disk, or share the state through a server database "
-            "(a postgresql+psycopg:// URL). To use this file anyway, and only if no two hpcrun processes will "
-            f"ever run at once, pass {OVERRIDE_FLAG}."))])
+            f"{risk} Ask the site to mount it with working locks (Lustre: -o flock), keep the plan "
+            "directory on a filesystem whose locks work, or share the state through a server database "
+            "(--db postgresql+psycopg://USER@HOST/DB). To use this file anyway, and only if no two hpcrun "
+            f"processes will ever run at once, open it from Python with {OVERRIDE_FLAG}."))])
     warnings.warn(f"{where} {risk} Using it anyway because {OVERRIDE_FLAG} was given: never run two hpcrun "
                   "processes on this campaign at once.", NetworkFilesystemWarning, stacklevel=3)
-    return mount
+    return Placement(mount, True)
 
 
 # ---------------------------------------------------------------------------------------------

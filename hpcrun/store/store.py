@@ -2,8 +2,9 @@
 
 A campaign runs for months through crashes and maintenance windows, so what has been
 claimed, submitted, observed and checked must survive any interruption and be shared
-safely by concurrent hpcrun processes. The default store is SQLite (WAL, foreign keys,
-busy timeout) at ``<plan_dir>/state.db``; several operators can instead share a server
+safely by concurrent hpcrun processes. The default store is SQLite (WAL, or a rollback
+journal on a network filesystem whose locks were proved to work; foreign keys, busy
+timeout) at ``<plan_dir>/state.db``; several operators can instead share a server
 database given by URL (``postgresql+psycopg://...``, ``mysql+pymysql://...``). All SQL
 is built with SQLAlchemy Core, so the same code runs on each.
 
@@ -43,13 +44,18 @@ from hpcrun.store.queries import Queries
 # engines
 
 
-def _configure_sqlite(engine: Engine, busy_timeout_s: float, memory: bool) -> None:
-    """WAL, foreign keys and a busy timeout on every connection; BEGIN IMMEDIATE for writes.
+def _configure_sqlite(engine: Engine, busy_timeout_s: float, memory: bool, network: bool = False) -> None:
+    """WAL (a rollback journal on a network filesystem), foreign keys and a busy timeout on
+    every connection; BEGIN IMMEDIATE for writes.
 
+    WAL's shared-memory index cannot work across the clients of a network filesystem, so
+    there the journal is DELETE with full syncs: readers and the one writer take turns
+    under SQLite's fcntl locks, which the store proved to work when it was opened.
     pysqlite's own transaction handling is turned off (isolation_level None) so that
     SQLAlchemy's BEGIN is the only one and DDL is transactional too.
     """
     busy_ms = int(busy_timeout_s * 1000)
+    journal, sync = ("DELETE", "FULL") if network else ("WAL", "NORMAL")
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -58,11 +64,11 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float, memory: bool) -> No
         try:
             cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
             cur.execute("PRAGMA foreign_keys = ON")
-            mode = cur.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            cur.execute("PRAGMA synchronous = NORMAL")  # durable with WAL except for the last commits on power loss
+            mode = cur.execute(f"PRAGMA journal_mode = {journal}").fetchone()[0]
+            cur.execute(f"PRAGMA synchronous = {sync}")  # NORMAL: with WAL, durable but for the last commits
         finally:
             cur.close()
-        if not memory and str(mode).lower() != "wal":
+        if not memory and not network and str(mode).lower() != "wal":
             warnings.warn(f"SQLite refused WAL journal mode (got {mode!r}); concurrent readers will block writers",
                           RuntimeWarning, stacklevel=2)
 
@@ -101,9 +107,9 @@ class StateStore(Claims, Observations, Queries):
                     "is not a directory; the state store lives in a plan directory "
                     "(create one with `hpcrun plan SPEC --out DIR`) or at a database URL"))])
             db = plan_dir / DB_NAME
-            check_sqlite_location(db, allow_network_fs=allow_network_fs, mount_table=mount_table)
+            placement = check_sqlite_location(db, allow_network_fs=allow_network_fs, mount_table=mount_table)
             engine = create_engine(URL.create("sqlite", database=str(db)))
-            _configure_sqlite(engine, busy_timeout_s, memory=False)
+            _configure_sqlite(engine, busy_timeout_s, memory=False, network=placement.network)
             location = str(db)
         store = cls(engine, location)
         try:
@@ -125,10 +131,10 @@ class StateStore(Claims, Observations, Queries):
             if url.get_backend_name() == "sqlite":
                 db = url.database or ""
                 memory = db in ("", ":memory:")
-                if not memory:
-                    check_sqlite_location(db, allow_network_fs=allow_network_fs, mount_table=mount_table)
+                network = not memory and check_sqlite_location(
+                    db, allow_network_fs=allow_network_fs, mount_table=mount_table).network
                 engine = create_engine(url, poolclass=StaticPool) if memory else create_engine(url)
-                _configure_sqlite(engine, busy_timeout_s, memory)
+                _configure_sqlite(engine, busy_timeout_s, memory, network)
             else:
                 engine = create_engine(url, pool_pre_ping=True)
         except NoSuchModuleError as exc:

@@ -79,6 +79,11 @@ APT_PACKAGES = [
     "charliecloud-runtime",
     "debootstrap",
     "zstd",
+    # a real network filesystem for the state store tests (sshfs over loopback: the kernel
+    # here has no NFS), and the browser the web view is tested in
+    "sshfs",
+    "openssh-server",
+    "chromium",
 ]
 
 DAEMON_MARKER = "HPCRUN_HARNESS_DAEMON"
