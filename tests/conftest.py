@@ -116,3 +116,13 @@ def readable_copy(rel: str) -> Path:
             (root / parent).chmod(0o755)
         _READABLE[rel] = dest
     return _READABLE[rel]
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """Fake sbatch/squeue/sacct first on PATH (tests/fake_slurm.py)."""
+    from tests.fake_slurm import FakeSlurm
+
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", f"{fake.bin}:{os.environ['PATH']}")
+    return fake

@@ -15,6 +15,13 @@ from hpcrun.store.store import open_store
 T0 = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
 
 
+def _policy():
+    from hpcrun.model.retry import RetrySpec, effective_rules
+    from hpcrun.operate.policy import RetryPolicy
+
+    return RetryPolicy(effective_rules(RetrySpec()), 10, {}, 3600)
+
+
 def _store_with_runs(tmp_path):
     """4 inputs in 4 plan jobs: two complete (one fails QA), one fails twice, one never submitted."""
     store = open_store(tmp_path)
@@ -24,7 +31,7 @@ def _store_with_runs(tmp_path):
     sub_ids = {}
     for attempt, jobs in enumerate([[0, 1, 2], [2]]):
         if attempt:
-            assert store.requeue_failed(c.id, max_attempts=3) == ([2], [])
+            assert _policy().apply(store, c.id) == ([2], [])
         claim = store.claim_jobs(c.id, jobs)
         by_job = {i.job_index: i.id for i in claim.inputs}
         subs = [NewSubmission(f"{500 + attempt}", "jobs/array001.sbatch", "d" * 64, f"reco.{claim.token[:12]}",

@@ -619,7 +619,7 @@ def test_finalize_rounds_sqlite(tmp_path):
         _finalize_flow(store, c)
 
 
-def test_version_2_store_migrates_to_3(tmp_path):
+def test_version_2_store_migrates_to_the_current_version(tmp_path):
     engine = create_engine(f"sqlite:///{tmp_path / 'state.db'}")
     with engine.begin() as conn:
         assert schema.migrate(conn, schema.MIGRATIONS[:2]) == 2
@@ -627,28 +627,40 @@ def test_version_2_store_migrates_to_3(tmp_path):
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with _open(tmp_path) as store:
-        assert store.schema_version() == 3
+        assert store.schema_version() == len(schema.MIGRATIONS) == 4
         c = store.get_campaign("old")
         assert store.add_finalize_round(c.id, "old.finalize", "ok").round == 1
-    assert "hpcrun_finalize" in inspect(create_engine(f"sqlite:///{tmp_path / 'state.db'}")).get_table_names()
+    found = inspect(create_engine(f"sqlite:///{tmp_path / 'state.db'}"))
+    assert {"hpcrun_finalize", "hpcrun_supervisor"} <= set(found.get_table_names())
+    assert "adjust" in {c["name"] for c in found.get_columns("hpcrun_input")}
+    assert {"failure_class", "changes"} <= {c["name"] for c in found.get_columns("hpcrun_submission")}
 
 
-def test_requeue_parks_after_max_attempts_and_skips_cancelled(tmp_path):
+def _policy(max_attempts: int, cancelled: bool = False, total: int = 10):
+    from hpcrun.model.retry import RetrySpec, effective_rules
+    from hpcrun.operate.policy import RetryPolicy
+
+    spec = RetrySpec(max_attempts=max_attempts, cancelled=cancelled)
+    return RetryPolicy(effective_rules(spec), total, {}, 3600)
+
+
+def test_retry_policy_parks_after_the_class_limit_and_leaves_cancels(tmp_path):
     store, c = _jobs_store(tmp_path)
     with store:
         _submit_and_end(store, c, [0, 1], "10", "FAILED", "chain(s) failed: 0(rc=3)")
         _submit_and_end(store, c, [2], "11", "CANCELLED")
         _submit_and_end(store, c, [3], "12", "COMPLETED")
-        assert store.requeue_failed(c.id, 2, dry_run=True) == ([0, 1], [])
+        assert _policy(2).apply(store, c.id, dry_run=True) == ([0, 1], [])
         assert store.pending_jobs(c.id) == []  # the dry run changed nothing
-        assert store.requeue_failed(c.id, 2) == ([0, 1], [])
+        assert _policy(2).apply(store, c.id) == ([0, 1], [])
         _submit_and_end(store, c, [0, 1], "13", "FAILED", "chain(s) failed: 1(rc=3)")
-        assert store.requeue_failed(c.id, 2) == ([], [0, 1])
+        assert _policy(2).apply(store, c.id) == ([], [0, 1])   # a chain class failure twice: parked
         states = {j.job_index: (j.state, j.attempts) for j in store.job_states(c.id)}
         assert states == {0: ("parked", 2), 1: ("parked", 2), 2: ("failed", 1), 3: ("done", 1)}
-        parked = [j for j in store.job_states(c.id) if j.state == "parked"][0]
-        assert parked.last_reason.startswith("parked after 2 attempt(s): FAILED exit 7: chain(s) failed: 1(rc=3)")
-        assert store.requeue_failed(c.id, 2, retry_cancelled=True) == ([2], [])
+        parked = {j.job_index: j for j in store.job_states(c.id) if j.state == "parked"}
+        assert parked[0].last_reason.startswith("parked: chain (chain(s) failed: 1(rc=3)), 2 time(s) in 2 attempt(s)")
+        assert store.attempts_by_class(c.id) == {"chain": 4}
+        assert _policy(2, cancelled=True).apply(store, c.id) == ([2], [])   # retry --cancelled
         assert store.unpark(c.id, [1]) == [1]
         assert sorted(store.pending_jobs(c.id)) == [1, 2]
         assert {j.job_index: j.attempts for j in store.job_states(c.id)}[1] == 0
@@ -671,7 +683,7 @@ def test_postgres_jobs_report_and_submit_lock(pg_url):
         store.add_inputs(c.id, [NewInput(f"/d/g{j}.raw", size=10, job_index=j, events=5) for j in range(3)])
         _submit_and_end(store, c, [0, 1], "20", "FAILED", "chain(s) failed")
         _submit_and_end(store, c, [2], "21", "COMPLETED")
-        assert store.requeue_failed(c.id, 1) == ([], [0, 1])
+        assert _policy(1, total=1).apply(store, c.id) == ([], [0, 1])   # like `retry --max-attempts 1`
         assert [(j.state, j.exit_code) for j in store.job_states(c.id)] == [("parked", 7), ("parked", 7),
                                                                            ("done", 0)]
         report = build("pg-jobs", store.report_rows(c.id), {})

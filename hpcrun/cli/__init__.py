@@ -434,9 +434,11 @@ def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: flo
 
 
 def _register_iotune() -> None:
+    from hpcrun.cli.campaign import register as register_campaign
     from hpcrun.cli.iotune import register
 
     register(iotune_group)
+    register_campaign(main, DB_OPTION, reported, out)
 
 
 _register_iotune()

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
 from hpcrun.model.kinds import RuntimeKind
+from hpcrun.model.retry import EventsSpec, RetrySpec
 
 
 class Strict(BaseModel):
@@ -156,14 +157,6 @@ class JobsSpec(Strict):
         return self
 
 
-class RetrySpec(Strict):
-    """How often ``hpcrun retry`` resubmits a job's inputs before parking them for a human."""
-
-    max_attempts: int = Field(3, ge=1, description="submissions per input, the first one included")
-    cancelled: bool = Field(False, description=(
-        "also retry jobs that were cancelled (normally an operator's decision, so not retried)"))
-
-
 class RestartPolicy(Strict):
     max_restarts: int = Field(3, ge=0, description="restarts of a dead DB server before the job fails")
     backoff: Duration = Field(5, description="wait before each restart")
@@ -277,4 +270,5 @@ class Campaign(Strict):
     merge: Optional[MergeSpec] = None
     qa: Optional[QASpec] = None
     finalize: Optional[FinalizeSpec] = None
+    events: Optional[EventsSpec] = None
     outputs: OutputsSpec

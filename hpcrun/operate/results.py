@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from hpcrun.backends.scheduler import Adjust
+
 
 @dataclass(frozen=True)
 class ScriptInfo:
@@ -24,6 +26,8 @@ class Batch:
     array_spec: Optional[str] = None
     job_id: Optional[str] = None
     tag: Optional[str] = None
+    adjust: Optional[Adjust] = None     # a retry's changes to the script's request
+    changes: Optional[str] = None       # the same in words, recorded with the submission
 
     @property
     def tasks(self) -> int:

@@ -1,10 +1,11 @@
-"""Resubmit failed work within the spec's attempt limit; park what keeps failing.
+"""Resubmit failed work by the spec's retry policy; park what will fail again.
 
-``retry`` first polls Slurm (so failures that just happened count), then moves failed
-plan jobs back to pending, or to ``parked`` once they have used ``retry.max_attempts``
-submissions, keeping the last failure reason on every input, and finally submits the
-pending work through the normal submit path (claims, tags, lock). Cancelled jobs are
-left alone unless asked: a cancel is usually an operator's decision.
+``retry`` first polls Slurm (so failures that just happened count), then lets the retry
+policy (hpcrun/operate/policy.py, the same one ``hpcrun run`` uses) send each failed plan
+job back to pending, with the change its failure class asks for, or park it with the
+reason, and finally submits the pending work through the normal submit path (claims,
+tags, lock). Cancelled jobs are parked unless asked: a cancel is usually an operator's
+decision.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.results import Batch, SubmitReport
 from hpcrun.operate.submit import submit_store
 from hpcrun.operate.track import poll_store
@@ -59,8 +61,7 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
     manifest = read_manifest(plan_dir)
     names = {j["index"]: j["name"] for j in manifest["jobs"]}
     selected = _indices(manifest, jobs)
-    limit = max_attempts or int(manifest["submit"]["max_attempts"])
-    with_cancelled = bool(manifest["submit"].get("retry_cancelled")) if cancelled is None else cancelled
+    policy = RetryPolicy.from_manifest(manifest, max_attempts=max_attempts, cancelled=cancelled)
     report = RetryReport(manifest["campaign"], dry_run=dry_run)
     if db is None and not (plan_dir / "state.db").exists():
         return report  # nothing was ever submitted
@@ -74,8 +75,7 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
         if unpark:
             report.unparked = [names.get(i, f"#{i}") for i in
                                (store.unpark(campaign.id, selected) if not dry_run else [])]
-        requeued, parked = store.requeue_failed(campaign.id, limit, retry_cancelled=with_cancelled,
-                                                job_indices=selected, dry_run=dry_run)
+        requeued, parked = policy.apply(store, campaign.id, selected, dry_run=dry_run)
         report.requeued = [names.get(i, f"#{i}") for i in requeued]
         report.parked = [names.get(i, f"#{i}") for i in parked]
         if not dry_run and (requeued or report.unparked or finalize_again):

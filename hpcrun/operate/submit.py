@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.plandir import open_plan_store, poll_interval, read_manifest, scheduler_of
+from hpcrun.operate.policy import adjust_of
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
 from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
@@ -118,12 +119,31 @@ def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: 
 GROUP_SIZE = 64  # per-job scripts claimed and recorded together
 
 
+def plan_retry_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], adjustments: Dict[int, str],
+                       budget: Optional[int], throttle: Optional[int]) -> Tuple[List[Batch], int]:
+    """``plan_batches`` where retried jobs carry changes: one batch per script and change, retries first."""
+    by_change: Dict[str, List[int]] = {}
+    for j in pending:
+        by_change.setdefault(adjustments.get(j, ""), []).append(j)
+    batches: List[Batch] = []
+    left_total = 0
+    for text in sorted(by_change, key=lambda t: (t == "", t)):
+        room = None if budget is None else max(0, budget - sum(b.tasks for b in batches))
+        found, left = plan_batches(scripts, by_change[text], room, throttle)
+        adjust, changes = adjust_of(text)
+        for b in found:
+            b.adjust, b.changes = adjust, changes
+        batches += found
+        left_total += left
+    return batches, left_total
+
+
 def claim_groups(batches: Sequence[Batch]) -> List[List[Batch]]:
-    """An array batch alone; consecutive per-job batches in groups of GROUP_SIZE."""
+    """An array batch alone; consecutive per-job batches with the same changes in groups of GROUP_SIZE."""
     groups: List[List[Batch]] = []
     for batch in batches:
         if batch.array_spec is None and groups and groups[-1][0].array_spec is None \
-                and len(groups[-1]) < GROUP_SIZE:
+                and groups[-1][0].changes == batch.changes and len(groups[-1]) < GROUP_SIZE:
             groups[-1].append(batch)
         else:
             groups.append([batch])
@@ -142,6 +162,7 @@ class Submitter:
         self._script_by_job: Dict[int, ScriptInfo] = {}
         self.accounting = bool(manifest["submit"].get("accounting", True))
         self.sched = scheduler_of(manifest)
+        self.changes: Dict[int, Optional[str]] = {}   # plan job -> a retry's changes, while one group submits
 
     def script_of(self, job_index: int) -> ScriptInfo:
         hit = self._script_by_job.get(job_index)
@@ -173,6 +194,7 @@ class Submitter:
         grouped = len(batches) > 1
         done: List[Batch] = []
         by_job: Dict[int, str] = {}
+        changes = self.changes = {}
         try:
             for batch in batches:
                 jobs = [j for j in batch.jobs if j in claimed]
@@ -180,10 +202,11 @@ class Submitter:
                     continue
                 if jobs != batch.jobs:
                     batch = Batch(batch.script, jobs, self._array_spec(batch.script, jobs) if batch.array_spec
-                                  else None)
+                                  else None, adjust=batch.adjust, changes=batch.changes)
                 batch.tag = f"{base}.{jobs[0]}" if grouped else base
                 batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
-                                                 array=batch.array_spec or None)
+                                                 array=batch.array_spec or None, adjust=batch.adjust)
+                changes.update(dict.fromkeys(jobs, batch.changes))
                 done.append(batch)
                 by_job.update(dict.fromkeys(jobs, batch.job_id))
         except SubmitUncertain:
@@ -220,7 +243,8 @@ class Submitter:
         for job_index, input_ids in sorted(by_job.items()):
             script = self.script_of(job_index)
             subs.append(NewSubmission(job_ids[job_index], script.path, script.sha256, tag, input_ids,
-                                      job_index - script.first if script.is_array else None, claim.token))
+                                      job_index - script.first if script.is_array else None, claim.token,
+                                      changes=self.changes.get(job_index)))
         self.store.record_submissions(self.campaign.id, subs)
 
     # -- claims left by a stopped submitter --------------------------------------------------
@@ -328,8 +352,11 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
 def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *, dry_run: bool = False,
                  limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
                  on_batch: Optional[Callable[[Batch], None]] = None,
-                 on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False) -> SubmitReport:
-    """``submit`` on a plan directory already open (retry reuses its manifest and store)."""
+                 on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False,
+                 with_finalize: bool = True) -> SubmitReport:
+    """``submit`` on a plan directory already open (retry and run reuse its manifest and store);
+    ``with_finalize`` False leaves the finalize job for a later call (the supervisor sends it once
+    every plan job has settled, retries included)."""
     throttle = manifest["submit"].get("throttle")
     campaign = register(store, manifest)
     report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
@@ -344,14 +371,16 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
         submitter = Submitter(plan_dir, store, manifest, campaign)
         report.recovered, report.released = submitter.reconcile()
         budget, report.queue = _queue_budget(manifest, limit)
-        batches, report.left_pending = plan_batches(
-            submitter.scripts, store.pending_jobs(campaign.id), budget, throttle)
+        batches, report.left_pending = plan_retry_batches(
+            submitter.scripts, store.pending_jobs(campaign.id), store.pending_adjustments(campaign.id), budget,
+            throttle)
         for group in claim_groups(batches):
             for done in submitter.submit_group(group):
                 report.batches.append(done)
                 if on_batch:
                     on_batch(done)
-        report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
+        if with_finalize:
+            report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
     return report
 
 

@@ -19,6 +19,7 @@ import jinja2
 
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
+from hpcrun.model.retry import effective_rules
 from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Plan, ScriptPlan
 from hpcrun.resources import site_template_dirs
@@ -217,7 +218,13 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
             "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
             "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.accounting,
             "scheduler": plan.scheduler, "min_poll_interval": plan.profile.scheduler.min_poll_interval,
+            "max_total_attempts": c.retry.max_total_attempts, "retry": effective_rules(c.retry),
+            "limits": {"max_walltime_s": plan.partition.max_walltime,
+                       "memory_per_node_bytes": plan.partition.memory_per_node, "nodes": plan.partition.nodes},
         },
+        "events": None if c.events is None else {
+            "command": list(c.events.command), "on": list(c.events.on), "stall_after_s": c.events.stall_after,
+            "timeout_s": c.events.timeout},
         "finalize": None if c.finalize is None else {
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
             "job_name": finalize_name(c.name),

@@ -1,4 +1,4 @@
-"""Claims and submissions: the claim -> tag -> record protocol, requeue and park."""
+"""Claims and submissions: the claim -> tag -> record protocol, and unparking."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hpcrun.store.records import Claim, InputRecord, NewSubmission
 
 
 class Claims(StoreBase):
-    """Claims and submissions: the claim -> tag -> record protocol, requeue and park."""
+    """Claims and submissions: the claim -> tag -> record protocol, and unparking."""
 
     def claim_pending(self, campaign_id: int, limit: int, *, claimed_by: Optional[str] = None) -> Claim:
         """Atomically move up to ``limit`` pending inputs to submitted for this caller.
@@ -101,46 +101,6 @@ class Claims(StoreBase):
                 claims.setdefault(rec.claim_token, (row[0] or "?", []))[1].append(rec)
         return [Claim(token, who, tuple(recs)) for token, (who, recs) in claims.items()]
 
-    def requeue_failed(self, campaign_id: int, max_attempts: int, *, retry_cancelled: bool = False,
-                       job_indices: Optional[Sequence[int]] = None,
-                       dry_run: bool = False) -> Tuple[List[int], List[int]]:
-        """Failed jobs back to pending, or parked once they used ``max_attempts``; returns (requeued, parked).
-
-        Cancelled jobs stay failed unless ``retry_cancelled``: a cancel is usually an
-        operator's decision. The reason of the last failure is kept on every input.
-        """
-        t, s = schema.input_file, schema.submission
-        now = _now()
-        query = (select(t.c.job_index, func.max(t.c.attempts), func.max(s.c.last_state), func.max(t.c.last_reason))
-                 .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id))
-                 .where(t.c.campaign_id == campaign_id, t.c.state == "failed", t.c.job_index.is_not(None))
-                 .group_by(t.c.job_index).order_by(t.c.job_index))
-        requeue: List[int] = []
-        park: Dict[str, List[int]] = {}
-        with self._write() as conn:
-            for job_index, attempts, last_state, reason in conn.execute(query):
-                if job_indices is not None and job_index not in job_indices:
-                    continue
-                if last_state == "CANCELLED" and not retry_cancelled:
-                    continue
-                if int(attempts or 0) >= max_attempts:
-                    why = f"parked after {attempts} attempt(s): {reason or last_state or 'failed'}"
-                    park.setdefault(why, []).append(int(job_index))
-                else:
-                    requeue.append(int(job_index))
-            if dry_run:
-                return requeue, sorted(j for jobs in park.values() for j in jobs)
-            base = update(t).where(t.c.campaign_id == campaign_id, t.c.state == "failed")
-            for chunk in _chunks(requeue):
-                conn.execute(base.where(t.c.job_index.in_(chunk))
-                             .values(state="pending", claim_token=None, claimed_by=None, claimed_at=None,
-                                     updated_at=now))
-            for why, jobs in park.items():
-                for chunk in _chunks(jobs):
-                    conn.execute(base.where(t.c.job_index.in_(chunk))
-                                 .values(state="parked", last_reason=why, updated_at=now))
-        return requeue, sorted(j for jobs in park.values() for j in jobs)
-
     def unpark(self, campaign_id: int, job_indices: Optional[Sequence[int]] = None) -> List[int]:
         """Parked jobs (all, or these) back to pending with a fresh attempt count, for a human's second try."""
         t = schema.input_file
@@ -182,7 +142,8 @@ class Claims(StoreBase):
                     f"for this submission in campaign {campaign_id} (claim them with claim_pending first)")
             rows = [{"campaign_id": campaign_id, "job_id": sub.job_id, "array_index": sub.array_index,
                      "script_path": sub.script_path, "script_digest": sub.script_digest,
-                     "submitted_at": sub.submitted_at or now, "tag": sub.tag, "claim_token": sub.claim_token}
+                     "submitted_at": sub.submitted_at or now, "tag": sub.tag, "claim_token": sub.claim_token,
+                     "changes": sub.changes}
                     for sub in subs]
             ids = self._insert_claimed(conn, campaign_id, rows) or self._insert_ids(conn, s, rows)
             links = [{"submission_id": sid, "input_id": iid} for sid, sub in zip(ids, subs) for iid in sub.input_ids]

@@ -1,4 +1,4 @@
-"""The campaign submit lock: one submitter at a time settles claims and submits.
+"""Campaign locks: one submitter at a time settles claims and submits; one supervisor drives.
 
 Claims alone keep two submitters from taking the same input, but settling a claim
 that has no recorded job (look for its tag in Slurm, then record or release it) is
@@ -6,7 +6,8 @@ only safe when no other submitter is between its own claim and record. So `submi
 `retry` and their reconciliation run under this lock. Every kind of lock used here is
 released by the operating system or the server when the holder dies (a killed hpcrun
 never leaves a stale lock behind): ``flock`` on a file next to a SQLite store,
-session advisory locks on PostgreSQL, ``GET_LOCK`` on MySQL/MariaDB.
+session advisory locks on PostgreSQL, ``GET_LOCK`` on MySQL/MariaDB. The supervisor lock
+(``hpcrun run``) is a second lock of the same kinds, held for the supervisor's whole life.
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ class LockTimeout(HpcrunError):
     exit_code = 4
 
 
-def _key(campaign: str) -> int:
+def _key(campaign: str, purpose: str = "submit") -> int:
     """A signed 64-bit advisory-lock key for PostgreSQL."""
-    return int.from_bytes(hashlib.sha256(f"hpcrun-submit:{campaign}".encode()).digest()[:8], "big", signed=True)
+    return int.from_bytes(hashlib.sha256(f"hpcrun-{purpose}:{campaign}".encode()).digest()[:8], "big", signed=True)
+
+
+def _waited(timeout: float) -> str:
+    return f"waited {timeout:.0f} s" if timeout > 0 else "did not wait"
 
 
 @contextmanager
-def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], None]]) -> Iterator[None]:
+def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], None]],
+               purpose: str = "submit") -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout
@@ -49,9 +55,8 @@ def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], Non
             except BlockingIOError:
                 holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip() or "another hpcrun process"
                 if time.monotonic() >= deadline:
-                    raise LockTimeout(f"{path}: the campaign's submit lock is held by {holder}; waited "
-                                      f"{timeout:.0f} s. Run again when it has finished, or give --lock-timeout."
-                                      ) from None
+                    raise LockTimeout(f"{path}: the campaign's {purpose} lock is held by {holder}; "
+                                      f"{_waited(timeout)}. {_HINT[purpose]}") from None
                 if on_wait and not told:
                     on_wait(holder)
                     told = True
@@ -68,16 +73,22 @@ def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], Non
         os.close(fd)
 
 
+_HINT = {"submit": "Run again when it has finished, or give --lock-timeout.",
+         "supervisor": ("A campaign has one supervisor: let that one drive it (`hpcrun status` shows its "
+                        "heartbeat), or stop it first; once it has died the lock is free again.")}
+
+
 @contextmanager
 def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
-                 on_wait: Optional[Callable[[str], None]]) -> Iterator[None]:
+                 on_wait: Optional[Callable[[str], None]], purpose: str = "submit") -> Iterator[None]:
     backend = engine.dialect.name
+    key = _key(campaign, purpose)
     with engine.connect() as conn:
         if backend == "postgresql":
-            take = lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _key(campaign)}).scalar())  # noqa: E731
-            give = lambda: conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _key(campaign)})  # noqa: E731
+            take = lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())  # noqa: E731
+            give = lambda: conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})  # noqa: E731
         elif backend in ("mysql", "mariadb"):
-            name = f"hpcrun-submit:{hashlib.sha256(campaign.encode()).hexdigest()[:40]}"
+            name = f"hpcrun-{purpose}:{hashlib.sha256(campaign.encode()).hexdigest()[:40]}"
             take = lambda: conn.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": name}).scalar() == 1  # noqa: E731
             give = lambda: conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name})  # noqa: E731
         else:  # pragma: no cover - only the backends state.py accepts reach here
@@ -87,8 +98,8 @@ def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
         while not take():
             conn.rollback()
             if time.monotonic() >= deadline:
-                raise LockTimeout(f"{location}: another hpcrun process holds the submit lock of campaign "
-                                  f"'{campaign}'; waited {timeout:.0f} s. Run again when it has finished.")
+                raise LockTimeout(f"{location}: another hpcrun process holds the {purpose} lock of campaign "
+                                  f"'{campaign}'; {_waited(timeout)}. {_HINT[purpose]}")
             if on_wait and not told:
                 on_wait("another hpcrun process")
                 told = True
@@ -102,16 +113,31 @@ def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
 
 
 @contextmanager
-def submit_lock(engine: Engine, location: str, campaign: str, timeout: float = 600.0,
-                on_wait: Optional[Callable[[str], None]] = None) -> Iterator[None]:
-    """Hold the campaign's submit lock; wait up to ``timeout`` seconds for it (``on_wait`` is told once)."""
+def campaign_lock(engine: Engine, location: str, campaign: str, purpose: str, timeout: float,
+                  on_wait: Optional[Callable[[str], None]] = None) -> Iterator[None]:
+    """Hold one of the campaign's locks (``purpose``: submit or supervisor); wait up to ``timeout`` s."""
     if engine.dialect.name == "sqlite":
         db = engine.url.database or ""
         if db in ("", ":memory:"):  # a private in-memory store: only this process sees it
             yield
             return
-        with _file_lock(Path(f"{db}.submit-lock"), timeout, on_wait):
+        with _file_lock(Path(f"{db}.{purpose}-lock"), timeout, on_wait, purpose):
             yield
         return
-    with _server_lock(engine, campaign, location, timeout, on_wait):
+    with _server_lock(engine, campaign, location, timeout, on_wait, purpose):
+        yield
+
+
+@contextmanager
+def submit_lock(engine: Engine, location: str, campaign: str, timeout: float = 600.0,
+                on_wait: Optional[Callable[[str], None]] = None) -> Iterator[None]:
+    """Hold the campaign's submit lock; wait up to ``timeout`` seconds for it (``on_wait`` is told once)."""
+    with campaign_lock(engine, location, campaign, "submit", timeout, on_wait):
+        yield
+
+
+@contextmanager
+def supervisor_lock(engine: Engine, location: str, campaign: str) -> Iterator[None]:
+    """Hold the campaign's supervisor lock for as long as the supervisor lives; never wait for it."""
+    with campaign_lock(engine, location, campaign, "supervisor", 0.0):
         yield

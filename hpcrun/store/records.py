@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import task_id
 
@@ -78,6 +78,7 @@ class NewSubmission:
     array_index: Optional[int] = None
     claim_token: Optional[str] = None
     submitted_at: Optional[dt.datetime] = None
+    changes: Optional[str] = None       # what a retry changed against the script (the retry policy's words)
 
 
 @dataclass(frozen=True)
@@ -237,3 +238,47 @@ class FinalizeRecord:
     started_at: Optional[dt.datetime]
     ended_at: Optional[dt.datetime]
     reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class SupervisorRecord:
+    """Who supervises a campaign (``hpcrun run``), since when, and when it was last seen alive."""
+
+    holder: str                # user@host:pid
+    started_at: dt.datetime
+    heartbeat_at: dt.datetime
+    rounds: int
+    phase: str                 # running | finished | stopped
+    note: Optional[str]
+    poll_interval_s: Optional[float]
+
+    def age_s(self, now: Optional[dt.datetime] = None) -> float:
+        return ((now or dt.datetime.now(dt.timezone.utc)) - self.heartbeat_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A failed plan job as the retry policy sees it: how its last attempt ended and what came before."""
+
+    job_index: int
+    attempts: int
+    submission_id: Optional[int]
+    state: Optional[str]
+    exit_code: Optional[int]
+    node: Optional[str]
+    max_rss_bytes: Optional[int]
+    reason: Optional[str]
+    adjust: Optional[str]                 # JSON of the changes its last submission carried
+    past_classes: Dict[str, int] = field(default_factory=dict)   # failure class -> earlier failures of it
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What the policy decided for one failed job."""
+
+    job_index: int
+    submission_id: Optional[int]
+    failure_class: str
+    requeue: bool
+    adjust: Optional[str] = None          # JSON for the next submission (requeue)
+    reason: Optional[str] = None          # why it was parked (park)

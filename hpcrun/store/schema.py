@@ -246,13 +246,46 @@ def _v3_finalize(md: MetaData) -> Table:
     )
 
 
+def _v4_supervisor(md: MetaData) -> Table:
+    """The table version 4 adds: the campaign's supervisor (``hpcrun run``) and its heartbeat.
+
+    One row per campaign, rewritten by each supervisor that takes over; the OS or server lock
+    decides who may run, the heartbeat tells the others (and the web view) that it is alive.
+    """
+    return Table(
+        "hpcrun_supervisor", md,
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), primary_key=True),
+        Column("holder", String(300), nullable=False),          # user@host:pid
+        Column("started_at", UTCDateTime, nullable=False),
+        Column("heartbeat_at", UTCDateTime, nullable=False),
+        Column("rounds", Integer, nullable=False),
+        Column("phase", String(32), nullable=False),            # running | finished | stopped
+        Column("note", Text, nullable=True),                    # the last round's summary
+        Column("poll_interval_s", Float, nullable=True),        # the pause it chose after that round
+    )
+
+
+def _v4_columns() -> Dict[str, Sequence[Column[Any]]]:
+    """Columns version 4 adds: the retry policy's failure class, and what each resubmission changed."""
+    return {
+        "hpcrun_input": (
+            Column("adjust", Text, nullable=True),             # JSON: what the next submission must change
+        ),
+        "hpcrun_submission": (
+            Column("failure_class", String(32), nullable=True),  # set when the failure was classified
+            Column("changes", Text, nullable=True),              # what this submission changed, in words
+        ),
+    }
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
-    finalize_table = _v3_finalize(md)
-    tables[finalize_table.name] = finalize_table
-    for name, columns in _v2_columns().items():
-        for column in columns:
-            tables[name].append_column(column)
+    for table in (_v3_finalize(md), _v4_supervisor(md)):
+        tables[table.name] = table
+    for added in (_v2_columns(), _v4_columns()):
+        for name, columns in added.items():
+            for column in columns:
+                tables[name].append_column(column)
     Index("ix_hpcrun_input_campaign_id_job_index", tables["hpcrun_input"].c.campaign_id,
           tables["hpcrun_input"].c.job_index)
     return tables
@@ -269,6 +302,7 @@ submission_input = _tables["hpcrun_submission_input"]
 state_change = _tables["hpcrun_state_change"]
 qa_outcome = _tables["hpcrun_qa_outcome"]
 finalize = _tables["hpcrun_finalize"]
+supervisor = _tables["hpcrun_supervisor"]
 
 
 @dataclass(frozen=True)
@@ -309,10 +343,20 @@ def _v3(conn: Connection) -> None:
     _v3_finalize(md).create(conn)
 
 
+def _v4(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
+    _v4_supervisor(md).create(conn)
+    for table, columns in _v4_columns().items():
+        for column in columns:
+            _add_column(conn, table, column)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
     Migration(3, "campaign-level finalize job (one row per round)", _v3),
+    Migration(4, "supervisor heartbeat; failure class and changes of each attempt", _v4),
 )
 
 

@@ -36,9 +36,11 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.store import schema
 from hpcrun.store.base import SchemaVersionError, StateStoreError
 from hpcrun.store.claims import Claims
+from hpcrun.store.failures import Failures
 from hpcrun.store.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
 from hpcrun.store.observations import Observations
 from hpcrun.store.queries import Queries
+from hpcrun.store.supervision import Supervision
 
 # ---------------------------------------------------------------------------------------------
 # engines
@@ -86,7 +88,7 @@ def _display(url: URL) -> str:
 # the store
 
 
-class StateStore(Claims, Observations, Queries):
+class StateStore(Claims, Failures, Observations, Queries, Supervision):
     """A campaign state database. Open with :meth:`open`; every method is one transaction."""
 
     @classmethod

@@ -301,7 +301,7 @@ def test_retry_resubmits_exactly_the_failed_and_parks_the_hopeless(slurm_cluster
     st = _status(c)
     [parked] = [j for j in st["jobs"] if j["status"] == "parked"]
     assert parked["job"] == "e2e-retry.00002"
-    assert "parked after 2 attempt(s)" in parked["reason"] and "chain(s) failed" in parked["reason"]
+    assert "2 time(s) in 2 attempt(s)" in parked["reason"] and "chain(s) failed" in parked["reason"]
     table = c.hp("status", str(c.plan))
     assert "parked" in table.stdout and "e2e-retry.00002" in table.stdout
 

@@ -5,9 +5,9 @@ profile's ``scheduler`` choices follow from :func:`names`.
 """
 
 from hpcrun.backends.scheduler import slurm, slurm_queue_only  # noqa: F401
-from hpcrun.backends.scheduler.base import JobRequest, Scheduler, registered
+from hpcrun.backends.scheduler.base import Adjust, JobRequest, Scheduler, registered
 
-__all__ = ["DEFAULT", "JobRequest", "Scheduler", "names", "scheduler_for"]
+__all__ = ["DEFAULT", "Adjust", "JobRequest", "Scheduler", "names", "scheduler_for"]
 
 DEFAULT = "slurm"
 

@@ -92,6 +92,18 @@ class JobRequest:
     extra: Tuple[str, ...] = ()           # the spec's raw extra options, checked at plan time
 
 
+@dataclass(frozen=True)
+class Adjust:
+    """What a resubmission changes against its script's own request (the retry policy decides)."""
+
+    walltime_s: Optional[int] = None
+    mem_bytes: Optional[int] = None
+    exclude: Tuple[str, ...] = ()    # node names or node-list expressions the job must not run on
+
+    def __bool__(self) -> bool:
+        return bool(self.walltime_s or self.mem_bytes or self.exclude)
+
+
 @dataclass
 class Record:
     """One job or array task as the scheduler's accounting reports it (steps folded in)."""
@@ -193,8 +205,10 @@ class Scheduler(ABC):
 
     # -- operating -------------------------------------------------------------------------
     @abstractmethod
-    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "") -> str:
-        """Submit a script under a job name; return its job id (SubmitUncertain when unknown)."""
+    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "",
+               adjust: Optional[Adjust] = None) -> str:
+        """Submit a script under a job name, with a retry's changes; return its job id (SubmitUncertain
+        when unknown)."""
 
     @abstractmethod
     def dependency(self, kind: str, job_ids: Sequence[str]) -> str:

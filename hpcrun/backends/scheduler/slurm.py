@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
+    Adjust,
     JobRequest,
     Launch,
     Queued,
@@ -296,6 +297,20 @@ MANAGED = {
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def adjust_options(adjust: Optional[Adjust]) -> List[str]:
+    """sbatch options overriding the script's #SBATCH lines for a retry (command-line options win)."""
+    if not adjust:
+        return []
+    out = []
+    if adjust.walltime_s:
+        out.append(f"--time={format_duration(adjust.walltime_s)}")
+    if adjust.mem_bytes:
+        out.append(f"--mem={-(-adjust.mem_bytes // 2**20)}M")
+    if adjust.exclude:
+        out.append("--exclude=" + ",".join(adjust.exclude))
+    return out
+
+
 @register
 class Slurm(Scheduler):
     """Slurm 22.05 and later, with or without slurmdbd (the profile's ``accounting``)."""
@@ -386,13 +401,14 @@ class Slurm(Scheduler):
     def template_context(self, options: Sequence[str]) -> Dict[str, object]:
         return {"sbatch_options": options}
 
-    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "") -> str:
+    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "",
+               adjust: Optional[Adjust] = None) -> str:
         extra = [f"--job-name={name}"]
         if array:
             extra.append(f"--array={array}")
         if dependency:
             extra.append(f"--dependency={dependency}")
-        return sbatch(script, extra)
+        return sbatch(script, extra + adjust_options(adjust))
 
     def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
         return f"after{kind}:" + ":".join(job_ids) if job_ids else ""

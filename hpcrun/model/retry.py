@@ -1,0 +1,138 @@
+"""The retry policy of a campaign spec: per failure class, whether to retry, how often, what to change.
+
+A failure's class comes from how the job ended: the job script's own exit codes
+(templates/base.sh.j2) or the scheduler's state. The defaults follow what operators of
+long productions do by hand: retry what is transient, change what caused it (more time
+after a time limit, more memory after running out, another node after a node failure),
+and park at once what fails the same way every time (a QA failure, a missing input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Literal, Optional, Tuple
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from hpcrun.model.fields import Command, Duration
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    name: str
+    cause: str
+    retry: bool = True
+    max_attempts: Optional[int] = None        # None: the spec's retry.max_attempts
+    more_walltime: Optional[float] = None     # factor
+    more_memory: Optional[float] = None       # factor
+    exclude_node: bool = False
+    restage: bool = False
+
+
+# The job's exit codes (templates/base.sh.j2) and the scheduler's end states, in one table.
+FAILURE_CLASSES: Tuple[FailureClass, ...] = (
+    FailureClass("setup", "exit 3: an input missing or unreadable, a helper missing", retry=False),
+    FailureClass("payload", "exit 4: the database payload copy failed"),
+    FailureClass("db_not_ready", "exit 5: the database server never answered"),
+    FailureClass("db_died", "exit 6: the database server died during the chains"),
+    FailureClass("chain", "exit 7: a chain failed", max_attempts=2),
+    FailureClass("merge", "exit 8: the merge failed", max_attempts=2),
+    FailureClass("qa", "exit 9: QA failed (the same input gives the same events)", retry=False),
+    FailureClass("time_limit", "exit 10, TIMEOUT or DEADLINE: the time limit was reached", more_walltime=1.5),
+    FailureClass("checksum", "exit 11: an input's checksum did not match", max_attempts=2, restage=True),
+    FailureClass("out_of_memory", "OUT_OF_MEMORY", more_memory=1.5),
+    FailureClass("node_fail", "NODE_FAIL: a node died under the job", exclude_node=True),
+    FailureClass("boot_fail", "BOOT_FAIL: a node did not boot", exclude_node=True),
+    FailureClass("preempted", "PREEMPTED: another job took the nodes", max_attempts=10),
+    FailureClass("cancelled", "CANCELLED: usually an operator's decision", retry=False),
+    FailureClass("lost", "the job left the queue without an accounting record"),
+    FailureClass("other", "any other failure"),
+)
+CLASS_NAMES: Tuple[str, ...] = tuple(c.name for c in FAILURE_CLASSES)
+EXIT_CLASSES: Dict[int, str] = {3: "setup", 4: "payload", 5: "db_not_ready", 6: "db_died", 7: "chain", 8: "merge",
+                                9: "qa", 10: "time_limit", 11: "checksum"}
+STATE_CLASSES: Dict[str, str] = {"TIMEOUT": "time_limit", "DEADLINE": "time_limit", "OUT_OF_MEMORY": "out_of_memory",
+                                 "NODE_FAIL": "node_fail", "BOOT_FAIL": "boot_fail", "PREEMPTED": "preempted",
+                                 "REVOKED": "preempted", "CANCELLED": "cancelled", "LOST": "lost"}
+
+
+def classify(state: Optional[str], exit_code: Optional[int]) -> str:
+    """The failure class of a job that ended in ``state`` with ``exit_code``."""
+    if state in STATE_CLASSES:
+        return STATE_CLASSES[state]
+    if exit_code is not None and exit_code in EXIT_CLASSES:
+        return EXIT_CLASSES[exit_code]
+    return "other"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class RetryRule(_Strict):
+    """What to do after one class of failure; unset keys keep the class's default."""
+
+    retry: Optional[bool] = Field(None, description="retry at all (false: park at once with the reason)")
+    max_attempts: Optional[int] = Field(None, ge=1, description=(
+        "failures of this class a job may have before it is parked (default: the class's, else retry.max_attempts)"))
+    more_walltime: Optional[float] = Field(None, ge=1.0, description=(
+        "multiply the job's time limit by this on each retry, up to the partition's maximum"))
+    more_memory: Optional[float] = Field(None, ge=1.0, description=(
+        "multiply the job's memory (what it asked, or used) by this on each retry, up to a node's memory"))
+    exclude_node: Optional[bool] = Field(None, description="keep the retry off the node(s) the job failed on")
+    restage: Optional[bool] = Field(None, description=(
+        "stage the inputs again (a resubmitted job always stages anew; recorded as the change)"))
+
+
+def _rules_model() -> Any:
+    fields: Dict[str, Any] = {c.name: (Optional[RetryRule], Field(None, description=c.cause))
+                              for c in FAILURE_CLASSES}
+    return create_model("RetryRules", __base__=_Strict, __doc__="Per failure class: overrides of the defaults.",
+                        **fields)
+
+
+RetryRules = _rules_model()
+
+
+class RetrySpec(_Strict):
+    """How failures are retried (by ``hpcrun run`` and ``hpcrun retry``) before jobs are parked for a human."""
+
+    max_attempts: int = Field(3, ge=1, description=(
+        "failures of one class a job may have before it is parked, for classes without their own limit"))
+    max_total_attempts: int = Field(10, ge=1, description="submissions per job in all, over every class")
+    cancelled: bool = Field(False, description=(
+        "also retry jobs that were cancelled (normally an operator's decision, so not retried)"))
+    on: RetryRules = Field(default_factory=RetryRules, description=(  # type: ignore[valid-type]
+        f"per failure class ({', '.join(CLASS_NAMES)}): retry, max_attempts, more_walltime, more_memory, "
+        "exclude_node, restage"))
+
+
+EventName = Literal["done", "parked", "stalled"]
+EVENT_NAMES: Tuple[EventName, ...] = ("done", "parked", "stalled")
+
+
+class EventsSpec(_Strict):
+    """A command run on the login node when the supervisor sees a campaign event."""
+
+    command: Command = Field(description=(
+        "argv run without a shell; it gets HPCRUN_EVENT, HPCRUN_CAMPAIGN, HPCRUN_PLAN_DIR and the event "
+        "as JSON on stdin"))
+    on: List[EventName] = Field(default_factory=lambda: list(EVENT_NAMES), description=(
+        "which events run it: done (the campaign finished), parked (jobs were parked), stalled (nothing "
+        "changed for stall_after)"))
+    stall_after: Duration = Field(6 * 3600, description="no change for this long is a stall")
+    timeout: Duration = Field(60, description="the command is killed after this long")
+
+
+def effective_rules(spec: RetrySpec) -> Dict[str, Dict[str, Any]]:
+    """Every class's rule with the spec's overrides applied (what the manifest records)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for c in FAILURE_CLASSES:
+        rule = {"retry": c.retry if c.name != "cancelled" else spec.cancelled,
+                "max_attempts": c.max_attempts or spec.max_attempts, "more_walltime": c.more_walltime,
+                "more_memory": c.more_memory, "exclude_node": c.exclude_node, "restage": c.restage}
+        given = getattr(spec.on, c.name)
+        if given is not None:
+            rule.update({k: v for k, v in given.model_dump().items() if v is not None})
+        out[c.name] = rule
+    return out

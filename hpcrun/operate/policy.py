@@ -1,0 +1,141 @@
+"""The retry policy: per failure class, retry (with a change) or park at once, with the reason.
+
+The spec's ``retry`` section (hpcrun/model/retry.py) is frozen into the manifest as one rule
+per class. For each failed plan job this module picks the class of its last attempt, counts
+the earlier failures of that class, and decides: park it (the class is not retried, it is out
+of attempts, or the change it needs is no longer possible) or send it back to pending with
+what its next submission must change (more time, more memory, other nodes). Both
+``hpcrun run`` and ``hpcrun retry`` use it, so they never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from hpcrun.backends.scheduler import Adjust
+from hpcrun.model.retry import RetrySpec, classify, effective_rules
+from hpcrun.store.records import FailedJob, RetryDecision
+from hpcrun.store.store import StateStore
+from hpcrun.units import format_duration, format_size
+
+MAX_EXCLUDED = 16        # nodes kept off one job; older ones are forgotten first
+
+
+def adjust_of(text: Optional[str]) -> Tuple[Optional[Adjust], Optional[str]]:
+    """The scheduler's Adjust and the change in words from a decision's JSON."""
+    if not text:
+        return None, None
+    data = json.loads(text)
+    adjust = Adjust(data.get("walltime_s"), data.get("mem_bytes"), tuple(data.get("exclude", ())))
+    return (adjust or None), (data.get("changes") or None)
+
+
+class RetryPolicy:
+    """Rules per failure class, the campaign-wide cap, and the partition's limits."""
+
+    def __init__(self, rules: Dict[str, Dict[str, Any]], max_total: int, limits: Dict[str, Any],
+                 walltime_s: int):
+        self.rules = rules
+        self.max_total = max_total
+        self.limits = limits
+        self.walltime_s = walltime_s
+
+    @classmethod
+    def from_manifest(cls, manifest: Dict[str, Any], *, max_attempts: Optional[int] = None,
+                      cancelled: Optional[bool] = None) -> RetryPolicy:
+        sub = manifest["submit"]
+        rules = sub.get("retry") or effective_rules(RetrySpec(  # plans from before the policy
+            max_attempts=int(sub.get("max_attempts", 3)), cancelled=bool(sub.get("retry_cancelled"))))
+        rules = {k: dict(v) for k, v in rules.items()}
+        if cancelled is not None:
+            rules["cancelled"]["retry"] = cancelled
+        total = int(max_attempts or sub.get("max_total_attempts") or sub.get("max_attempts", 3))
+        return cls(rules, total, sub.get("limits") or {}, int(manifest.get("walltime_seconds") or 0))
+
+    # -- one job ---------------------------------------------------------------------------
+    def decide(self, job: FailedJob) -> RetryDecision:
+        cls = classify(job.state, job.exit_code)
+        rule = self.rules.get(cls) or self.rules["other"]
+        failures = job.past_classes.get(cls, 0) + 1          # this one included
+        what = f"{cls} ({job.reason or job.state or 'failed'})"
+
+        def park(why: str) -> RetryDecision:
+            return RetryDecision(job.job_index, job.submission_id, cls, False, reason=f"parked: {why}")
+
+        if not rule.get("retry", True):
+            if cls == "cancelled":   # an operator's decision: left failed for them (retry --cancelled)
+                return RetryDecision(job.job_index, job.submission_id, cls, False)
+            return park(f"{what}; this class is not retried (retry.on.{cls}.retry)")
+        if failures >= int(rule.get("max_attempts") or 1):
+            return park(f"{what}, {failures} time(s) in {job.attempts} attempt(s) (retry.on.{cls}.max_attempts)")
+        if job.attempts >= self.max_total:
+            return park(f"{what}; {job.attempts} attempts in all (retry.max_total_attempts)")
+        data: Dict[str, Any] = json.loads(job.adjust) if job.adjust else {}
+        notes: List[str] = []
+        refused = (self._more_time(rule, data, notes) or self._more_memory(rule, job, data, notes)
+                   or self._exclude(rule, job, data, notes))
+        if refused:
+            return park(f"{what}; {refused}")
+        if rule.get("restage"):
+            notes.append("inputs staged again")
+        data["changes"] = f"after {cls}: " + ("; ".join(notes) if notes else "resubmitted unchanged")
+        return RetryDecision(job.job_index, job.submission_id, cls, True, adjust=json.dumps(data, sort_keys=True))
+
+    def _more_time(self, rule: Dict[str, Any], data: Dict[str, Any], notes: List[str]) -> Optional[str]:
+        factor = rule.get("more_walltime")
+        if not factor:
+            return None
+        current = int(data.get("walltime_s") or self.walltime_s)
+        top = int(self.limits.get("max_walltime_s") or 0) or None
+        new = math.ceil(current * float(factor))
+        new = min(new, top) if top else new
+        if new <= current:
+            return f"the time limit is already the partition's maximum ({format_duration(current)})"
+        data["walltime_s"] = new
+        notes.append(f"time limit {format_duration(current)} -> {format_duration(new)}")
+        return None
+
+    def _more_memory(self, rule: Dict[str, Any], job: FailedJob, data: Dict[str, Any],
+                     notes: List[str]) -> Optional[str]:
+        factor = rule.get("more_memory")
+        if not factor:
+            return None
+        top = int(self.limits.get("memory_per_node_bytes") or 0) or None
+        current = int(data.get("mem_bytes") or job.max_rss_bytes or top or 0)
+        if not current:
+            return None   # nothing known to grow from: resubmit unchanged
+        new = math.ceil(current * float(factor))
+        new = min(new, top) if top else new
+        if new <= current:
+            return f"it already had a node's whole memory ({format_size(current)})"
+        data["mem_bytes"] = new
+        notes.append(f"memory {format_size(current)} -> {format_size(new)}")
+        return None
+
+    def _exclude(self, rule: Dict[str, Any], job: FailedJob, data: Dict[str, Any], notes: List[str]) -> Optional[str]:
+        if not rule.get("exclude_node") or not job.node:
+            return None
+        excluded = [n for n in data.get("exclude", []) if n != job.node] + [job.node]
+        nodes = int(self.limits.get("nodes") or 0)
+        if nodes and len(excluded) >= nodes:
+            excluded = [job.node]   # never exclude the whole partition: forget the older ones
+        data["exclude"] = excluded[-MAX_EXCLUDED:]
+        notes.append(f"not on {job.node}")
+        return None
+
+    # -- the campaign ----------------------------------------------------------------------
+    def decisions(self, store: StateStore, campaign_id: int,
+                  job_indices: Optional[Sequence[int]] = None) -> List[RetryDecision]:
+        return [self.decide(job) for job in store.failed_jobs(campaign_id, job_indices)]
+
+    def apply(self, store: StateStore, campaign_id: int, job_indices: Optional[Sequence[int]] = None,
+              dry_run: bool = False) -> Tuple[List[int], List[int]]:
+        """Decide for every failed job and write it; returns (requeued, parked) plan job indices.
+
+        A cancelled job that is not retried is neither: it stays failed for the operator."""
+        decisions = [d for d in self.decisions(store, campaign_id, job_indices) if d.requeue or d.reason]
+        if not dry_run and decisions:
+            store.apply_retry(campaign_id, decisions)
+        return ([d.job_index for d in decisions if d.requeue], [d.job_index for d in decisions if not d.requeue])

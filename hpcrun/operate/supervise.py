@@ -1,0 +1,304 @@
+"""``hpcrun run``: one supervisor drives a campaign to the end, unattended.
+
+Each round is what an operator did by hand: poll (status), move failures back to pending or
+park them (retry), submit what is neither done nor in flight within the queue's room
+(submit), and once every plan job has settled send the finalize job. Every step is the
+existing transactional protocol (claim -> tag -> record, one transaction per poll), so the
+supervisor may be SIGKILLed at any moment: the next one settles what was half done.
+
+One supervisor per campaign: an OS (flock) or server lock held for its whole life decides,
+and the heartbeat row in the store tells everyone else. A flock on a network filesystem
+may be local to one login node, so with the SQLite store a fresh heartbeat from another
+host also refuses a start (``take_over`` overrides it once that host is known dead).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from hpcrun.errors import HpcrunError
+from hpcrun.operate import events as campaign_events
+from hpcrun.operate.metrics import Family, render, write_atomically
+from hpcrun.operate.plandir import next_interval, open_plan_store, poll_interval, read_manifest
+from hpcrun.operate.policy import RetryPolicy
+from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
+from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
+from hpcrun.store.base import _whoami
+from hpcrun.store.lock import LockTimeout, supervisor_lock
+from hpcrun.store.records import Campaign, SupervisorRecord
+from hpcrun.store.store import StateStore
+
+STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead supervisor's
+METRICS_NAME = "metrics.prom"
+
+
+class SupervisorBusy(HpcrunError):
+    """Another supervisor drives this campaign and is alive."""
+
+    exit_code = 4
+
+
+@dataclass
+class Round:
+    """What one round saw and did."""
+
+    number: int
+    at: dt.datetime
+    inputs: Dict[str, int]
+    jobs: Dict[str, int]
+    observed: int = 0
+    submitted: int = 0                      # array tasks and jobs submitted this round
+    requeued: List[str] = field(default_factory=list)
+    parked: List[str] = field(default_factory=list)
+    held: int = 0
+    finalize: Optional[str] = None          # the finalize job's state or what was done about it
+    finished: bool = False
+    pause: float = 0.0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.observed or self.submitted or self.requeued or self.parked)
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in self.jobs.items() if n) or "no jobs"
+        parts = [f"round {self.number}: jobs {counts}"]
+        if self.submitted:
+            parts.append(f"submitted {self.submitted}")
+        if self.requeued:
+            parts.append(f"retrying {len(self.requeued)}")
+        if self.parked:
+            parts.append(f"parked {len(self.parked)}")
+        if self.held:
+            parts.append(f"{self.held} held for a human")
+        if self.finalize:
+            parts.append(f"finalize {self.finalize}")
+        parts.append("finished" if self.finished else f"next poll in {self.pause:.0f} s")
+        return "; ".join(parts)
+
+    def as_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["at"] = self.at.isoformat()
+        return data
+
+
+@dataclass
+class RunReport:
+    campaign: str
+    outcome: str = "running"        # finished | once | rounds | stopped | superseded
+    rounds: List[Round] = field(default_factory=list)
+    took_over: Optional[str] = None  # the holder of the row this supervisor replaced
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"campaign": self.campaign, "outcome": self.outcome, "took_over": self.took_over,
+                "rounds": [r.as_dict() for r in self.rounds]}
+
+
+def _host(holder: str) -> str:
+    return holder.partition("@")[2].rpartition(":")[0]
+
+
+class Supervisor:
+    """Runs rounds on one open plan; the caller holds the supervisor lock."""
+
+    def __init__(self, plan_dir: Path, manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
+                 *, lock_timeout: float, metrics_path: Optional[Path]):
+        self.plan_dir = plan_dir
+        self.manifest = manifest
+        self.store = store
+        self.campaign = campaign
+        self.lock_timeout = lock_timeout
+        self.metrics_path = metrics_path
+        self.names = {j["index"]: j["name"] for j in manifest["jobs"]}
+        self.policy = RetryPolicy.from_manifest(manifest)
+        self.events = campaign_events.Hook.from_manifest(manifest, plan_dir)
+        self.totals = {"submitted": 0, "requeued": 0, "parked": 0}
+        self.last_change = time.monotonic()
+
+    def round(self, number: int) -> Round:
+        status = poll_store(self.plan_dir, self.manifest, self.store)
+        requeued, parked = self.policy.apply(self.store, self.campaign.id)
+        jobs = self.store.job_counts(self.campaign.id)
+        settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
+        sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
+                           with_finalize=settled)
+        rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
+                    self.store.job_counts(self.campaign.id), observed=status.observed,
+                    submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
+                    parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held)
+        rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
+        rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled
+        for key in self.totals:
+            self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
+        return rnd
+
+    def _finalize(self, action: Optional[str]) -> tuple[Optional[str], bool]:
+        """The finalize job's word for the round summary, and whether it is settled (ended, skipped, none)."""
+        summary = finalize_summary(self.manifest, self.store, self.campaign.id)
+        if summary is None:
+            return None, True
+        if action == "skipped":
+            return "skipped (finalize.after is 'ok' and some jobs failed or are parked)", True
+        status = summary["status"]
+        if summary["job_id"]:
+            return f"{summary['job_id']} {summary['state'] or status}", status in ("done", "failed")
+        return ("waiting" if action in (None, "waiting") else action), False
+
+    def notify(self, rnd: Round, stall_after: float) -> None:
+        """Run the spec's event hook for what this round brought (parked inputs, the end, a stall)."""
+        if rnd.changed:
+            self.last_change = time.monotonic()
+        if rnd.parked:
+            self.events.emit("parked", {"jobs": rnd.parked, "round": rnd.number})
+        if rnd.finished:
+            self.events.emit("done", {"inputs": rnd.inputs, "jobs": rnd.jobs, "round": rnd.number})
+        elif time.monotonic() - self.last_change >= stall_after:
+            self.events.emit("stalled", {"since_s": round(time.monotonic() - self.last_change),
+                                         "jobs": rnd.jobs, "held": rnd.held, "round": rnd.number})
+            self.last_change = time.monotonic()   # once per stall period, not every round
+
+    def write_metrics(self, rnd: Round, beat_at: float) -> None:
+        if self.metrics_path is None:
+            return
+        fams = [Family("hpcrun_inputs", "Input files per state.").samples_from(rnd.inputs, "state"),
+                Family("hpcrun_plan_jobs", "Plan jobs per state.").samples_from(rnd.jobs, "state"),
+                Family("hpcrun_jobs_held", "Pending jobs held for a human (burst-buffer failure).").add(rnd.held),
+                Family("hpcrun_campaign_finished", "1 once every plan job and the finalize job settled.")
+                .add(int(rnd.finished)),
+                Family("hpcrun_supervisor_heartbeat_timestamp_seconds", "When the supervisor last finished a "
+                       "round (Unix time).").add(beat_at),
+                Family("hpcrun_supervisor_rounds_total", "Rounds of this supervisor.", "counter").add(rnd.number),
+                Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause)]
+        for key, text in (("submitted", "Jobs and array tasks submitted by this supervisor."),
+                          ("requeued", "Failed plan jobs this supervisor sent back to pending."),
+                          ("parked", "Plan jobs this supervisor parked for a human.")):
+            fams.append(Family(f"hpcrun_supervisor_{key}_total", text, "counter").add(self.totals[key]))
+        write_atomically(self.metrics_path, render(fams, {"campaign": self.campaign.name}))
+
+
+def _check_heartbeat(store: StateStore, campaign: Campaign, holder: str, take_over: bool) -> None:
+    """With a flock that may be local to one host, a live heartbeat from another host also refuses."""
+    if store.engine.dialect.name != "sqlite" or take_over:
+        return   # a server lock is seen by every host
+    prev = store.supervisor(campaign.id)
+    if prev is None or prev.phase != "running" or _host(prev.holder) in ("", _host(holder)):
+        return
+    pause = prev.poll_interval_s or 60.0
+    stale = max(STALE_MIN_S, 3 * pause)
+    if prev.age_s() < stale:
+        raise SupervisorBusy(
+            f"campaign '{campaign.name}' is supervised by {prev.holder}, whose last heartbeat was "
+            f"{prev.age_s():.0f} s ago (it pauses {pause:.0f} s between rounds). Its lock is held on another "
+            f"host, where this one cannot see it. If that supervisor is dead, run again once its heartbeat is "
+            f"older than {stale:.0f} s, or now with --take-over.")
+
+
+class _Stop:
+    """SIGTERM/SIGINT end the supervisor between rounds (a batch system's or systemd's stop)."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._old: Dict[int, Any] = {}
+
+    def __enter__(self) -> _Stop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, _sig: int, _frame: Any) -> None:
+        self.asked = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
+        left = seconds
+        while not self.asked and left > 0:   # in slices, so a stop is seen within a second
+            step = min(1.0, left)
+            sleep(step)
+            left -= step
+
+
+def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = False, follow: bool = False,
+        interval: Optional[float] = None, max_rounds: Optional[int] = None,
+        metrics: Union[str, Path, None, bool] = None, take_over: bool = False,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT, on_round: Optional[Callable[[Round], None]] = None,
+        sleep: Callable[[float], None] = time.sleep) -> RunReport:
+    """Drive the campaign of ``plan_dir`` until every plan job is done or parked and the finalize job
+    has ended (``follow``: keep going after that, for work unparked or retried by hand; ``once``: one
+    round, for cron or scrontab). Metrics go to ``PLAN_DIR/metrics.prom`` (``metrics``: another path,
+    or False for none)."""
+    plan_dir = Path(os.path.abspath(plan_dir))
+    manifest = read_manifest(plan_dir)
+    metrics_path = None if metrics is False else Path(metrics) if metrics else plan_dir / METRICS_NAME  # type: ignore[arg-type]
+    holder = _whoami()
+    with open_plan_store(plan_dir, db) as store:
+        campaign = register(store, manifest)
+        try:
+            with supervisor_lock(store.engine, store.location, campaign.name):
+                _check_heartbeat(store, campaign, holder, take_over)
+                prev = store.begin_supervising(campaign.id, holder)
+                sup = Supervisor(plan_dir, manifest, store, campaign, lock_timeout=lock_timeout,
+                                 metrics_path=metrics_path)
+                report = RunReport(campaign.name, took_over=prev.holder if prev and prev.phase == "running"
+                                   else None)
+                _loop(sup, report, holder, once=once, follow=follow, interval=interval, max_rounds=max_rounds,
+                      on_round=on_round, sleep=sleep)
+        except LockTimeout as exc:
+            raise SupervisorBusy(str(exc)) from None
+    return report
+
+
+def _loop(sup: Supervisor, report: RunReport, holder: str, *, once: bool, follow: bool,
+          interval: Optional[float], max_rounds: Optional[int], on_round: Optional[Callable[[Round], None]],
+          sleep: Callable[[float], None]) -> None:
+    base = poll_interval(sup.manifest, interval)
+    pause = base
+    stall_after = sup.events.stall_after_s
+    with _Stop() as stop:
+        while True:
+            rnd = sup.round(len(report.rounds) + 1)
+            pause = next_interval(base, pause, rnd.changed) if report.rounds else base
+            rnd.pause = 0.0 if rnd.finished and not follow else pause
+            report.rounds.append(rnd)
+            phase = "finished" if rnd.finished and not follow else "running"
+            last = once or stop.asked or (max_rounds is not None and len(report.rounds) >= max_rounds)
+            if last and phase == "running":
+                phase = "stopped"
+            if not sup.store.beat(sup.campaign.id, holder, rounds=rnd.number, phase=phase, note=rnd.summary(),
+                                  poll_interval_s=rnd.pause):
+                report.outcome = "superseded"
+                return
+            sup.write_metrics(rnd, time.time())
+            sup.notify(rnd, stall_after)
+            if on_round:
+                on_round(rnd)
+            if phase == "finished":
+                report.outcome = "finished"
+                return
+            if last:
+                report.outcome = "once" if once else "stopped" if stop.asked else "rounds"
+                return
+            stop.sleep(rnd.pause, sleep)
+
+
+def heartbeat(plan_dir: Union[str, Path], *, db: Optional[str] = None) -> Optional[SupervisorRecord]:
+    """The campaign's supervisor row (None: never supervised), for status and the web view."""
+    plan_dir = Path(os.path.abspath(plan_dir))
+    manifest = read_manifest(plan_dir, jobs=False)
+    if db is None and not (plan_dir / "state.db").exists():
+        return None
+    with open_plan_store(plan_dir, db) as store:
+        try:
+            return store.supervisor(store.get_campaign(manifest["campaign"]).id)
+        except HpcrunError:
+            return None
+

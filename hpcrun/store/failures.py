@@ -1,0 +1,102 @@
+"""Failed plan jobs for the retry policy, and the policy's decisions written back in one transaction.
+
+The store does not decide: it hands each failed job's last attempt (state, exit code, node,
+memory used, the changes that attempt carried) and its earlier failures by class to the
+policy (hpcrun/operate/policy.py), then applies what it decided: back to pending with the
+changes for the next submission, or parked with the reason. The class is written on the
+failed submission, so later decisions and the report count attempts by class.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from sqlalchemy import func, select, update
+
+from hpcrun.store import schema
+from hpcrun.store.base import StoreBase, _now
+from hpcrun.store.records import FailedJob, RetryDecision
+
+
+class Failures(StoreBase):
+    """Failed jobs in, retry decisions out (a mixin of StateStore)."""
+
+    def failed_jobs(self, campaign_id: int, job_indices: Optional[Sequence[int]] = None) -> List[FailedJob]:
+        t, s, c = schema.input_file, schema.submission, schema.state_change
+        query = (select(t.c.job_index, func.max(t.c.attempts), func.max(t.c.last_submission_id),
+                        func.max(t.c.adjust), func.max(t.c.last_reason))
+                 .where(t.c.campaign_id == campaign_id, t.c.state == "failed", t.c.job_index.is_not(None))
+                 .group_by(t.c.job_index).order_by(t.c.job_index))
+        with self._read() as conn:
+            rows = [r for r in conn.execute(query) if job_indices is None or r[0] in job_indices]
+            sub_ids = [int(r[2]) for r in rows if r[2] is not None]
+            last_seen = (select(c.c.submission_id, func.max(c.c.id)).group_by(c.c.submission_id))
+            newest = {sid: cid for sid, cid in self._rows_in(conn, last_seen, c.c.submission_id, sub_ids)}
+            ends = {r[0]: r[1:] for r in self._rows_in(
+                conn, select(c.c.submission_id, c.c.slurm_state, c.c.exit_code, c.c.node, c.c.max_rss_bytes,
+                             c.c.reason), c.c.id, list(newest.values()))}
+            states = dict(self._rows_in(conn, select(s.c.id, s.c.last_state), s.c.id, sub_ids))
+            past = self._past_classes(conn, campaign_id, [int(r[0]) for r in rows])
+        out = []
+        for job_index, attempts, sid, adjust, last_reason in rows:
+            end = ends.get(sid, (None, None, None, None, None))
+            out.append(FailedJob(int(job_index), int(attempts or 0), sid, states.get(sid) or end[0], end[1],
+                                 end[2], end[3], end[4] or last_reason, adjust,
+                                 past.get(int(job_index), {})))
+        return out
+
+    def _past_classes(self, conn: object, campaign_id: int, jobs: List[int]) -> Dict[int, Dict[str, int]]:
+        """Per plan job: how many of its earlier submissions failed in each class."""
+        t, s, link = schema.input_file, schema.submission, schema.submission_input
+        query = (select(t.c.job_index, s.c.failure_class, func.count(s.c.id.distinct()))
+                 .select_from(s.join(link, link.c.submission_id == s.c.id).join(t, t.c.id == link.c.input_id))
+                 .where(s.c.campaign_id == campaign_id, s.c.failure_class.is_not(None))
+                 .group_by(t.c.job_index, s.c.failure_class))
+        found: Dict[int, Dict[str, int]] = {}
+        for job_index, cls, n in self._rows_in(conn, query, t.c.job_index, jobs):  # type: ignore[arg-type]
+            found.setdefault(int(job_index), {})[cls] = int(n)
+        return found
+
+    def apply_retry(self, campaign_id: int, decisions: Sequence[RetryDecision]) -> None:
+        """Write the policy's decisions: classes on the failed submissions, inputs to pending or parked."""
+        t, s = schema.input_file, schema.submission
+        now = _now()
+        with self._write() as conn:
+            for d in decisions:
+                if d.submission_id is not None:
+                    conn.execute(update(s).where(s.c.id == d.submission_id).values(failure_class=d.failure_class))
+                base = update(t).where(t.c.campaign_id == campaign_id, t.c.state == "failed",
+                                       t.c.job_index == d.job_index)
+                if d.requeue:
+                    conn.execute(base.values(state="pending", adjust=d.adjust, claim_token=None, claimed_by=None,
+                                             claimed_at=None, updated_at=now))
+                else:
+                    conn.execute(base.values(state="parked", last_reason=d.reason, updated_at=now))
+
+    def pending_adjustments(self, campaign_id: int) -> Dict[int, str]:
+        """Pending plan jobs whose next submission must change something (job index -> JSON)."""
+        t = schema.input_file
+        query = (select(t.c.job_index, func.max(t.c.adjust))
+                 .where(t.c.campaign_id == campaign_id, t.c.state == "pending", t.c.adjust.is_not(None),
+                        t.c.job_index.is_not(None)).group_by(t.c.job_index))
+        with self._read() as conn:
+            return {int(j): a for j, a in conn.execute(query) if a}
+
+    def attempts_by_class(self, campaign_id: int) -> Dict[str, int]:
+        """Failed submissions per failure class (each array task counts once)."""
+        s = schema.submission
+        query = (select(s.c.failure_class, func.count()).where(s.c.campaign_id == campaign_id,
+                                                                s.c.failure_class.is_not(None))
+                 .group_by(s.c.failure_class))
+        with self._read() as conn:
+            return {cls: int(n) for cls, n in conn.execute(query)}
+
+    def retry_changes(self, campaign_id: int, limit: int = 50) -> List[tuple]:
+        """The latest resubmissions that changed something: (job id, array index, changes)."""
+        s = schema.submission
+        query = (select(s.c.job_id, s.c.array_index, s.c.changes)
+                 .where(s.c.campaign_id == campaign_id, s.c.changes.is_not(None))
+                 .order_by(s.c.id.desc()).limit(limit))
+        with self._read() as conn:
+            return [tuple(r) for r in conn.execute(query)]
+

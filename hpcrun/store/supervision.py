@@ -1,0 +1,53 @@
+"""The supervisor's row: who drives the campaign and its heartbeat.
+
+The OS or server lock (hpcrun/store/lock.py) decides who may supervise; this row is what
+everyone else sees: ``status``, the web view and a supervisor that takes over after a
+crash. Every beat names its holder, so a supervisor that finds another holder's name in
+the row (it lost the row to a takeover while it hung) knows to stop.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import insert, select, update
+
+from hpcrun.store import schema
+from hpcrun.store.base import StoreBase, _now, _whoami
+from hpcrun.store.records import SupervisorRecord
+
+_COLUMNS = ("holder", "started_at", "heartbeat_at", "rounds", "phase", "note", "poll_interval_s")
+
+
+class Supervision(StoreBase):
+    """Supervisor rows (a mixin of StateStore)."""
+
+    def supervisor(self, campaign_id: int) -> Optional[SupervisorRecord]:
+        t = schema.supervisor
+        with self._read() as conn:
+            row = conn.execute(select(*(t.c[n] for n in _COLUMNS)).where(t.c.campaign_id == campaign_id)).first()
+        return None if row is None else SupervisorRecord(*row)
+
+    def begin_supervising(self, campaign_id: int, holder: Optional[str] = None) -> Optional[SupervisorRecord]:
+        """Write this process as the campaign's supervisor; returns the row it replaces (a takeover)."""
+        t = schema.supervisor
+        now = _now()
+        values = {"holder": holder or _whoami(), "started_at": now, "heartbeat_at": now, "rounds": 0,
+                  "phase": "running", "note": None, "poll_interval_s": None}
+        with self._write() as conn:
+            row = conn.execute(select(*(t.c[n] for n in _COLUMNS)).where(t.c.campaign_id == campaign_id)).first()
+            if row is None:
+                conn.execute(insert(t).values(campaign_id=campaign_id, **values))
+                return None
+            conn.execute(update(t).where(t.c.campaign_id == campaign_id).values(**values))
+        return SupervisorRecord(*row)
+
+    def beat(self, campaign_id: int, holder: str, *, rounds: int, phase: str, note: str,
+             poll_interval_s: Optional[float]) -> bool:
+        """Record a round; False when another supervisor has taken the row over (this one must stop)."""
+        t = schema.supervisor
+        with self._write() as conn:
+            done = conn.execute(update(t).where(t.c.campaign_id == campaign_id, t.c.holder == holder).values(
+                heartbeat_at=_now(), rounds=rounds, phase=phase, note=note[:4000],
+                poll_interval_s=poll_interval_s))
+        return bool(done.rowcount)

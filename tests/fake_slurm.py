@@ -1,0 +1,103 @@
+"""Fake sbatch/squeue/sacct on PATH that keep Slurm's view in files.
+
+``queue`` holds what squeue shows (``id|array id|name|state|reason``) and ``acct`` sacct lines
+in ACCT_FIELDS order. sbatch appends what it submits to ``queue`` and its argv to ``args``;
+a test ends jobs by moving them from ``queue`` to ``acct``. The real cluster runs in
+tests/cluster/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+FAKE_SBATCH = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+with open(os.path.join(here, "args"), "a") as f:
+    f.write(" ".join(args) + "\n")
+name = next(a.split("=", 1)[1] for a in args if a.startswith("--job-name="))
+if os.environ.get("FAKE_SBATCH_FAIL_FINALIZE") and name.endswith(".finalize"):
+    sys.stderr.write(os.environ["FAKE_SBATCH_FAIL_FINALIZE"] + "\n")
+    sys.exit(1)
+counter = os.path.join(here, "n")
+n = int(open(counter).read()) if os.path.exists(counter) else 100
+open(counter, "w").write(str(n + 1))
+array = next((a.split("=", 1)[1] for a in args if a.startswith("--array=")), None)
+with open(os.path.join(here, "queue"), "a") as f:
+    if array:
+        f.write(f"{n}_[{array}]|{n}|{name}|PENDING|(None)\n")
+    else:
+        f.write(f"{n}|{n}|{name}|PENDING|(Dependency)\n")
+print(f"{n};cluster")
+'''
+
+FAKE_SQUEUE = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+argv = sys.argv[1:]
+def opt(name):
+    return argv[argv.index(name) + 1].split(",") if name in argv else None
+ids, names = opt("-j"), opt("--name")
+with open(os.path.join(here, "squeue-calls"), "a") as f:
+    f.write(" ".join(argv) + "\n")
+rows = open(os.path.join(here, "queue")).read().splitlines() if os.path.exists(os.path.join(here, "queue")) else []
+for row in rows:
+    jid, aid, name, state, reason = row.split("|")
+    if ids is not None and aid not in ids and jid not in ids:
+        continue
+    if names is not None and name not in names:
+        continue
+    print(row)
+'''
+
+FAKE_SACCT = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+argv = sys.argv[1:]
+def opt(name):
+    return argv[argv.index(name) + 1].split(",") if name in argv else None
+ids, names = opt("-j"), opt("--name")
+rows = open(os.path.join(here, "acct")).read().splitlines() if os.path.exists(os.path.join(here, "acct")) else []
+for row in rows:
+    parts = row.split("|")
+    if ids is not None and parts[0].split("_")[0] not in ids:
+        continue
+    if names is not None and parts[2] not in names:
+        continue
+    print(row)
+'''
+
+
+class FakeSlurm:
+    def __init__(self, root: Path):
+        self.bin = root / "fake-slurm"
+        self.bin.mkdir()
+        for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT)):
+            (self.bin / name).write_text(text)
+            (self.bin / name).chmod(0o755)
+
+    def args(self) -> List[str]:
+        path = self.bin / "args"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def queue(self) -> List[str]:
+        path = self.bin / "queue"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0") -> None:
+        """The job leaves the queue and gets an accounting record."""
+        kept, gone = [], []
+        for row in self.queue():
+            (gone if row.split("|")[1] == job_id else kept).append(row)
+        assert gone, f"job {job_id} is not queued"
+        (self.bin / "queue").write_text("".join(r + "\n" for r in kept))
+        with open(self.bin / "acct", "a") as f:
+            for row in gone:
+                jid, _aid, name, _state, _reason = row.split("|")
+                f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|None|5|00:00:01|1|node1|"
+                        f"2030-01-01T00:00:00|2030-01-01T00:00:05|\n")
+
+    def finalize_calls(self, campaign: str) -> List[str]:
+        return [a for a in self.args() if f"--job-name={campaign}.finalize" in a]
