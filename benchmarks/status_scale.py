@@ -81,16 +81,16 @@ def sacct_text(arrays: list, state: str) -> str:
             tid = f"{job_id}_{t}"
             if state == "RUNNING":
                 lines.append(f"{tid}|{raw}|status-bench.x|RUNNING|0:0|None|42|00:00:00|2|nid001|"
-                             "2026-11-22T08:00:00|Unknown|")
+                             "2026-11-22T08:00:00|Unknown|15G|")
                 continue
             lines.append(f"{tid}|{raw}|status-bench.x|COMPLETED|0:0|None|600|19:50.125|2|nid001|"
-                         "2026-11-22T08:00:00|2026-11-22T08:10:00|")
+                         "2026-11-22T08:00:00|2026-11-22T08:10:00|15G|")
             lines.append(f"{tid}.batch|{raw}.batch|batch|COMPLETED|0:0||600|00:01.001|2|nid001|"
-                         "2026-11-22T08:00:00|2026-11-22T08:10:00|14404K")
+                         "2026-11-22T08:00:00|2026-11-22T08:10:00||14404K")
             lines.append(f"{tid}.0|{raw}.0|bash|COMPLETED|0:0||599|00:00.349|2|nid001|"
-                         "2026-11-22T08:00:01|2026-11-22T08:10:00|120188K")
+                         "2026-11-22T08:00:01|2026-11-22T08:10:00||120188K")
             lines.append(f"{tid}.1|{raw}.1|bash|COMPLETED|0:0||598|19:48.775|2|nid001|"
-                         "2026-11-22T08:00:01|2026-11-22T08:09:59|1.5G")
+                         "2026-11-22T08:00:01|2026-11-22T08:09:59||1.5G")
     return "\n".join(lines) + "\n"
 
 

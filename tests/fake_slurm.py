@@ -86,7 +86,7 @@ class FakeSlurm:
         path = self.bin / "queue"
         return path.read_text().splitlines() if path.exists() else []
 
-    def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0") -> None:
+    def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0", reason: str = "None") -> None:
         """The job leaves the queue and gets an accounting record."""
         kept, gone = [], []
         for row in self.queue():
@@ -96,8 +96,8 @@ class FakeSlurm:
         with open(self.bin / "acct", "a") as f:
             for row in gone:
                 jid, _aid, name, _state, _reason = row.split("|")
-                f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|None|5|00:00:01|1|node1|"
-                        f"2030-01-01T00:00:00|2030-01-01T00:00:05|\n")
+                f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|{reason}|5|00:00:01|1|node1|"
+                        f"2030-01-01T00:00:00|2030-01-01T00:00:05|2G|1G\n")
 
     def finalize_calls(self, campaign: str) -> List[str]:
         return [a for a in self.args() if f"--job-name={campaign}.finalize" in a]

@@ -47,7 +47,8 @@ def _store_with_runs(tmp_path):
             changes.append(NewStateChange(sid, "COMPLETED" if ok else "FAILED", end, 0 if ok else 7, 0, "nid1",
                                           elapsed_s=600.0, cpu_s=600.0 * 4 * (0.5 if j == 1 else 1.0),
                                           max_rss_bytes=2 * 1024**3, reason=None if ok else "chain(s) failed: 1(rc=3)",
-                                          alloc_cpus=4, started_at=end - dt.timedelta(minutes=10), ended_at=end))
+                                          alloc_cpus=4, started_at=end - dt.timedelta(minutes=10), ended_at=end,
+                                          req_mem_bytes=8 * 1024**3))
         store.record_state_changes(c.id, changes)
         if attempt == 0:
             store.record_qa([QaResult(by_job[0], "f0.out", True, 100, 100, sub_ids[(0, 0)]),
@@ -64,6 +65,9 @@ def test_figures_of_merit(tmp_path):
     assert report.inputs == {"pending": 1, "submitted": 0, "running": 0, "done": 2, "failed": 1, "parked": 0}
     assert report.succeeded == 1
     assert report.success_rate == pytest.approx(1 / 3)
+    assert report.memory_efficiency == pytest.approx(0.25)          # seff: 2 GiB used of 8 GiB asked
+    assert [m.mem_efficiency for m in report.runs] == [pytest.approx(0.25)] * len(report.runs)
+    assert [n for _t, n in report.timeline] == [1, 2] and [n for _t, n in report.qa_timeline] == [1]
     assert report.completion == pytest.approx(1 / 4)
     # 4 ended runs of 600 s x 4 CPUs; CPU: 2400 + 1200 + 2400 + 2400
     assert report.cpu_efficiency == pytest.approx((2400 + 1200 + 2400 + 2400) / (4 * 2400))

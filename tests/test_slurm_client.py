@@ -126,16 +126,22 @@ def test_plan_batches_respects_budget_and_scripts():
 
 
 def test_parse_acct_folds_steps():
-    text = ("361|361|t.abc|COMPLETED|0:0|None|6|00:06.021|2|localhost|2026-11-22T07:51:42|2026-11-22T07:51:48|\n"
+    text = ("361|361|t.abc|COMPLETED|0:0|None|6|00:06.021|2|localhost|2026-11-22T07:51:42|2026-11-22T07:51:48|"
+            "4G|\n"
             "361.batch|361.batch|batch|COMPLETED|0:0||6|00:03.012|2|localhost|2026-11-22T07:51:42|"
-            "2026-11-22T07:51:48|12516K\n"
-            "361.0|361.0|python3|COMPLETED|0:0||3|01:02:03.5|2|localhost|2026-11-22T07:51:45|2026-11-22T07:51:48|2.5G\n"
-            "362_[1-3%2]|362|t.def|PENDING|0:0|JobArrayTaskLimit|0|00:00:00|2|None assigned|Unknown|Unknown|\n")
+            "2026-11-22T07:51:48||12516K\n"
+            "361.0|361.0|python3|COMPLETED|0:0||3|01:02:03.5|2|localhost|2026-11-22T07:51:45|2026-11-22T07:51:48|"
+            "|2.5G\n"
+            "362_[1-3%2]|362|t.def|PENDING|0:0|JobArrayTaskLimit|0|00:00:00|2|None assigned|Unknown|Unknown|"
+            "1000Mc|\n")
     recs = slurm.parse_acct(text)
     assert set(recs) == {"361", "362_[1-3%2]"}
     r = recs["361"]
     assert (r.elapsed_s, r.cpu_s, r.alloc_cpus, r.max_rss_bytes) == (6.0, 6.021, 2, int(2.5 * 1024 ** 3))
+    assert r.req_mem_bytes == 4 * 1024 ** 3
     assert recs["362_[1-3%2]"].start is None
+    assert recs["362_[1-3%2]"].req_mem_bytes == 2 * 1000 * 1024 ** 2   # per CPU, times 2 CPUs
+    assert slurm.parse_req_mem("16Gn", 8) == 16 * 1024 ** 3 and slurm.parse_req_mem("0", 8) is None
     assert slurm.parse_cpu_time("1-02:03:04") == 93784 and slurm.parse_cpu_time("bogus") is None
 
 

@@ -39,8 +39,8 @@ class Cluster:
             jid, aid, name, _state, _reason = row.split("|")
             key = "finalize" if name.endswith(".finalize") else self.names[aid]
             fate = self.fates.get(key, [])
-            state, code = fate.pop(0) if fate else ("COMPLETED", "0:0")
-            self.fake.end(aid, state, code)
+            state, code, *why = fate.pop(0) if fate else ("COMPLETED", "0:0")
+            self.fake.end(aid, state, code, *why)
 
 
 def _names_from_store(plan_dir: Path, cluster: Cluster) -> None:
@@ -88,6 +88,12 @@ def test_run_drives_the_campaign_through_failures_to_the_end(tmp_path, spec_fact
     assert "# TYPE hpcrun_supervisor_rounds_total counter" in metrics
     events = (plan_dir / "events.log").read_text()
     assert " parked " in events and " done " in events
+    from hpcrun.cli.reporting import campaign_report
+    report, _ = campaign_report(plan_dir)
+    assert report.attempts_by_class == {"chain": 1, "time_limit": 1, "qa": 1}
+    assert [(job, change) for job, _sid, change in report.retry_changes] == [
+        ("test-campaign.00001", "after chain: resubmitted unchanged"),
+        ("test-campaign.00002", "after time_limit: time limit 00:30:00 -> 00:45:00")]
 
 
 def test_one_supervisor_per_campaign(tmp_path, spec_factory, fake_slurm):

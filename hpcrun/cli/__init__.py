@@ -298,6 +298,11 @@ def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll:
         for f in report.failures:
             fails.add_row(f.reason, str(f.count), f.example)
         out.print(fails)
+    if report.retry_changes:
+        changed = Table("job", "submission", "what the retry changed")
+        for job, sid, change in report.retry_changes[-20:]:
+            changed.add_row(job, sid, change)
+        out.print(changed)
     index = write_report(report, out_dir or Path(plan_dir) / "report", store, plots=not no_plots)
     out.print(f"report: {index}", highlight=False)
 

@@ -52,3 +52,30 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
             out.print(f"took over from {report.took_over}", highlight=False, markup=False)
         if report.outcome == "superseded":
             out.print("another supervisor took this campaign over; stopping", highlight=False, markup=False)
+
+    @main.command("serve")
+    @click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+    @db_option
+    @click.option("--host", default="127.0.0.1", show_default=True, help=(
+        "address to listen on; the default is loopback only (reach it with `ssh -L PORT:127.0.0.1:PORT`)"))
+    @click.option("--port", type=click.IntRange(0, 65535), default=8750, show_default=True,
+                  help="TCP port (0: any free port)")
+    @reported
+    def serve_cmd(plan_dir: Path, db: Optional[str], host: str, port: int) -> None:
+        """A read-only live page of PLAN_DIR's campaign: progress over time, states, failures,
+        efficiency, the supervisor's heartbeat (and /metrics, /api/summary.json)."""
+        from hpcrun.report.web import make_server
+
+        try:
+            server = make_server(plan_dir, db=db, host=host, port=port)
+        except OSError as exc:
+            from hpcrun.errors import InputError, Problem
+            raise InputError([Problem("--port", None, "", f"cannot listen on {host}:{port}: {exc.strerror}; "
+                                      "give another --port (0 picks a free one)")]) from None
+        bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+        out.print(f"serving {plan_dir} on http://{bound_host}:{bound_port}/ (Ctrl-C stops)", highlight=False,
+                  markup=False)
+        try:
+            server.serve_forever()
+        finally:
+            server.server_close()

@@ -288,6 +288,11 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, *, once: bool, follow
                 report.outcome = "once" if once else "stopped" if stop.asked else "rounds"
                 return
             stop.sleep(rnd.pause, sleep)
+            if stop.asked:   # stopped while waiting: no new round, say so in the heartbeat
+                sup.store.beat(sup.campaign.id, holder, rounds=rnd.number, phase="stopped", note=rnd.summary(),
+                               poll_interval_s=rnd.pause)
+                report.outcome = "stopped"
+                return
 
 
 def heartbeat(plan_dir: Union[str, Path], *, db: Optional[str] = None) -> Optional[SupervisorRecord]:

@@ -245,7 +245,7 @@ class Poller:
         change = NewStateChange(
             a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
             rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
-            self.sched.parse_time(rec.start), self.sched.parse_time(rec.end))
+            self.sched.parse_time(rec.start), self.sched.parse_time(rec.end), rec.req_mem_bytes)
         return change, (rec.raw_id if rec.state in TERMINAL and a.last_state not in TERMINAL else None)
 
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:

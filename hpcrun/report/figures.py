@@ -40,6 +40,8 @@ class RunMetrics:
     walltime_per_event_s: Optional[float]
     max_rss_bytes: Optional[int]
     ended_at: Optional[str]
+    req_mem_bytes: Optional[int] = None
+    mem_efficiency: Optional[float] = None      # MaxRSS / requested memory, as seff reports it
 
 
 @dataclass
@@ -77,6 +79,10 @@ class CampaignReport:
     attempts: Dict[int, int] = field(default_factory=dict)   # inputs by number of submissions
     runs: List[RunMetrics] = field(default_factory=list)
     timeline: List[Tuple[str, int]] = field(default_factory=list)  # (end time, completed so far)
+    qa_timeline: List[Tuple[str, int]] = field(default_factory=list)  # (end time, QA passed so far)
+    memory_efficiency: Optional[float] = None   # sum MaxRSS / sum requested memory, completed runs
+    attempts_by_class: Dict[str, int] = field(default_factory=dict)  # failed attempts per retry-policy class
+    retry_changes: List[Tuple[str, str, str]] = field(default_factory=list)  # (job, slurm id, what changed)
     finalize: Optional[Dict[str, Any]] = None   # the finalize job as `hpcrun status` shows it; None: no such job
 
     def as_dict(self) -> Dict[str, Any]:
@@ -142,7 +148,8 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
             r.elapsed_s, r.cpu_s or 0.0, r.alloc_cpus or 0,
             _ratio(r.cpu_s or 0.0, r.elapsed_s * (r.alloc_cpus or 0)),
             nbytes, events, nbytes / 1e6 / r.elapsed_s, events / r.elapsed_s if events else None,
-            r.elapsed_s / events if events else None, r.max_rss_bytes, _iso(r.ended_at)))
+            r.elapsed_s / events if events else None, r.max_rss_bytes, _iso(r.ended_at), r.req_mem_bytes,
+            _ratio(r.max_rss_bytes or 0, r.req_mem_bytes or 0) if r.max_rss_bytes else None))
     starts = [r.started_at for r in ended if r.started_at]
     ends = [r.ended_at for r in ended if r.ended_at]
     span = (max(ends) - min(starts)).total_seconds() if starts and ends else None
@@ -156,10 +163,8 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
     failures = sorted((FailureGroup(label, len(rs), next((x.reason for x in rs if x.reason), "") or "")
                        for label, rs in groups.items()), key=lambda g: (-g.count, g.reason))
 
-    done_times = sorted(r.ended_at for r in ended if r.slurm_state == "COMPLETED" and r.ended_at)
-    timeline = [(_iso(t) or "", k + 1) for k, t in enumerate(done_times)]
     qa_latest = list(latest_qa.values())
-    return CampaignReport(
+    report = CampaignReport(
         campaign=campaign, generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         inputs={s: inputs_by_state.get(s, 0) for s in ("pending", "submitted", "running", "done", "failed",
                                                        "parked")},
@@ -176,4 +181,25 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
         mean_walltime_per_event_s=_mean([m.walltime_per_event_s for m in runs
                                          if m.walltime_per_event_s is not None]),
         span_s=span, failures=failures, attempts=dict(sorted(Counter(i.attempts for i in data.inputs).items())),
-        runs=runs, timeline=timeline)
+        runs=runs)
+    _add_history(report, data, ended, latest_qa, job_names)
+    return report
+
+
+def _cumulative(times: List[dt.datetime]) -> List[Tuple[str, int]]:
+    return [(_iso(t) or "", k + 1) for k, t in enumerate(sorted(times))]
+
+
+def _add_history(report: CampaignReport, data: ReportData, ended: List[RunRow], latest_qa: Dict[int, Any],
+                 job_names: Dict[int, str]) -> None:
+    """Progress over time, memory efficiency and the retry policy's classes and changes."""
+    report.timeline = _cumulative([r.ended_at for r in ended if r.slurm_state == "COMPLETED" and r.ended_at])
+    end_of = {r.submission_id: r.ended_at for r in ended}
+    report.qa_timeline = _cumulative([t for q in latest_qa.values() if q.passed
+                                      for t in [end_of.get(q.submission_id)] if t is not None])
+    with_mem = [m for m in report.runs if m.max_rss_bytes and m.req_mem_bytes]
+    report.memory_efficiency = _ratio(sum(m.max_rss_bytes or 0 for m in with_mem),
+                                      sum(m.req_mem_bytes or 0 for m in with_mem))
+    report.attempts_by_class = dict(Counter(r.failure_class for r in data.runs if r.failure_class).most_common())
+    report.retry_changes = [(job_names.get(r.job_index, f"#{r.job_index}") if r.job_index is not None else "?",
+                             task_id(r.job_id, r.array_index), r.changes) for r in data.runs if r.changes]

@@ -34,6 +34,7 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
         ("completion (succeeded / all inputs)", f"{r.succeeded} / {r.inputs_total} ({_pct(r.completion)})"),
         ("CPU efficiency (TotalCPU / Elapsed x CPUs, all ended runs)", _pct(r.cpu_efficiency)),
         ("CPU hours used / core hours allocated", f"{r.cpu_hours:.2f} / {r.core_hours_allocated:.2f}"),
+        ("memory efficiency (MaxRSS / requested, completed runs)", _pct(r.memory_efficiency)),
         ("runs ended / completed", f"{r.runs_ended} / {r.runs_completed}"),
         ("QA passed / failed", f"{r.qa_passed} / {r.qa_failed}"),
         ("events in / out (QA)", f"{r.events_in} / {r.events_out}"),
@@ -43,7 +44,9 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
         ("throughput, mean per job (events/s)", _num(r.mean_job_events_per_s)),
         ("walltime per event, mean (s)", _num(r.mean_walltime_per_event_s)),
         ("campaign span, first start to last end (s)", _num(r.span_s, digits=6)),
-    ] + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else [])
+    ] + ([("failed attempts by class", ", ".join(f"{k} {n}" for k, n in r.attempts_by_class.items()))]
+         if r.attempts_by_class else []) \
+      + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else [])
 
 
 def _finalize_text(f: Dict[str, Any]) -> str:

@@ -93,7 +93,8 @@ class Observations(StoreBase):
                 rows.append({"submission_id": c.submission_id, "observed_at": at, "slurm_state": state,
                              "exit_code": c.exit_code, "signal": c.signal, "node": c.node, "elapsed_s": c.elapsed_s,
                              "cpu_s": c.cpu_s, "max_rss_bytes": c.max_rss_bytes, "reason": c.reason,
-                             "alloc_cpus": c.alloc_cpus, "started_at": c.started_at, "ended_at": c.ended_at})
+                             "alloc_cpus": c.alloc_cpus, "started_at": c.started_at, "ended_at": c.ended_at,
+                             "req_mem_bytes": c.req_mem_bytes})
                 latest[c.submission_id] = (state, at)
                 target = INPUT_STATE_OF.get(state)
                 if target is not None:

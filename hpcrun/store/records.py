@@ -98,6 +98,7 @@ class NewStateChange:
     alloc_cpus: Optional[int] = None
     started_at: Optional[dt.datetime] = None
     ended_at: Optional[dt.datetime] = None
+    req_mem_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,9 @@ class RunRow:
     ended_at: Optional[dt.datetime]
     node: Optional[str]
     reason: Optional[str]
+    req_mem_bytes: Optional[int] = None
+    failure_class: Optional[str] = None    # the retry policy's class of this attempt's failure
+    changes: Optional[str] = None          # what this attempt changed against its script (a retry)
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,7 @@ def _v4_supervisor(md: MetaData) -> Table:
 
 
 def _v4_columns() -> Dict[str, Sequence[Column[Any]]]:
-    """Columns version 4 adds: the retry policy's failure class, and what each resubmission changed."""
+    """Columns version 4 adds: the retry policy's failure class, what each resubmission changed, requested memory."""
     return {
         "hpcrun_input": (
             Column("adjust", Text, nullable=True),             # JSON: what the next submission must change
@@ -274,6 +274,9 @@ def _v4_columns() -> Dict[str, Sequence[Column[Any]]]:
         "hpcrun_submission": (
             Column("failure_class", String(32), nullable=True),  # set when the failure was classified
             Column("changes", Text, nullable=True),              # what this submission changed, in words
+        ),
+        "hpcrun_state_change": (
+            Column("req_mem_bytes", BigInteger, nullable=True),  # memory the job asked for (seff's "requested")
         ),
     }
 
@@ -356,7 +359,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
     Migration(3, "campaign-level finalize job (one row per round)", _v3),
-    Migration(4, "supervisor heartbeat; failure class and changes of each attempt", _v4),
+    Migration(4, "supervisor heartbeat; failure class and changes of each attempt; requested memory", _v4),
 )
 
 

@@ -319,6 +319,7 @@ JobAcctGatherFrequency=task=5
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
+SlurmdTimeout=30
 MinJobAge=3600
 MaxJobCount=1000000
 KillWait=5
@@ -1057,6 +1058,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if alive == len(recorded) else 1
 
 
+def cmd_restart_node(args: argparse.Namespace) -> int:
+    """Start the slurmd of one emulated node again (after a test killed it: a node failure)."""
+    lay = Layout(args.dir)
+    prev = load_state(lay)
+    lay = Layout(args.dir, prev.get("nodes", 1), prev.get("accounting", "slurmdbd"))
+    if args.node not in lay.node_names:
+        raise HarnessError(f"no node {args.node} here (nodes: {', '.join(lay.node_names)})")
+    if read_pidfile(lay, f"slurmd-{args.node}"):
+        log(f"slurmd of {args.node} is running")
+        return 0
+    spawn(lay, f"slurmd-{args.node}", ["/usr/sbin/slurmd", "-D", "-N", args.node], "slurmd")
+    wait_for(lambda: args.node in slurm_ok(lay, ["sinfo", "-h", "-t", "idle,mix,alloc", "-N", "-o", "%N"]).stdout,
+             120, f"{args.node} back in service", hint=tail(lay.logdir / "slurmctld.log"))
+    log(f"slurmd of {args.node} started again")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1068,13 +1086,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accounting", choices=("slurmdbd", "filetxt"), default="slurmdbd")
     p.add_argument("--link-etc", action="store_true",
                    help="also symlink /etc/slurm/slurm.conf (restored by stop)")
-    for name in ("stop", "status"):
+    for name in ("stop", "status", "restart-node"):
         p = sub.add_parser(name)
         p.add_argument("--dir", default=os.environ.get("HPCRUN_TEST_CLUSTER_DIR", DEFAULT_DIR))
+        if name == "restart-node":
+            p.add_argument("node")
     args = ap.parse_args(argv)
     try:
         return {"install": cmd_install, "start": cmd_start, "stop": cmd_stop,
-                "status": cmd_status}[args.cmd](args)
+                "status": cmd_status, "restart-node": cmd_restart_node}[args.cmd](args)
     except HarnessError as e:
         print(f"[harness] ERROR: {e}", file=sys.stderr)
         return 1

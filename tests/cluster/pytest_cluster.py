@@ -271,6 +271,11 @@ class SlurmCluster:
         code = main[0]["ExitCode"] if len(codes) > 1 and len(main) == 1 else ",".join(codes)
         return JobResult(jobid, state, code, recs)
 
+    def restart_slurmd(self, node: str) -> None:
+        """Start a node's slurmd again after a test killed it (the harness waits for the node)."""
+        proc = _harness("restart-node", "--dir", str(self.dir), node)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
     def scancel(self, jobid: str) -> None:
         self.run(["scancel", str(jobid)])
 

@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--fail-chain", type=int, default=-1, help="test hook: this chain exits 3")
     ap.add_argument("--fail-marked", type=Path, default=None, help=(
         "test hook: exit 3 when DIR/<input file name>.fail exists (removed first if it says 'once')"))
+    ap.add_argument("--slow-marked", type=Path, default=None, help=(
+        "test hook: sleep until killed when DIR/<input file name>.slow exists (removed first: once)"))
     args = ap.parse_args()
     chain = args.chain
     if chain == args.fail_chain:
@@ -68,6 +70,12 @@ def main() -> int:
                 marker.unlink(missing_ok=True)
             print(f"chain {chain}: failing on purpose ({marker})", file=sys.stderr)
             return 3
+    if args.slow_marked is not None:
+        slow = args.slow_marked / (Path(args.input).name + ".slow")
+        if slow.exists():
+            slow.unlink(missing_ok=True)
+            print(f"chain {chain}: hanging on purpose ({slow}) until the time limit", file=sys.stderr)
+            time.sleep(3600)
     with h5py.File(args.input, "r") as f:
         total = len(f["event_id"])
         first = chain * total // args.nchains

@@ -121,6 +121,7 @@ class Record:
     start: Optional[str]
     end: Optional[str]
     max_rss_bytes: Optional[int] = None
+    req_mem_bytes: Optional[int] = None   # memory the job asked for, all nodes together
 
 
 @dataclass

@@ -140,7 +140,7 @@ def sacct(job_ids: Sequence[str], since: str = "now-30days") -> List[JobState]:
 # ---- campaign-level queries: tags, accounting records, queue size -------------------------
 
 ACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Reason", "ElapsedRaw", "TotalCPU",
-               "AllocCPUS", "NodeList", "Start", "End", "MaxRSS")
+               "AllocCPUS", "NodeList", "Start", "End", "ReqMem", "MaxRSS")   # MaxRSS last: steps read it
 
 
 AcctRecord = Record   # the neutral record, filled from sacct
@@ -173,6 +173,17 @@ def parse_mem(text: str) -> Optional[int]:
         return int(float(number) * factor)
     except ValueError:
         return None
+
+
+def parse_req_mem(text: str, cpus: Optional[int]) -> Optional[int]:
+    """sacct's ReqMem -> bytes for the whole job: ``16G`` (22.05: the job's memory TRES), or the older
+    ``4000Mc`` (per CPU: times the allocated CPUs) and ``16Gn`` (per node, taken as it is)."""
+    text = text.strip()
+    per_cpu = text.endswith("c")
+    mem = parse_mem(text[:-1] if text.endswith(("c", "n")) else text)
+    if mem is None or mem <= 0:
+        return None
+    return mem * (cpus or 1) if per_cpu else mem
 
 
 def _time_or_none(text: str) -> Optional[str]:
@@ -211,11 +222,12 @@ def parse_acct(text: str) -> Dict[str, AcctRecord]:
         parts = line.split("|")
         if len(parts) != width:
             continue
-        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, _rss = parts
+        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, req, _rss = parts
+        cpus = int(alloc) if alloc.isdigit() else None
         jobs[job_id] = AcctRecord(
             job_id, raw, name, state.split(" ")[0].rstrip("+"), exit_code, reason,
             float(elapsed) if elapsed.isdigit() else None, parse_cpu_time(cpu),
-            int(alloc) if alloc.isdigit() else None, nodes, _time_or_none(start), _time_or_none(end))
+            cpus, nodes, _time_or_none(start), _time_or_none(end), req_mem_bytes=parse_req_mem(req, cpus))
     for owner, mem in rss.items():
         if owner in jobs:
             jobs[owner].max_rss_bytes = mem
