@@ -16,7 +16,8 @@ if [ -f tests/cluster/harness.py ] && [ "${HPCRUN_SKIP_CLUSTER:-0}" != 1 ]; then
   python3 tests/cluster/image.py build \
     || echo "run-all: the Charliecloud test image could not be built; its tests will be skipped"
   echo "run-all: Charliecloud test image ready in $((SECONDS - image_start)) s"
-  python3 tests/cluster/harness.py start --dir "$HPCRUN_TEST_CLUSTER_DIR" || exit 1
+  # several emulated nodes: multi-node jobs and the supervisor's fault campaign (issue 13)
+  python3 tests/cluster/harness.py start --dir "$HPCRUN_TEST_CLUSTER_DIR" --nodes "${HPCRUN_TEST_NODES_COUNT:-3}" || exit 1
   cluster_started=1
   export HPCRUN_REQUIRE_CLUSTER=1
 fi

@@ -88,7 +88,7 @@ def test_run_drives_the_campaign_through_failures_to_the_end(tmp_path, spec_fact
     assert "# TYPE hpcrun_supervisor_rounds_total counter" in metrics
     events = (plan_dir / "events.log").read_text()
     assert " parked " in events and " done " in events
-    from hpcrun.cli.reporting import campaign_report
+    from hpcrun.report.gather import campaign_report
     report, _ = campaign_report(plan_dir)
     assert report.attempts_by_class == {"chain": 1, "time_limit": 1, "qa": 1}
     assert [(job, change) for job, _sid, change in report.retry_changes] == [

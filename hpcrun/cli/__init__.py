@@ -282,7 +282,7 @@ def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll:
     """Success rate, CPU efficiency, throughput, failures and attempts of PLAN_DIR's campaign."""
     from rich.table import Table
 
-    from hpcrun.cli.reporting import campaign_report
+    from hpcrun.report.gather import campaign_report
     from hpcrun.report.html import merit_rows, write_report
 
     report, store = campaign_report(plan_dir, db=db, poll=poll)

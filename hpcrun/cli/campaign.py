@@ -74,7 +74,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
                                       "give another --port (0 picks a free one)")]) from None
         bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
         out.print(f"serving {plan_dir} on http://{bound_host}:{bound_port}/ (Ctrl-C stops)", highlight=False,
-                  markup=False)
+                  markup=False, soft_wrap=True)
         try:
             server.serve_forever()
         finally:

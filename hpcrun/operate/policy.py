@@ -83,15 +83,19 @@ class RetryPolicy:
         data["changes"] = f"after {cls}: " + ("; ".join(notes) if notes else "resubmitted unchanged")
         return RetryDecision(job.job_index, job.submission_id, cls, True, adjust=json.dumps(data, sort_keys=True))
 
-    def _more_time(self, rule: Dict[str, Any], data: Dict[str, Any], notes: List[str]) -> Optional[str]:
-        factor = rule.get("more_walltime")
-        if not factor:
-            return None
-        current = int(data.get("walltime_s") or self.walltime_s)
-        top = int(self.limits.get("max_walltime_s") or 0) or None
+    @staticmethod
+    def _grow(current: int, factor: float, top: Optional[int]) -> Optional[int]:
+        """``current`` times ``factor``, capped at ``top``; None when that is no more than ``current``."""
         new = math.ceil(current * float(factor))
         new = min(new, top) if top else new
-        if new <= current:
+        return new if new > current else None
+
+    def _more_time(self, rule: Dict[str, Any], data: Dict[str, Any], notes: List[str]) -> Optional[str]:
+        if not rule.get("more_walltime"):
+            return None
+        current = int(data.get("walltime_s") or self.walltime_s)
+        new = self._grow(current, rule["more_walltime"], int(self.limits.get("max_walltime_s") or 0) or None)
+        if new is None:
             return f"the time limit is already the partition's maximum ({format_duration(current)})"
         data["walltime_s"] = new
         notes.append(f"time limit {format_duration(current)} -> {format_duration(new)}")
@@ -99,16 +103,14 @@ class RetryPolicy:
 
     def _more_memory(self, rule: Dict[str, Any], job: FailedJob, data: Dict[str, Any],
                      notes: List[str]) -> Optional[str]:
-        factor = rule.get("more_memory")
-        if not factor:
+        if not rule.get("more_memory"):
             return None
         top = int(self.limits.get("memory_per_node_bytes") or 0) or None
         current = int(data.get("mem_bytes") or job.max_rss_bytes or top or 0)
         if not current:
             return None   # nothing known to grow from: resubmit unchanged
-        new = math.ceil(current * float(factor))
-        new = min(new, top) if top else new
-        if new <= current:
+        new = self._grow(current, rule["more_memory"], top)
+        if new is None:
             return f"it already had a node's whole memory ({format_size(current)})"
         data["mem_bytes"] = new
         notes.append(f"memory {format_size(current)} -> {format_size(new)}")

@@ -22,13 +22,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
-from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import open_plan_store, read_manifest
-from hpcrun.operate.track import finalize_summary
-from hpcrun.report.figures import CampaignReport, build
+from hpcrun.report.figures import CampaignReport
+from hpcrun.report.gather import open_campaign, report_of
 from hpcrun.report.html import merit_rows
 from hpcrun.resources import templates_dir
-from hpcrun.store.base import StateStoreError
 
 REFRESH_S = 30             # the page asks again this often
 MIN_AGE_S = 10.0           # the store is read at most this often
@@ -67,19 +64,8 @@ def _heartbeat(row: Any) -> Optional[Dict[str, Any]]:
 
 def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
     """Everything the page shows, from the store alone (no scheduler call)."""
-    manifest = read_manifest(plan_dir)
-    if db is None and not (plan_dir / "state.db").exists():
-        raise InputError([Problem(str(plan_dir), None, "", (
-            "has no campaign state yet (no state.db): start it with `hpcrun run` or `hpcrun submit`"))])
-    with open_plan_store(plan_dir, db) as store:
-        try:
-            campaign = store.get_campaign(manifest["campaign"])
-        except StateStoreError:
-            raise InputError([Problem(store.location, None, "", (
-                f"has no campaign '{manifest['campaign']}': start it with `hpcrun run`"))]) from None
-        report = build(campaign.name, store.report_rows(campaign.id),
-                       {j["index"]: j["name"] for j in manifest["jobs"]})
-        report.finalize = finalize_summary(manifest, store, campaign.id)
+    with open_campaign(plan_dir, db) as (manifest, store, campaign):
+        report = report_of(manifest, store, campaign)
         jobs = store.job_counts(campaign.id)
         beat = _heartbeat(store.supervisor(campaign.id))
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,

@@ -28,22 +28,33 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .campaigns import Campaign
 
 WRAPPER = """#!/bin/bash
-# test stand-in around the real sbatch: kills its caller (hpcrun run) at a chosen call
-counter=${HPCRUN_TEST_COUNTER:?}
+# test stand-in around the real sbatch: kills its caller (hpcrun) at a chosen call{note}
+counter=${{HPCRUN_TEST_COUNTER:?}}
 n=$(( $(cat "$counter" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$counter"
-if [ "${HPCRUN_TEST_KILL:-}" = "before:$n" ]; then kill -9 "$PPID"; exit 1; fi
-out=$(/usr/bin/sbatch "$@")
+if [ "${{HPCRUN_TEST_KILL:-}}" = "before:$n" ]; then kill -9 "$PPID"; exit 1; fi
+out=$(/usr/bin/sbatch {extra}"$@")
 rc=$?
-if [ "${HPCRUN_TEST_KILL:-}" = "after:$n" ]; then kill -9 "$PPID"; sleep 1; fi
+if [ "${{HPCRUN_TEST_KILL:-}}" = "after:$n" ]; then kill -9 "$PPID"; sleep 1; fi
 printf '%s\\n' "$out"
 exit "$rc"
 """
+
+
+def install_sbatch_wrapper(cluster, hold: bool = False) -> Tuple[Dict[str, str], Path]:
+    """The wrapper first on PATH for hpcrun run as the test user: (environment, call counter file)."""
+    bindir = cluster.workdir / "wrap-bin"
+    bindir.mkdir(exist_ok=True)
+    text = WRAPPER.format(note=" and holds every job" if hold else "", extra="--hold " if hold else "")
+    cluster.write(bindir / "sbatch", text, mode=0o755)
+    cluster.chown(bindir)
+    counter = cluster.workdir / "sbatch-calls"
+    return {"PATH": f"{bindir}:{cluster.user_env['PATH']}", "HPCRUN_TEST_COUNTER": str(counter)}, counter
 
 
 @dataclass
@@ -89,16 +100,12 @@ class FaultCampaign:
         self.slow = picks[faults.once + faults.hopeless:faults.once + faults.hopeless + faults.slow]
         self.corrupt = picks[len(picks) - faults.corrupt:]
         self.rng = rng
-        bindir = cluster.workdir / "wrap-bin"
-        bindir.mkdir(exist_ok=True)
-        cluster.write(bindir / "sbatch", WRAPPER, mode=0o755)
-        cluster.chown(bindir)
-        self.counter = cluster.workdir / "sbatch-calls"
-        self.env = {"PATH": f"{bindir}:{cluster.user_env['PATH']}", "HPCRUN_TEST_COUNTER": str(self.counter)}
+        self.env, self.counter = install_sbatch_wrapper(cluster)
         self.originals: Dict[str, bytes] = {}
 
     # -- set-up ------------------------------------------------------------------------------
     def prepare(self) -> None:
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%S")   # sacct's -S: only this run's jobs count
         for name in self.once:
             self.cluster.write(self.markers / f"{name}.fail", "once\n")
         for name in self.hopeless:
@@ -215,7 +222,7 @@ class FaultCampaign:
 
     def slurm_tasks(self) -> List[dict]:
         """Every job or array task Slurm ran for this campaign's plan jobs (not the finalize job)."""
-        proc = self.cluster.run(["sacct", "-n", "-P", "-X", "-u", self.cluster.user, "-S", "now-2hours", "-o",
+        proc = self.cluster.run(["sacct", "-n", "-P", "-X", "-u", self.cluster.user, "-S", self.started, "-o",
                                  "JobID,JobName,State"])
         rows = []
         for line in proc.stdout.splitlines():

@@ -20,22 +20,9 @@ from pathlib import Path
 import pytest
 
 from .campaigns import PY, Campaign
+from .faults import install_sbatch_wrapper
 
 pytestmark = pytest.mark.cluster
-
-WRAPPER = """#!/bin/bash
-# test stand-in around the real sbatch: holds every job and kills hpcrun at a chosen call
-counter=${HPCRUN_TEST_COUNTER:?}
-n=$(( $(cat "$counter" 2>/dev/null || echo 0) + 1 ))
-echo "$n" > "$counter"
-if [ "${HPCRUN_TEST_KILL:-}" = "before:$n" ]; then kill -9 "$PPID"; exit 1; fi
-out=$(/usr/bin/sbatch --hold "$@")
-rc=$?
-if [ "${HPCRUN_TEST_KILL:-}" = "after:$n" ]; then kill -9 "$PPID"; sleep 1; fi
-printf '%s\\n' "$out"
-exit "$rc"
-"""
-
 
 def make_raw(cluster, example_root: Path, raw: Path, files: int, events: int = 200) -> str:
     """``files`` raw inputs in ``raw`` (written by the test user); returns their glob."""
@@ -52,12 +39,7 @@ class Held:
 
     def __init__(self, cluster, campaign: Campaign):
         self.cluster, self.c = cluster, campaign
-        bindir = cluster.workdir / "wrap-bin"
-        bindir.mkdir(exist_ok=True)
-        cluster.write(bindir / "sbatch", WRAPPER, mode=0o755)
-        cluster.chown(bindir)
-        self.counter = cluster.workdir / "sbatch-calls"
-        self.env = {"PATH": f"{bindir}:{cluster.user_env['PATH']}", "HPCRUN_TEST_COUNTER": str(self.counter)}
+        self.env, self.counter = install_sbatch_wrapper(cluster, hold=True)
         self.cancel_all()  # left over by an earlier, interrupted run of the same test
 
     def submit(self, *args: str, kill: str = "", timeout: float = 120) -> subprocess.CompletedProcess:

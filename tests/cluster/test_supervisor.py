@@ -79,6 +79,8 @@ def test_run_drives_a_faulty_campaign_to_the_end_through_sigkills(slurm_cluster,
           f"success rate (excluding {faults.hopeless} hopeless) "
           f"{report['succeeded']}/{faults.files - faults.hopeless}; tasks run {len(tasks)}; "
           f"DB killed {outcome.db_killed}; slurmd killed {outcome.slurmd_killed}")
+    print("\n".join(line for line in outcome.log if not line.startswith("run ")))
+    print("\n".join(line.split("\n", 1)[0] for line in outcome.log if line.startswith("run ")))
     assert heartbeat["campaign"] == fc.c.name
     _dashboard(fc, report)
 

@@ -1,0 +1,51 @@
+"""Gather a campaign's figures for a plan directory: the store's rows, named by the manifest.
+
+Used by ``hpcrun report`` and by the live view (``hpcrun serve``); both read the store only.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
+
+from hpcrun.errors import InputError, Problem
+from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.track import finalize_summary
+from hpcrun.operate.track import poll as status_poll
+from hpcrun.report.figures import CampaignReport, build
+from hpcrun.store.base import StateStoreError
+from hpcrun.store.records import Campaign
+from hpcrun.store.store import StateStore
+
+
+@contextmanager
+def open_campaign(plan_dir: Path, db: Optional[str]) -> Iterator[Tuple[Dict[str, Any], StateStore, Campaign]]:
+    """The manifest, the open store and the campaign of a plan; a clear refusal when it has no state."""
+    manifest = read_manifest(plan_dir)
+    if db is None and not (plan_dir / "state.db").exists():
+        raise InputError([Problem(str(plan_dir), None, "", (
+            "has no campaign state yet (no state.db): start it with `hpcrun run` or `hpcrun submit`"))])
+    with open_plan_store(plan_dir, db) as store:
+        try:
+            campaign = store.get_campaign(manifest["campaign"])
+        except StateStoreError:
+            raise InputError([Problem(store.location, None, "", (
+                f"has no campaign '{manifest['campaign']}': start it with `hpcrun run` or `hpcrun submit`"))]) from None
+        yield manifest, store, campaign
+
+
+def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign) -> CampaignReport:
+    report = build(campaign.name, store.report_rows(campaign.id), {j["index"]: j["name"] for j in manifest["jobs"]})
+    report.finalize = finalize_summary(manifest, store, campaign.id)
+    return report
+
+
+def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,
+                    poll: bool = False) -> Tuple[CampaignReport, str]:
+    """The report and the store location; ``poll`` records a fresh scheduler poll first."""
+    plan_dir = Path(plan_dir).resolve()
+    if poll and (db is not None or (plan_dir / "state.db").exists()):
+        status_poll(plan_dir, db=db)
+    with open_campaign(plan_dir, db) as (manifest, store, campaign):
+        return report_of(manifest, store, campaign), store.location
