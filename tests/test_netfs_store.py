@@ -65,3 +65,20 @@ def test_a_second_writer_is_refused_on_sshfs(netdir):
         assert proc.returncode == 0 and "database is locked" in proc.stdout, proc.stdout + proc.stderr
         proc = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 1, "once the writer is done the other process may write"
+
+
+def test_hpcrun_run_on_a_plan_directory_on_sshfs(netdir, tmp_path, spec_factory, fake_slurm):
+    """The supervisor on a plan directory on the network filesystem: default store, no flag."""
+    from hpcrun.operate.supervise import run
+    from hpcrun.plan.load import load_plan
+    from hpcrun.render.plandir import write_plan
+
+    spec = spec_factory({"jobs": {"array": "never"}})
+    plan_dir = write_plan(load_plan(spec), netdir.mount_point / "plan-run").out_dir
+    report = run(plan_dir, once=True, sleep=lambda s: None)
+    assert report.outcome == "once" and report.rounds[0].submitted == 3
+    assert (netdir.export / "plan-run" / "state.db.supervisor-lock").exists()
+    assert (netdir.export / "plan-run" / "metrics.prom").read_text().count("hpcrun_plan_jobs") >= 2
+    with StateStore.open(plan_dir) as store:
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar().lower() == "delete"

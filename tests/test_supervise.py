@@ -111,7 +111,7 @@ def test_one_supervisor_per_campaign(tmp_path, spec_factory, fake_slurm):
     assert report.outcome == "once" and report.rounds[0].submitted == 3
 
 
-def test_a_fresh_heartbeat_from_another_host_refuses_unless_take_over(tmp_path, spec_factory, fake_slurm):
+def test_a_fresh_heartbeat_from_another_host_refuses_unless_take_over(tmp_path, spec_factory, fake_slurm, cli):
     plan_dir = _plan(tmp_path, spec_factory)
     run(plan_dir, once=True, sleep=lambda s: None)
     with open_store(plan_dir) as store:
@@ -123,6 +123,8 @@ def test_a_fresh_heartbeat_from_another_host_refuses_unless_take_over(tmp_path, 
         run(plan_dir, once=True, sleep=lambda s: None)
     report = run(plan_dir, once=True, take_over=True, sleep=lambda s: None)
     assert report.took_over == "op@login07.example.org:4242"
+    result = cli("status", str(plan_dir))
+    assert result.exit_code == 0 and ": stopped, round 1, last heartbeat" in result.output
     with open_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         # the other one, if it was alive after all, finds its name gone from the row and stops
@@ -160,3 +162,40 @@ def test_run_command_line(tmp_path, spec_factory, fake_slurm, cli):
     result = cli("run", str(plan_dir), "--once", "--json")
     data = json.loads(result.output)
     assert data["outcome"] == "once" and data["rounds"][0]["jobs"]["submitted"] == 3
+
+
+def test_follow_keeps_supervising_after_the_end(tmp_path, spec_factory, fake_slurm):
+    plan_dir = _plan(tmp_path, spec_factory)
+    cluster = Cluster(fake_slurm, {})
+
+    def between(rnd):
+        _names_from_store(plan_dir, cluster)
+        cluster.after_round(rnd)
+
+    report = run(plan_dir, interval=1, follow=True, max_rounds=5, on_round=between, sleep=lambda s: None)
+    assert report.outcome == "rounds" and len(report.rounds) == 5
+    assert [r.finished for r in report.rounds][-2:] == [True, True]   # finished, and still watching
+    with open_store(plan_dir) as store:
+        assert store.supervisor(store.get_campaign("test-campaign").id).phase == "stopped"
+
+
+def test_a_stall_runs_the_hook_once_per_period(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    """Nothing ever ends (the fake queue keeps the jobs): after events.stall_after the hook hears of it."""
+    import hpcrun.operate.supervise as supervise
+
+    clock = [1000.0]
+
+    def monotonic():
+        clock[0] += 20.0      # every look at the clock is 20 s later
+        return clock[0]
+
+    monkeypatch.setattr(supervise.time, "monotonic", monotonic)
+    seen = tmp_path / "seen.txt"
+    hook = [sys.executable, "-c", "import os, sys; open(sys.argv[1], 'a').write(os.environ['HPCRUN_EVENT'] + chr(10))",
+            str(seen)]
+    plan_dir = _plan(tmp_path, spec_factory, events={"command": hook, "on": ["stalled"], "stall_after": "1m"})
+    report = run(plan_dir, interval=1, max_rounds=8, sleep=lambda s: None)
+    assert report.outcome == "rounds"
+    stalls = seen.read_text().splitlines()
+    assert stalls and set(stalls) == {"stalled"} and len(stalls) < 8   # not every round
+    assert '"held": 0' in (plan_dir / "events.log").read_text()

@@ -180,6 +180,10 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
         out.print(f"finalize (round {fin['round']}, after {fin['after']}): {what}{extra}"
                   + (f" - {fin['reason']}" if fin["reason"] else ""), highlight=False, markup=False, emoji=False,
                   soft_wrap=True)
+    sup = report.supervisor
+    if sup is not None:
+        out.print(f"supervisor {sup['holder']}: {sup['phase']}, round {sup['rounds']}, last heartbeat "
+                  f"{sup['heartbeat_age_s']} s ago", highlight=False, markup=False, emoji=False, soft_wrap=True)
     rows = report.jobs
     if not rows:
         return

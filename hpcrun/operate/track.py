@@ -72,6 +72,7 @@ class StatusReport:
     held: int = 0                                               # pending jobs held by a burst-buffer failure
     accounting_seconds: float = 0.0
     finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
+    supervisor: Optional[Dict[str, Any]] = None                 # hpcrun run's heartbeat; None: never supervised
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -90,6 +91,7 @@ class StatusReport:
     def as_dict(self) -> Dict[str, Any]:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
+                "supervisor": self.supervisor,
                 "jobs": [j.as_dict() for j in self.jobs]}
 
 
@@ -360,6 +362,10 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     report.counts = store.job_counts(campaign_id)
     report.inputs = store.counts_by_state(campaign_id)
     report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
+    beat = store.supervisor(campaign_id)
+    if beat is not None:
+        report.supervisor = {"holder": beat.holder, "phase": beat.phase, "rounds": beat.rounds,
+                             "heartbeat_age_s": round(beat.age_s()), "note": beat.note or ""}
     if all_jobs:
         states: Optional[Tuple[str, ...]] = None
     elif sum(report.counts.get(s, 0) for s in IN_FLIGHT) <= MAX_IN_FLIGHT_ROWS:
