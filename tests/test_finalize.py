@@ -51,7 +51,7 @@ def test_manifest_and_script(tmp_path, spec_factory):
     directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
     assert directives == [
         "#SBATCH --job-name=test-campaign.finalize", "#SBATCH --partition=debug", "#SBATCH --nodes=1",
-        "#SBATCH --ntasks=1", "#SBATCH --time=00:15:00", "#SBATCH --signal=B:USR1@60",
+        "#SBATCH --ntasks=1", "#SBATCH --time=00:15:00", "#SBATCH --signal=B:USR1@60", "#SBATCH --no-requeue",
         f"#SBATCH --output={plan_dir}/logs/%x-%j.out", "#SBATCH --comment=hpcrun:test-campaign"]
     assert "#DW" not in text and "hpcrun-db" not in text and "hpcrun-chain" not in text
     proc = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "style", str(plan_dir / fin["path"])],

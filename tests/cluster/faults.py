@@ -148,20 +148,46 @@ class FaultCampaign:
                     pass
             stop.wait(0.5)
 
+    def _descendants(self, pids: List[int]) -> List[int]:
+        found, todo = [], list(pids)
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+            todo += [int(k) for k in kids]
+        return found
+
+    def _crash_node(self, node: str, jobs: List[str]) -> List[int]:
+        """What a node crash does: its slurmd, and the job steps running there with every process under them."""
+        steps = []
+        for job in jobs:
+            proc = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job}\\."], capture_output=True, text=True)
+            steps += [int(p) for p in proc.stdout.split()]
+        slurmd = [int(p) for p in self.cluster.run(["pgrep", "-f", f"slurmd -D -N {node}"]).stdout.split()]
+        victims = slurmd + self._descendants(steps)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return victims
+
     def _kill_a_slurmd(self, out: Outcome, stop: threading.Event) -> None:
-        """Kill the slurmd of the last node while it runs one of this campaign's jobs; start it later."""
+        """Crash the last node while it runs one of this campaign's jobs (NODE_FAIL); start its slurmd later."""
         if not self.faults.kill_slurmd or len(self.cluster.nodes) < 2:
             return
         node = self.cluster.nodes[-1]
         while not stop.is_set():
-            proc = self.cluster.run(["squeue", "-h", "-w", node, "-t", "RUNNING", "-o", "%j"])
-            if any(n.startswith(self.c.name + ".") for n in proc.stdout.split()):
-                pid = self.cluster.run(["pgrep", "-f", f"slurmd -D -N {node}"]).stdout.split()
-                if pid:
-                    os.kill(int(pid[0]), signal.SIGKILL)
-                    out.slurmd_killed = node
-                    out.log.append(f"{time.strftime('%X')} SIGKILLed slurmd of {node}")
-                    break
+            proc = self.cluster.run(["squeue", "-h", "-w", node, "-t", "RUNNING", "-o", "%A|%j"])
+            jobs = [line.split("|")[0] for line in proc.stdout.split()
+                    if line.split("|")[1].startswith(self.c.name + ".")]
+            if jobs:
+                stop.wait(2.0)
+                victims = self._crash_node(node, jobs)
+                out.slurmd_killed = node
+                out.log.append(f"{time.strftime('%X')} crashed {node}: SIGKILLed its slurmd and the {len(victims) - 1} "
+                               f"processes of jobs {', '.join(jobs)}")
+                break
             stop.wait(1.0)
         if out.slurmd_killed:
             self.cluster.wait_until(lambda: "down" in self.cluster.run(
@@ -222,8 +248,9 @@ class FaultCampaign:
 
     def slurm_tasks(self) -> List[dict]:
         """Every job or array task Slurm ran for this campaign's plan jobs (not the finalize job)."""
-        proc = self.cluster.run(["sacct", "-n", "-P", "-X", "-u", self.cluster.user, "-S", self.started, "-o",
-                                 "JobID,JobName,State"])
+        # -D: every run of a job id, so a job Slurm requeued by itself would count twice
+        proc = self.cluster.run(["sacct", "-n", "-P", "-X", "-D", "-u", self.cluster.user, "-S", self.started,
+                                 "-o", "JobID,JobName,State"])
         rows = []
         for line in proc.stdout.splitlines():
             job_id, name, state = line.split("|")[:3]

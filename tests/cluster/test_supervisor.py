@@ -1,7 +1,7 @@
 """`hpcrun run` alone drives a campaign with injected faults to the end on the real test cluster,
 SIGKILLed at least 5 times (mid-submit included) and restarted; then the live view shows it in
 headless Chromium. The full-size version (200 files, a node failure) is benchmarks/campaign_faults.py,
-which runs this test with HPCRUN_FAULT_FILES and HPCRUN_FAULT_SLURMD set.
+which runs this test with HPCRUN_FAULT_FILES=200 (HPCRUN_FAULT_SLURMD=0 leaves out the node crash).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _faults() -> Faults:
     files = int(os.environ.get("HPCRUN_FAULT_FILES", "16"))
     big = files >= 100
     return Faults(files=files, once=max(2, files // 12), hopeless=max(2, files // 50), slow=1,
-                  corrupt=max(1, files // 100), kill_slurmd=os.environ.get("HPCRUN_FAULT_SLURMD") == "1",
+                  corrupt=max(1, files // 100), kill_slurmd=os.environ.get("HPCRUN_FAULT_SLURMD", "1") == "1",
                   kills=["after:1", "timer", "before:1", "timer", "timer"] + (["timer"] * 3 if big else []))
 
 
@@ -38,7 +38,7 @@ def test_run_drives_a_faulty_campaign_to_the_end_through_sigkills(slurm_cluster,
     outcome = fc.drive(timeout=float(os.environ.get("HPCRUN_FAULT_TIMEOUT", "900")))
     log = "\n".join(outcome.log)
     assert outcome.sigkills >= 5, log
-    assert outcome.restored == fc.corrupt, log
+    assert sorted(outcome.restored) == sorted(fc.corrupt), log
 
     st = fc.status()
     by_input = {}
@@ -65,7 +65,9 @@ def test_run_drives_a_faulty_campaign_to_the_end_through_sigkills(slurm_cluster,
     assert all(n == 1 for n in completed.values())
     assert report["succeeded"] == faults.files - faults.hopeless          # 100% excluding the hopeless
     classes = report["attempts_by_class"]
-    assert classes.get("chain", 0) >= faults.once + 2 * faults.hopeless, classes
+    # a "once" input whose first attempt ran on the crashed node may fail as node_fail instead
+    assert classes.get("chain", 0) >= 2 * faults.hopeless, classes
+    assert classes.get("chain", 0) + classes.get("node_fail", 0) >= faults.once + 2 * faults.hopeless, classes
     assert classes.get("time_limit") == faults.slow and classes.get("checksum") == faults.corrupt, classes
     changes = [c for _j, _s, c in report["retry_changes"]]
     assert any("time limit 00:02:00 -> 00:03:00" in c for c in changes), changes

@@ -88,6 +88,7 @@ class JobRequest:
     account: Optional[str] = None
     reservation: Optional[str] = None
     constraint: Optional[str] = None
+    requeue: bool = False                 # may the scheduler rerun it by itself (after a node failure)?
     runtime_options: Tuple[Tuple[str, Optional[str]], ...] = ()   # a container runtime's own options
     extra: Tuple[str, ...] = ()           # the spec's raw extra options, checked at plan time
 

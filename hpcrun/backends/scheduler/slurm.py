@@ -305,6 +305,7 @@ MANAGED = {
     "--module": "container.modules", "--exclusive": "the partition's exclusive setting",
     "--ntasks-per-node": "jobs.chains_per_node", "--constraint": "the partition's constraint",
     "--bb": "burst_buffer", "--bbf": "burst_buffer",
+    "--requeue": "retry (hpcrun retries failed jobs itself)", "--no-requeue": "retry (always set)",
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -363,6 +364,8 @@ class Slurm(Scheduler):
         opts.append(self._opt("--time", format_duration(r.walltime_s)))
         if r.signal_before_s:
             opts.append(self._opt("--signal", f"B:USR1@{r.signal_before_s}"))
+        if not r.requeue:
+            opts.append("--no-requeue")   # hpcrun's retry policy reruns failed work, never Slurm behind its back
         log = "%x-%A_%a.out" if r.array else "%x-%j.out"
         opts.append(self._opt("--output", f"{r.log_dir}/{log}"))
         opts.append(self._opt("--comment", r.comment))
