@@ -34,7 +34,7 @@ CASES = [
     # cross-checks against the profile
     ("partition", {"site": {"partition": "gpu"}}, "site.partition", "valid: debug"),
     ("walltime-max", {"walltime": "02:00:00"}, "walltime", "exceeds the maximum 01:00:00"),
-    ("nodes-max", {"jobs": {"nodes": 4}}, "jobs.nodes", "allows at most 1"),
+    ("nodes-max", {"jobs": {"nodes": 4}}, "jobs.nodes", "allows at most 3"),
     ("chains-cores", {"jobs": {"chains_per_node": 16}}, "jobs.chains_per_node", "overcommit"),
     ("runtime-offered", {"container": {"runtime": "podman-hpc", "image": "x"}}, "container.runtime",
      "offers: apptainer, charliecloud, shifter, none"),
