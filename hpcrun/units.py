@@ -9,6 +9,7 @@ Slurm parses ``3.5TB`` as 3 bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Union
@@ -71,10 +72,12 @@ def format_size(nbytes: int, binary: bool = True) -> str:
     raise AssertionError("unreachable")
 
 
+@functools.lru_cache(maxsize=1024)
 def format_capacity(nbytes: int) -> str:
     """Integer-with-unit capacity for ``#DW``/``#BB`` lines (``3500GB``, ``80GiB``).
 
     The largest unit that divides the value exactly is chosen, so the text is exact.
+    Cached: a 100k-job plan asks for the same few capacities 200k times.
     """
     if nbytes <= 0:
         raise UnitError("a burst-buffer capacity must be positive")

@@ -19,7 +19,7 @@ from .conftest import REPO
 from .test_render import _lint
 
 GOLDEN = REPO / "tests" / "golden" / "detector-reco-charliecloud"
-GOLDEN_FILES = ["jobs/job00001.sbatch", "bin/hpcrun-db.sh", "bin/hpcrun-chain.sh"]
+GOLDEN_FILES = ["jobs/job00001.sbatch", "bin/hpcrun-job.sh", "bin/hpcrun-db.sh", "bin/hpcrun-chain.sh"]
 
 
 def _problems(spec: Path):
@@ -160,7 +160,7 @@ def test_golden_and_shellcheck(monkeypatch, tmp_path):
         assert rendered[name] == golden.read_text(), f"{name} differs from its golden file"
     result = write_plan(plan, tmp_path / "plan")
     _lint(result.out_dir, plan.profile.burst_buffer.directive)
-    script = rendered["jobs/job00001.sbatch"]
+    script = rendered["bin/hpcrun-job.sh"]   # the steps; the job script is the directive header
     prefix = ('ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" '
               '--set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- ')
     assert script.count(prefix) == 5       # DB supervisor, chains, merge, 2 x QA event count

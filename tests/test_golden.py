@@ -16,7 +16,7 @@ from .conftest import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 CASES = {
-    "star-cori": ["jobs/job00001.sbatch", "bin/hpcrun-db.sh", "bin/hpcrun-chain.sh"],
+    "star-cori": ["jobs/job00001.sbatch", "bin/hpcrun-job.sh", "bin/hpcrun-db.sh", "bin/hpcrun-chain.sh"],
     "star-generic-apptainer": ["jobs/array001.sbatch", "bin/hpcrun-chain.sh", "bin/hpcrun-checksum.py",
                                "jobs/finalize.sbatch"],
     "analysis-train-lustre": ["jobs/array001.sbatch", "bin/hpcrun-chain.sh"],

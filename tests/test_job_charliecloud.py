@@ -144,7 +144,7 @@ def _wait_for_chains(case: Path, job_id: str) -> None:
 def test_plan_runs_everything_through_ch_run(prepared):
     case = _plan(prepared, "shape")
     _, image = prepared
-    script = next((case / "plan" / "jobs").glob("*.sbatch")).read_text()
+    script = (case / "plan" / "bin" / "hpcrun-job.sh").read_text()   # the steps every job script runs
     launch = f"ch-run -b /tmp:/tmp -b {ROOT}:{ROOT} -b " + '"${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" ' \
         + f'--set-env=HOME="$HPCRUN_RUNDIR" {image} -- '
     assert f'{launch}bash "$HPCRUN_PLAN_DIR/bin/hpcrun-db.sh"' in script
@@ -213,7 +213,7 @@ def test_time_limit_stops_the_contained_db_cleanly(prepared):
     proc = _start(case, "203", TMPDIR="/nonexistent/tmp")   # unset by the job, or ch-run dies
     _wait_for_chains(case, "203")
     time.sleep(1.0)
-    shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/jobs/"], capture_output=True,
+    shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/bin/hpcrun-job.sh"], capture_output=True,
                            text=True).stdout.split()
     os.kill(int(shell[0]), signal.SIGUSR1)      # Slurm's --signal=B:USR1 goes to the batch shell
     out, _ = proc.communicate(timeout=90)
@@ -228,7 +228,7 @@ def test_time_limit_stops_the_contained_db_cleanly(prepared):
 
 def test_missing_image_fails_the_job_clearly(prepared):
     case = _plan(prepared, "noimage")
-    script = next((case / "plan" / "jobs").glob("*.sbatch"))
+    script = case / "plan" / "bin" / "hpcrun-job.sh"    # the steps every job script runs
     _, image = prepared
     script.write_text(script.read_text().replace(str(image), str(image) + "-gone"))
     proc = _start(case, "204")

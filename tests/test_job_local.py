@@ -190,8 +190,8 @@ def test_pre_timeout_signal_stops_cleanly(prepared):
         time.sleep(0.2)
     time.sleep(1.0)
     os.killpg(proc.pid, 0)  # still running
-    # Slurm's --signal=B:USR1 goes to the batch shell only
-    shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/jobs/"], capture_output=True,
+    # Slurm's --signal=B:USR1 goes to the batch shell only: the job script exec'ed the shared body
+    shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/bin/hpcrun-job.sh"], capture_output=True,
                            text=True).stdout.split()
     os.kill(int(shell[0]), signal.SIGUSR1)
     out, _ = proc.communicate(timeout=90)

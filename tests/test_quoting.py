@@ -100,7 +100,7 @@ def test_hostile_values_survive_a_real_run(spec_factory, tmp_path):
 def test_hostile_environment_values_exported_exactly(spec_factory, tmp_path):
     spec, env, _ = _hostile_spec(spec_factory, tmp_path)
     plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
-    text = next((plan_dir / "jobs").glob("*.sbatch")).read_text()
+    text = (plan_dir / "bin" / "hpcrun-job.sh").read_text()   # the steps every job script runs
     exports = "\n".join(line for line in text.splitlines() if line.startswith("export HOSTILE_")
                         or line.startswith("export HPCRUN_RELEASE="))
     probe = exports + "\nenv -0\n"

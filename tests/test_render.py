@@ -120,7 +120,11 @@ def test_star_cori_directives(tmp_path):
                      r"type=file$", text, re.M)
     assert "#DW stage_out source=$DW_JOB_STRIPED/out destination=/global/cscratch1/sd/starprod/reco/2019 " \
            "type=directory" in text
-    assert "srun --overlap" in text and "shifter bash" in text
+    body = (out / "bin" / "hpcrun-job.sh").read_text()
+    assert "srun --overlap" in body and "shifter bash" in body
+    # the job script is the directive header: it runs the shared body by its absolute path
+    assert text.splitlines()[-2:] == ["export HPCRUN_JOB_INDEX=0", f"exec bash {out}/bin/hpcrun-job.sh"]
+    assert "srun" not in text.split("#\n# hpcrun", 1)[1] and not body.count("#SBATCH")
     assert len(plan.scripts) == 40 and all(s.array is None for s in plan.scripts)
     assert any("rounded up to the 20GB granularity" in n for n in plan.notes)
 
@@ -231,3 +235,23 @@ def test_replan_keeps_logs_and_run_records(spec_factory, tmp_path):
     write_plan(load_plan(spec_factory({"walltime": "00:20:00"})), out)
     assert (out / "logs" / "old.out").read_text() == "log"
     assert (out / "run" / "job" / "1").is_dir()
+
+
+def test_directive_check_of_a_rendered_script():
+    """Placement, column 0, grammar and one jobdw: what the check after every render finds."""
+    from hpcrun.backends.burstbuffer.grammar import check_script
+    good = ["#!/bin/bash", "#SBATCH --nodes=1", "#DW jobdw capacity=10GB access_mode=striped type=scratch",
+            "#", "# a comment with #DW in it", "export HPCRUN_JOB_INDEX=0", "exec bash /p/bin/hpcrun-job.sh"]
+    assert check_script(good, "#DW", job_directive="#SBATCH") == []
+    late = good + ["#DW stage_out source=$DW_JOB_STRIPED/out destination=/o type=directory"]
+    assert check_script(late, "#DW", job_directive="#SBATCH") == [
+        "line 8: directive after the first command is ignored by the scheduler"]
+    indented = good[:2] + ["  #SBATCH --time=1:00"] + good[2:]
+    # sbatch stops reading directives at the first line that does not start with '#'
+    assert check_script(indented, "#DW", job_directive="#SBATCH") == [
+        "line 3: directive after the first command is ignored by the scheduler",
+        "line 4: directive after the first command is ignored by the scheduler"]
+    twice = good[:3] + good[2:]
+    assert check_script(twice, "#DW", job_directive="#SBATCH") == ["more than one jobdw line"]
+    bad = good[:2] + ["#DW jobdw capacity=3.5TB access_mode=striped type=scratch"] + good[3:]
+    assert "capacity '3.5TB' must be an integer" in check_script(bad, "#DW", job_directive="#SBATCH")[0]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hpcrun.backends.scheduler import slurm
+from hpcrun.backends.scheduler.base import unchanged
 from hpcrun.errors import InputError
 from hpcrun.operate.submit import ScriptInfo, compress_indices, plan_batches, submit
 from hpcrun.store.store import open_store
@@ -143,6 +144,22 @@ def test_parse_acct_folds_steps():
     assert recs["362_[1-3%2]"].req_mem_bytes == 2 * 1000 * 1024 ** 2   # per CPU, times 2 CPUs
     assert slurm.parse_req_mem("16Gn", 8) == 16 * 1024 ** 3 and slurm.parse_req_mem("0", 8) is None
     assert slurm.parse_cpu_time("1-02:03:04") == 93784 and slurm.parse_cpu_time("bogus") is None
+
+
+def test_parse_acct_answers_known_unchanged_jobs_with_the_shared_record():
+    text = ("500_1|501|t.a|RUNNING|0:0|None|42|00:00:00|2|n1|2026-11-22T08:00:00|Unknown|4G|\n"
+            "500_1.batch|501.batch|batch|RUNNING|0:0||42|00:00:00|2|n1|2026-11-22T08:00:00|Unknown||900K\n"
+            "500_2|502|t.b|COMPLETED|0:0|None|6|00:06.021|2|n1|2026-11-22T08:00:00|2026-11-22T08:00:06|4G|\n"
+            "500_2.batch|502.batch|batch|COMPLETED|0:0||6|00:03.0|2|n1|2026-11-22T08:00:00|"
+            "2026-11-22T08:00:06||12516K\n"
+            "500_3|503|t.c|RUNNING|0:0|None|7|00:00:00|2|n2|2026-11-22T08:00:00|Unknown|4G|\n")
+    # 500_1 still running as known; 500_2 ended in the known state too (an end is always answered in
+    # full); 500_3 was pending before
+    recs = slurm.parse_acct(text, {"500_1": "RUNNING", "500_2": "COMPLETED", "500_3": "PENDING"})
+    assert recs["500_1"] is unchanged("RUNNING") and recs["500_1"].max_rss_bytes is None
+    assert recs["500_2"].raw_id == "502" and recs["500_2"].max_rss_bytes == 12516 * 1024
+    assert recs["500_3"].raw_id == "503" and recs["500_3"].elapsed_s == 7.0
+    assert slurm.parse_acct(text)["500_1"].raw_id == "501"     # nothing known: every record in full
 
 
 def test_submit_needs_a_plan(tmp_path):

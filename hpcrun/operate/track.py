@@ -142,12 +142,14 @@ class Poller:
         ids = sorted({a.job_id for a in active} | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
         since = self.sched.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
         t0 = time.monotonic()
-        records: Dict[str, Record] = self.sched.records(ids, since) if self.accounting else {}
+        # what this poll already knows: unchanged jobs come back as one shared record (cheap)
+        known = {a.slurm_id: a.last_state for a in active if a.last_state}
+        records: Dict[str, Record] = self.sched.records(ids, since, known=known) if self.accounting else {}
         self.records = records
         acct_s = time.monotonic() - t0
         brackets: Dict[str, List[Tuple[str, Record]]] = {}
         for key, record in records.items():
-            m = _BRACKET.match(key)
+            m = _BRACKET.match(key) if key.endswith("]") else None
             if m:
                 brackets.setdefault(m.group(1), []).append((m.group(2), record))
         found: Dict[int, Record] = {}

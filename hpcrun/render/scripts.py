@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -67,7 +67,7 @@ def scheduler_context(scheduler: str, request: Optional[JobRequest], array: bool
 
 
 def _absolute_logs(request: Optional[JobRequest], plan_dir: str) -> Optional[JobRequest]:
-    return None if request is None else replace(request, log_dir=f"{plan_dir}/{request.log_dir}")
+    return None if request is None else request.but(log_dir=f"{plan_dir}/{request.log_dir}")
 
 
 def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
@@ -122,7 +122,8 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "node_identity": [Shell(line) for line in sched.node_identity()],
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
-        "cleanup_workdir": plan.cleanup_workdir,
+        "cleanup_workdir": plan.cleanup_workdir, "part": "whole",
+        "body_path": quote(f"{plan_dir}/{BODY_PATH}"),
         "checksum": _checksum_context(plan),
     }
 
@@ -132,6 +133,26 @@ def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
     if cs is None or not any(v for j in plan.jobs for v in j.checksums):
         return None  # nothing to verify: the job has no checksum step
     return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint}
+
+
+BODY_PATH = "bin/hpcrun-job.sh"
+
+
+def shared_body(plan: Plan) -> bool:
+    """Jobs with scripts of their own (not array tasks) are a directive header each, then
+    one shared body: the scheduler must read the directives at submission, not the steps."""
+    return any(s.array is None for s in plan.scripts)
+
+
+def render_body(env: jinja2.Environment, template: str, plan: Plan, common: Dict[str, Any]) -> str:
+    """The steps every per-job header runs (its index comes from the header)."""
+    ctx = dict(common)
+    ctx.update({"directives": [], "job_identity": [Shell(line) for line in
+                                                   scheduler_for(plan.scheduler).job_identity(False)],
+                "bb_lines": [], "is_array": False, "first_index": None, "part": "body",
+                "script_label": comment("the steps shared by the job scripts of this plan"),
+                "comment_lines": []})
+    return env.get_template(template).render(ctx)
 
 
 def render_script(env: jinja2.Environment, template: str, plan: Plan, script: ScriptPlan,
@@ -152,6 +173,7 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
     ctx.update({
         "bb_lines": [Shell(line) for line in script.bb_lines], "is_array": script.array is not None,
         "first_index": first.index, "script_label": comment(label), "comment_lines": comments,
+        "part": "whole" if script.array is not None else "header",
     })
     return env.get_template(template).render(ctx)
 
@@ -253,6 +275,8 @@ def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     env = environment(template_dirs(plan))
     common = common_context(plan, plan_dir)
     template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "job.sh.j2"
+    if shared_body(plan):
+        yield RenderedFile(BODY_PATH, render_body(env, template, plan, common), True)
     for s in plan.scripts:
         yield RenderedFile(script_path(plan, s.name), render_script(env, template, plan, s, common, plan_dir), True)
     if plan.campaign.finalize is not None:

@@ -175,4 +175,7 @@ def test_many_files_through_arrays_on_every_node(slurm_cluster, hpcrun_bin, exam
     print("campaign_scale with baseline " + json.dumps(figures), flush=True)
     assert unaccounted == 0 and figures["duplicates"] == 0, figures
     assert states["parked"] == len(hopeless) and succeeded == 1.0, figures
-    assert figures["hpcrun_cpu_share"] < 0.10, figures     # the 2% target is the benchmark's, at full size
+    # The 2% target is the benchmark's, at full size. A CI-size campaign ends in seconds, where each
+    # restart's start-up (Python and the imports: about 0.5 s of CPU) is most of hpcrun's CPU; what
+    # this can check is that hpcrun does not busy-loop: start-ups plus 5% of the wall time.
+    assert own_cpu < 1.0 * drive["runs"] + 0.05 * drive["wall_s"], figures

@@ -8,6 +8,7 @@ by blanks; at most one jobdw per job.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Dict, List, Optional, Set
 
@@ -38,8 +39,10 @@ def parse(line: str, prefix: str = "#DW") -> Dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def check_line(line: str, prefix: str = "#DW") -> Optional[str]:
-    """Why a DataWarp-style directive line is invalid, or None when it is fine."""
+    """Why a DataWarp-style directive line is invalid, or None when it is fine (cached: the
+    jobdw and stage_out lines of a plan's per-job scripts repeat)."""
     bb = line.startswith("#BB ")
     if not (line.startswith(prefix + " ") or bb):
         return f"a directive starts at column 0 with '{prefix} ' or '#BB '"
@@ -109,6 +112,8 @@ def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True, *,
         if not any(t in rest for t in tokens):
             lines = lines[:end]
     for n, line in enumerate(lines, 1):
+        if line.startswith("# ") or line == "#":
+            continue   # a plain comment: most of a header (no directive token starts with "# ")
         stripped = line.strip()
         if n == 1 and line.startswith("#!"):
             continue
@@ -128,7 +133,7 @@ def check_script(lines: List[str], prefix: str = "#DW", grammar: bool = True, *,
         why = check_line(line, prefix)
         if why:
             problems.append(f"line {n}: {why}")
-        if parse(line, prefix).get("verb") == "jobdw":
+        if line[len(prefix):].split(None, 1)[:1] == ["jobdw"]:
             jobdw += 1
     if jobdw > 1:
         problems.append("more than one jobdw line")

@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
@@ -29,6 +29,7 @@ from hpcrun.backends.scheduler.base import (
     SchedulerError,
     SubmitUncertain,
     register,
+    unchanged,
 )
 from hpcrun.units import format_duration
 
@@ -206,11 +207,18 @@ def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
         return None
 
 
-def parse_acct(text: str) -> Dict[str, AcctRecord]:
-    """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id."""
+def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str, AcctRecord]:
+    """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id.
+
+    A job whose state is the one ``known`` gives, and has not ended, gets the shared
+    :func:`unchanged` record: its line is not parsed further, nor are its steps.
+    """
     jobs: Dict[str, AcctRecord] = {}
     rss: Dict[str, int] = {}
     width = len(ACCT_FIELDS)
+    known = known or {}
+    cpu_memo: Dict[str, Optional[float]] = {}
+    req_memo: Dict[Tuple[str, Optional[int]], Optional[int]] = {}
     for line in text.splitlines():
         head, _, rest = line.partition("|")
         owner, dot, _step = head.partition(".")
@@ -223,18 +231,26 @@ def parse_acct(text: str) -> Dict[str, AcctRecord]:
         if len(parts) != width:
             continue
         job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, req, _rss = parts
+        state = state.split(" ")[0].rstrip("+")
+        if known.get(job_id) == state and state not in TERMINAL:
+            jobs[job_id] = unchanged(state)
+            continue
         cpus = int(alloc) if alloc.isdigit() else None
+        cpu_s = cpu_memo[cpu] if cpu in cpu_memo else cpu_memo.setdefault(cpu, parse_cpu_time(cpu))
+        req_key = (req, cpus)
+        req_b = req_memo[req_key] if req_key in req_memo else req_memo.setdefault(req_key, parse_req_mem(req, cpus))
         jobs[job_id] = AcctRecord(
-            job_id, raw, name, state.split(" ")[0].rstrip("+"), exit_code, reason,
-            float(elapsed) if elapsed.isdigit() else None, parse_cpu_time(cpu),
-            cpus, nodes, _time_or_none(start), _time_or_none(end), req_mem_bytes=parse_req_mem(req, cpus))
+            job_id, raw, name, state, exit_code, reason, float(elapsed) if elapsed.isdigit() else None, cpu_s,
+            cpus, nodes, _time_or_none(start), _time_or_none(end), req_mem_bytes=req_b)
     for owner, mem in rss.items():
-        if owner in jobs:
-            jobs[owner].max_rss_bytes = mem
+        rec = jobs.get(owner)
+        if rec is not None and rec.raw_id:   # never the shared unchanged record
+            rec.max_rss_bytes = mem
     return jobs
 
 
-def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = ()) -> Dict[str, AcctRecord]:
+def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
+                  known: Optional[Mapping[str, str]] = None) -> Dict[str, AcctRecord]:
     """One sacct call over these jobs (arrays by their array id) or job names, since ``since``."""
     if not job_ids and not names:
         return {}
@@ -246,7 +262,7 @@ def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = 
     proc = _run(argv)
     if proc.returncode != 0:
         raise SlurmError(f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    return parse_acct(proc.stdout)
+    return parse_acct(proc.stdout, known)
 
 
 QueuedJob = Queued     # the neutral queue row, filled from squeue (%A gives raw_id)
@@ -324,6 +340,11 @@ def adjust_options(adjust: Optional[Adjust]) -> List[str]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _shared_options(cls: type, request: JobRequest) -> Tuple[str, ...]:
+    return tuple(cls().shared_options(request))
+
+
 @register
 class Slurm(Scheduler):
     """Slurm 22.05 and later, with or without slurmdbd (the profile's ``accounting``)."""
@@ -348,8 +369,12 @@ class Slurm(Scheduler):
         return name if value is None else f"{name}={self.value(value)}"
 
     def options(self, request: JobRequest) -> List[str]:
-        r = request
-        opts = [self._opt("--job-name", r.name)]
+        # a job's name is its own; the rest is shared by the jobs of a plan (100k per-job scripts)
+        return [self._opt("--job-name", request.name), *_shared_options(type(self), request.but(name=""))]
+
+    def shared_options(self, r: JobRequest) -> List[str]:
+        """Every option but the job name, in directive order."""
+        opts: List[str] = []
         for key, value in (("--partition", r.partition), ("--qos", r.qos), ("--account", r.account),
                            ("--reservation", r.reservation), ("--constraint", r.constraint)):
             if value:
@@ -428,8 +453,9 @@ class Slurm(Scheduler):
     def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
         return f"after{kind}:" + ":".join(job_ids) if job_ids else ""
 
-    def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = ()) -> Dict[str, Record]:
-        return sacct_records(job_ids, since, names=names)
+    def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
+                known: Optional[Mapping[str, str]] = None) -> Dict[str, Record]:
+        return sacct_records(job_ids, since, names=names, known=known)
 
     def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
               expand: bool = True, ended: bool = False) -> List[Queued]:

@@ -1,0 +1,260 @@
+#!/bin/bash
+#
+# hpcrun 0.1.0: campaign detector-reco-charliecloud, the steps shared by the job scripts of this plan.
+# Generated from tests/golden/detector-reco-charliecloud/campaign.yaml with site profile local-test; re-run `hpcrun plan`
+# instead of editing. Exit codes: 0 ok, 3 setup, 4 payload copy, 5 DB never ready,
+# 6 DB died too often, 7 chain failed, 8 merge failed, 9 QA failed, 10 time limit,
+# 11 input checksum mismatch.
+set -euo pipefail
+umask 022
+# shellcheck disable=SC2034  # the full table of exit codes; not every job uses each one
+readonly EXIT_SETUP=3 EXIT_PAYLOAD=4 EXIT_DB_NOT_READY=5 EXIT_DB_DIED=6 \
+  EXIT_CHAIN=7 EXIT_MERGE=8 EXIT_QA=9 EXIT_TIMEOUT=10 EXIT_CHECKSUM=11
+
+export HPCRUN_CAMPAIGN=detector-reco-charliecloud
+export HPCRUN_PLAN_DIR=/plans/detector-reco-charliecloud
+export HPCRUN_RELEASE=demo-1
+export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
+export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
+
+log() { printf '%s hpcrun[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
+fail() {
+  local code=$1
+  shift
+  log "FAILED: $*"
+  printf '%s\n' "$*" > "${HPCRUN_RUNDIR:-.}/reason" 2>/dev/null || true
+  exit "$code"
+}
+
+
+# ---- which job of the campaign this is ---------------------------------------------------
+HPCRUN_JOB_INDEX=${HPCRUN_JOB_INDEX:?the job script sets it before it runs this shared body}
+HPCRUN_JOB=""
+HPCRUN_CHAINS_PER_NODE=""
+HPCRUN_INPUTS=()
+HPCRUN_EVENTS=()
+HPCRUN_STEMS=()
+HPCRUN_OUTPUT_NAMES=()
+HPCRUN_CHECKSUMS=()
+while IFS=$'\t' read -r _index name chains path events stem output checksum; do
+  HPCRUN_JOB=$name
+  HPCRUN_CHAINS_PER_NODE=$chains
+  HPCRUN_INPUTS+=("$path")
+  HPCRUN_EVENTS+=("$events")
+  HPCRUN_STEMS+=("$stem")
+  HPCRUN_OUTPUT_NAMES+=("$output")
+  HPCRUN_CHECKSUMS+=("$checksum")
+done < <(awk -F '\t' -v i="$HPCRUN_JOB_INDEX" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv")
+[ -n "$HPCRUN_JOB" ] || { log "no task $HPCRUN_JOB_INDEX in $HPCRUN_PLAN_DIR/tasks.tsv"; exit "$EXIT_SETUP"; }
+export HPCRUN_JOB HPCRUN_CHAINS_PER_NODE
+export HPCRUN_NCHAINS=$(( HPCRUN_NODES * HPCRUN_CHAINS_PER_NODE ))
+export HPCRUN_RUNDIR="$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/${HPCRUN_JOB_ID:-local}"
+export HPCRUN_INPUT_DIR="${DW_JOB_STRIPED%/}"/in
+export HPCRUN_WORKDIR="${DW_JOB_STRIPED%/}"/work
+export HPCRUN_OUTDIR="${DW_JOB_STRIPED%/}"/out
+export HPCRUN_DB_PORT=$(( 20000 + ${HPCRUN_JOB_ID:-0} % 10000 ))
+export HPCRUN_DB_HOST=localhost
+mkdir -p "$HPCRUN_RUNDIR"
+awk -F '\t' -v i="$HPCRUN_JOB_INDEX" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv" > "$HPCRUN_RUNDIR/inputs.tsv"
+log "job $HPCRUN_JOB: ${#HPCRUN_INPUTS[@]} input(s), $HPCRUN_NCHAINS chain(s) on $HPCRUN_NODES node(s)"
+
+DB_PID=""
+CHAIN_PID=""
+# Long steps run in the background and are waited for, so that bash handles the
+# pre-timeout signal at once instead of after the step.
+step() {
+  "$@" &
+  CHAIN_PID=$!
+  local rc
+  rc=0
+  wait "$CHAIN_PID" || rc=$?
+  while kill -0 "$CHAIN_PID" 2>/dev/null; do
+    rc=0
+    wait "$CHAIN_PID" || rc=$?
+  done
+  CHAIN_PID=""
+  return "$rc"
+}
+# shellcheck disable=SC2329  # called from the EXIT trap
+stop_db() {
+  [ -n "$DB_PID" ] || return 0
+  # Ask each supervisor to shut its server down (it watches for this file); signalling
+  # the launcher instead would make the scheduler kill the step before the server has stopped.
+  touch "$HPCRUN_RUNDIR/db/stop"
+  local waited=0
+  # stay well inside the scheduler's grace period (Slurm's KillWait: 30 s) after a cancel or time limit
+  while kill -0 "$DB_PID" 2>/dev/null && [ "$waited" -lt 20 ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if kill -0 "$DB_PID" 2>/dev/null; then
+    log "database supervisors did not stop within 20 s; terminating the step"
+    kill -TERM "$DB_PID" 2>/dev/null || true
+    sleep 5
+    kill -KILL "$DB_PID" 2>/dev/null || true
+  fi
+  wait "$DB_PID" 2>/dev/null || true
+  DB_PID=""
+  log "database servers stopped"
+}
+# shellcheck disable=SC2329  # trap handler
+on_exit() {
+  local rc=$?
+  trap - EXIT
+  stop_db
+  printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/exit_code"
+  log "job finished with exit code $rc"
+  exit "$rc"
+}
+# shellcheck disable=SC2329  # trap handler for the pre-timeout signal
+on_time_limit() {
+  log "pre-timeout signal received: stopping chains and database servers cleanly"
+  if [ -n "$CHAIN_PID" ]; then
+    kill -TERM "$CHAIN_PID" 2>/dev/null || true
+    local waited=0
+    while kill -0 "$CHAIN_PID" 2>/dev/null && [ "$waited" -lt 30 ]; do
+      sleep 1
+      waited=$((waited + 1))
+    done
+  fi
+  fail "$EXIT_TIMEOUT" "time limit reached before the job finished"
+}
+trap on_exit EXIT
+trap on_time_limit USR1
+trap 'fail 143 "job was cancelled (SIGTERM)"' TERM
+
+for path in "${HPCRUN_INPUTS[@]}"; do
+  [ -z "$HPCRUN_INPUT_DIR" ] || path="$HPCRUN_INPUT_DIR/${path##*/}"
+  [ -r "$path" ] || fail "$EXIT_SETUP" "input $path is missing or unreadable"
+done
+mkdir -p "$HPCRUN_WORKDIR" "$HPCRUN_OUTDIR" "$HPCRUN_RUNDIR/chains"
+
+# ---- the container runtime: what it needs before the first container starts --------------
+# ch-run refuses to start without USER, and makes the host's TMPDIR the container's
+# /tmp (a TMPDIR that does not exist here would stop every container)
+export USER="${USER:-$(id -un)}"
+if [ -n "${TMPDIR:-}" ] && [ ! -d "$TMPDIR" ]; then
+  log "TMPDIR=$TMPDIR does not exist on $(hostname); unsetting it for ch-run"
+  unset TMPDIR
+fi
+ch_run=ch-run
+ch_image=/tmp/hpcrun-test-cluster/images/reco
+command -v "$ch_run" > /dev/null \
+  || fail "$EXIT_SETUP" "Charliecloud's $ch_run was not found on $(hostname) (containers.charliecloud at site profile local-test)"
+[ -d "$ch_image" ] \
+  || fail "$EXIT_SETUP" "the Charliecloud image $ch_image is not a directory on $(hostname); ch-run runs unpacked image directories"
+ch_bb_root=/tmp/hpcrun-test-cluster/bb/job
+case "${DW_JOB_STRIPED:-}" in
+  "$ch_bb_root"/*) ;;
+  *) fail "$EXIT_SETUP" "the burst buffer DW_JOB_STRIPED=${DW_JOB_STRIPED:-} is not under burst_buffer_root $ch_bb_root (containers.charliecloud at site profile local-test), so ch-run cannot bind it" ;;
+esac
+# the plan directory is bound at its own path: the read-only image needs that
+# mount point unless a bind above already contains it
+case "$HPCRUN_PLAN_DIR" in
+  /tmp/*) ;;
+  *) [ -d "$ch_image$HPCRUN_PLAN_DIR" ] || fail "$EXIT_SETUP" "the Charliecloud image has no mount point $HPCRUN_PLAN_DIR for the plan directory: create it in the image (mkdir -p $ch_image$HPCRUN_PLAN_DIR) or add a site bind containing it (containers.charliecloud at site profile local-test)" ;;
+esac
+
+# ---- one database server per node, from a node-local copy of the payload ----------------
+mkdir -p "$HPCRUN_RUNDIR/db"
+db_server=/usr/sbin/mariadbd
+db_payload=/tmp/hpcrun-test-cluster/pfs/detector-reco/conditions
+db_wait=120
+log "starting one $db_server per node (payload $db_payload)"
+srun --overlap --nodes="$HPCRUN_NODES" --ntasks="$HPCRUN_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+  ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- bash "$HPCRUN_PLAN_DIR/bin/hpcrun-db.sh" \
+  > "$HPCRUN_RUNDIR/db/supervisor.log" 2>&1 &
+DB_PID=$!
+db_deadline=$(( SECONDS + db_wait ))
+while :; do
+  ready=("$HPCRUN_RUNDIR"/db/*.ready)
+  failed=("$HPCRUN_RUNDIR"/db/*.failed)
+  if [ -e "${failed[0]}" ]; then
+    reason=$(cat "${failed[0]}")
+    case "$reason" in
+      payload*) fail "$EXIT_PAYLOAD" "database payload copy failed on ${failed[0]##*/}: $reason" ;;
+      *) fail "$EXIT_DB_NOT_READY" "database server did not become ready: $reason" ;;
+    esac
+  fi
+  [ -e "${ready[0]}" ] && [ "${#ready[@]}" -ge "$HPCRUN_NODES" ] && break
+  kill -0 "$DB_PID" 2>/dev/null || fail "$EXIT_DB_NOT_READY" "database supervisor ended before the server answered; see $HPCRUN_RUNDIR/db"
+  [ "$SECONDS" -lt "$db_deadline" ] || fail "$EXIT_DB_NOT_READY" "database server did not answer within ${db_wait}s"
+  sleep 1
+done
+log "database servers answer on all $HPCRUN_NODES node(s)"
+
+# ---- N chains per node, each its slice of every input ----------------------------------
+log "starting $HPCRUN_NCHAINS chain(s)"
+srun --overlap --nodes="$HPCRUN_NODES" --ntasks="$HPCRUN_NCHAINS" --ntasks-per-node="$HPCRUN_CHAINS_PER_NODE" --kill-on-bad-exit=0 \
+  ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- bash "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh" \
+  > "$HPCRUN_RUNDIR/chains/srun.log" 2>&1 &
+CHAIN_PID=$!
+chains_rc=0
+wait "$CHAIN_PID" || chains_rc=$?
+CHAIN_PID=""
+failed_chains=""
+for ((k = 0; k < HPCRUN_NCHAINS; k++)); do
+  rc=$(cat "$HPCRUN_RUNDIR/chains/$k.rc" 2>/dev/null || echo missing)
+  [ "$rc" = 0 ] || failed_chains="$failed_chains $k(rc=$rc)"
+done
+db_failed=("$HPCRUN_RUNDIR"/db/*.failed)
+if [ -e "${db_failed[0]}" ]; then
+  fail "$EXIT_DB_DIED" "database server failed during the chains: $(cat "${db_failed[0]}")"
+fi
+if [ -n "$failed_chains" ] || [ "$chains_rc" -ne 0 ]; then
+  fail "$EXIT_CHAIN" "chain(s) failed:${failed_chains:- launcher exit $chains_rc}; logs in $HPCRUN_RUNDIR/chains"
+fi
+log "all $HPCRUN_NCHAINS chain(s) succeeded"
+
+# ---- merge the chain parts of each input into one output --------------------------------
+for i in "${!HPCRUN_STEMS[@]}"; do
+  export HPCRUN_STEM=${HPCRUN_STEMS[$i]}
+  export HPCRUN_INPUT=${HPCRUN_INPUTS[$i]}
+  export HPCRUN_OUTPUT="$HPCRUN_OUTDIR/${HPCRUN_OUTPUT_NAMES[$i]}"
+  HPCRUN_PARTS=()
+  for ((k = 0; k < HPCRUN_NCHAINS; k++)); do
+    HPCRUN_PARTS+=("$HPCRUN_WORKDIR/$HPCRUN_STEM.part$k")
+  done
+  export HPCRUN_NPARTS=${#HPCRUN_PARTS[@]}
+  step ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- /usr/bin/python3 /tmp/hpcrun-test-cluster/pfs/detector-reco/bin/merge.py "${HPCRUN_OUTPUT}" "${HPCRUN_PARTS[@]}" >> "$HPCRUN_RUNDIR/merge.log" 2>&1 \
+    || fail "$EXIT_MERGE" "merge of $HPCRUN_STEM failed; see $HPCRUN_RUNDIR/merge.log"
+done
+log "merged ${#HPCRUN_STEMS[@]} output(s)"
+
+# ---- QA: events in the merged output vs events in the input -----------------------------
+qa_failed=""
+qa_min_fraction=0.98
+for i in "${!HPCRUN_STEMS[@]}"; do
+  export HPCRUN_STEM=${HPCRUN_STEMS[$i]}
+  export HPCRUN_INPUT=${HPCRUN_INPUTS[$i]}
+  export HPCRUN_OUTPUT="$HPCRUN_OUTDIR/${HPCRUN_OUTPUT_NAMES[$i]}"
+  if [ "${HPCRUN_EVENTS[$i]}" = "-" ]; then
+    export HPCRUN_FILE="$HPCRUN_INPUT"
+    [ -z "$HPCRUN_INPUT_DIR" ] || HPCRUN_FILE="$HPCRUN_INPUT_DIR/${HPCRUN_INPUT##*/}"
+    HPCRUN_EVENTS_IN=$(ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- /usr/bin/python3 /tmp/hpcrun-test-cluster/pfs/detector-reco/bin/count_events.py "${HPCRUN_FILE}" 2>>"$HPCRUN_RUNDIR/qa.log" | tail -n 1)
+  else
+    HPCRUN_EVENTS_IN=${HPCRUN_EVENTS[$i]}
+  fi
+  export HPCRUN_FILE="$HPCRUN_OUTPUT"
+  HPCRUN_EVENTS_OUT=$(ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- /usr/bin/python3 /tmp/hpcrun-test-cluster/pfs/detector-reco/bin/count_events.py "${HPCRUN_FILE}" 2>>"$HPCRUN_RUNDIR/qa.log" | tail -n 1)
+  export HPCRUN_EVENTS_IN HPCRUN_EVENTS_OUT
+  if [[ "$HPCRUN_EVENTS_IN" =~ ^[0-9]+$ && "$HPCRUN_EVENTS_OUT" =~ ^[0-9]+$ ]]; then
+    verdict=$(awk -v o="$HPCRUN_EVENTS_OUT" -v n="$HPCRUN_EVENTS_IN" -v f="$qa_min_fraction" \
+      'BEGIN { if (n == 0) print (o == 0 ? "pass" : "fail"); else print (o / n >= f ? "pass" : "fail") }')
+  else
+    verdict="fail"
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\n' "$HPCRUN_STEM" "$HPCRUN_EVENTS_IN" "$HPCRUN_EVENTS_OUT" "$verdict" \
+    "${HPCRUN_OUTPUT_NAMES[$i]}" >> "$HPCRUN_RUNDIR/qa.tsv"
+  [ "$verdict" = pass ] || qa_failed="$qa_failed $HPCRUN_STEM($HPCRUN_EVENTS_OUT/$HPCRUN_EVENTS_IN events)"
+  if [[ "$qa_failed" == *" $HPCRUN_STEM("* ]]; then
+    # keep the output for inspection, but apart from the good ones
+    mkdir -p "$HPCRUN_OUTDIR/qa-failed"
+    mv -f -- "$HPCRUN_OUTPUT" "$HPCRUN_OUTDIR/qa-failed/" 2>/dev/null || true
+  fi
+done
+[ -z "$qa_failed" ] || fail "$EXIT_QA" "QA failed for:$qa_failed (rule: >= $qa_min_fraction of input events)"
+log "QA passed for ${#HPCRUN_STEMS[@]} output(s)"
+
+log "all steps succeeded"
+exit 0
