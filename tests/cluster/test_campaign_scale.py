@@ -100,8 +100,12 @@ def _drive(c: Campaign, env: dict, kills: int, rng: random.Random, timeout: floa
     return {"runs": runs, "sigkills": sigkills, "wall_s": time.monotonic() - wall_start, "cpu_total_s": cpu}
 
 
-def _baseline(cluster, workdir: Path, raw: Path, names: list, throttle: int, nodes: int) -> float:
-    """The same copies as one plain array (no hpcrun): submit, then squeue until it is gone."""
+def _baseline(cluster, workdir: Path, raw: Path, names: list, throttle: int, nodes: int) -> tuple:
+    """The same copies as one plain array (no hpcrun): submit, then squeue until it is gone.
+
+    Returns (seconds, copies missing). A plain array has no retries: a task lost to an emulated
+    node in trouble (16 slurmd on 2 cores can drain one with "Kill task failed") is simply missing,
+    which the figures report; the test is about hpcrun's campaign, not about the baseline."""
     out = workdir / "baseline-out"
     out.mkdir()
     cluster.chown(out)
@@ -122,8 +126,7 @@ def _baseline(cluster, workdir: Path, raw: Path, names: list, throttle: int, nod
     while cluster.run(["squeue", "-h", "-j", ",".join(ids)]).stdout.strip():
         time.sleep(2)
     elapsed = time.monotonic() - start
-    assert len(list(out.iterdir())) == len(names)
-    return elapsed
+    return elapsed, len(names) - len(list(out.iterdir()))
 
 
 def test_many_files_through_arrays_on_every_node(slurm_cluster, hpcrun_bin, example_root):
@@ -170,8 +173,9 @@ def test_many_files_through_arrays_on_every_node(slurm_cluster, hpcrun_bin, exam
         "unaccounted": unaccounted, "tasks_run": len(tasks), "attempts": attempts,
         "duplicates": len(tasks) - attempts}
     print("\ncampaign_scale " + json.dumps(figures), flush=True)
-    baseline = _baseline(slurm_cluster, work, raw, names, throttle, len(slurm_cluster.nodes))
-    figures.update(baseline_plain_array_s=round(baseline, 1), wall_vs_baseline=round(drive["wall_s"] / baseline, 2))
+    baseline, baseline_missing = _baseline(slurm_cluster, work, raw, names, throttle, len(slurm_cluster.nodes))
+    figures.update(baseline_plain_array_s=round(baseline, 1), wall_vs_baseline=round(drive["wall_s"] / baseline, 2),
+                   baseline_missing=baseline_missing)
     print("campaign_scale with baseline " + json.dumps(figures), flush=True)
     assert unaccounted == 0 and figures["duplicates"] == 0, figures
     assert states["parked"] == len(hopeless) and succeeded == 1.0, figures
