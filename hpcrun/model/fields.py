@@ -90,6 +90,25 @@ def _abs_path(value: str) -> str:
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 
 
+def _input_path(value: str) -> str:
+    from hpcrun.backends.storage import scheme_of, schemes, storage_for
+    scheme = scheme_of(value)
+    if scheme is None:
+        return _abs_path(value)
+    storage = storage_for(scheme)
+    if storage is None:
+        raise ValueError(f"'{value}': inputs may be absolute paths or URLs of these schemes: "
+                         + ", ".join(f"{s}://" for s in schemes()))
+    why = storage.syntax_error(value)
+    if why:
+        raise ValueError(why)
+    return value
+
+
+# an input: an absolute path, or a URL of a registered storage scheme (root://...)
+InputPath = Annotated[str, AfterValidator(_input_path)]
+
+
 def _one_line(value: str) -> str:
     if "\n" in value or "\r" in value or "\0" in value:
         raise ValueError("this value must be a single line of text")

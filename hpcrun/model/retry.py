@@ -40,6 +40,8 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
     FailureClass("qa", "exit 9: QA failed (the same input gives the same events)", retry=False),
     FailureClass("time_limit", "exit 10, TIMEOUT or DEADLINE: the time limit was reached", more_walltime=1.5),
     FailureClass("checksum", "exit 11: an input's checksum did not match", max_attempts=2, restage=True),
+    FailureClass("transfer", "exit 13: an input could not be copied from its server (unreachable, timed "
+                 "out) after the job's own retries", max_attempts=3),
     FailureClass("out_of_memory", "OUT_OF_MEMORY", more_memory=1.5),
     FailureClass("node_fail", "NODE_FAIL: a node died under the job", exclude_node=True),
     FailureClass("boot_fail", "BOOT_FAIL: a node did not boot", exclude_node=True),
@@ -50,7 +52,8 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
 )
 CLASS_NAMES: Tuple[str, ...] = tuple(c.name for c in FAILURE_CLASSES)
 EXIT_CLASSES: Dict[int, str] = {3: "setup", 4: "payload", 5: "db_not_ready", 6: "db_died", 7: "chain", 8: "merge",
-                                9: "qa", 10: "time_limit", 11: "checksum"}
+                                9: "qa", 10: "time_limit", 11: "checksum",
+                                13: "transfer"}
 STATE_CLASSES: Dict[str, str] = {"TIMEOUT": "time_limit", "DEADLINE": "time_limit", "OUT_OF_MEMORY": "out_of_memory",
                                  "NODE_FAIL": "node_fail", "BOOT_FAIL": "boot_fail", "PREEMPTED": "preempted",
                                  "REVOKED": "preempted", "CANCELLED": "cancelled", "LOST": "lost"}

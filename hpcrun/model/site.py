@@ -222,6 +222,36 @@ class IotuneSettings(Strict):
     recommended: Optional[IotuneRecommended] = None
 
 
+class XrootdSettings(Strict):
+    """How jobs read ``root://`` inputs here (docs/xrootd.md)."""
+
+    access: Literal["stage", "stream"] = Field("stage", description=(
+        "stage: the job copies each input with xrdcp to node-local storage (checksum verified, "
+        "retried) before the chains start; stream: the chains get the URL as {input}"))
+    cache: Optional[Line] = Field(None, description=(
+        "an XCache endpoint, root://HOST:PORT: inputs are read through it (streamed or staged)"))
+    stage_dir: Optional[AbsPath] = Field(None, description=(
+        "where staged inputs land (default: the job's burst buffer or work directory)"))
+    retries: int = Field(3, ge=0, le=20, description="extra xrdcp attempts per file on a transient error")
+    request_timeout: Duration = Field(60, description=(
+        "XRD_REQUESTTIMEOUT of the job's client (its default waits 30 min)"))
+    connection_retry: int = Field(10, ge=1, le=100, description="XRD_CONNECTIONRETRY of the job's client")
+    connection_window: Duration = Field(3, description="XRD_CONNECTIONWINDOW of the job's client")
+    plan_timeout: Duration = Field(10, description="request timeout when hpcrun plan asks a server")
+    plan_parallel: int = Field(4, ge=1, le=64, description="xrdfs processes hpcrun plan runs at once")
+    xrdcp: Line = Field("xrdcp", description="the xrdcp program on the nodes", json_schema_extra=TRUSTED)
+    xrdfs: Line = Field("xrdfs", description="the xrdfs program where hpcrun plan runs",
+                        json_schema_extra=TRUSTED)
+
+    @field_validator("cache")
+    @classmethod
+    def _cache(cls, value: Optional[str]) -> Optional[str]:
+        import re
+        if value is not None and not re.match(r"^root://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?/?$", value):
+            raise ValueError(f"'{value}' is not an XRootD endpoint; give root://HOST:PORT")
+        return value.rstrip("/") if value else value
+
+
 class SiteProfile(Strict):
     """A site profile after ``extends`` layering has been applied."""
 
@@ -240,6 +270,8 @@ class SiteProfile(Strict):
     prologue: Prologue = Field(default_factory=Prologue)
     tools: ToolPaths = Field(default_factory=ToolPaths)
     iotune: IotuneSettings = Field(default_factory=IotuneSettings)
+    xrootd: XrootdSettings = Field(default_factory=XrootdSettings, description=(
+        "how jobs read root:// inputs (stream or stage, an XCache endpoint, client timeouts)"))
     max_array_size: int = Field(1001, ge=0, description="Slurm MaxArraySize (0: no arrays)")
     array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
     max_queued_jobs: Optional[int] = Field(None, ge=1, description=(

@@ -11,7 +11,7 @@ from typing import List, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hpcrun.backends.scheduler import scheduler_for
-from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, Line, Name, Size
+from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, InputPath, Line, Name, Size
 from hpcrun.model.kinds import RuntimeKind
 from hpcrun.model.retry import EventsSpec, RetrySpec
 
@@ -93,7 +93,7 @@ class SoftwareSpec(Strict):
 
 
 class InputFile(Strict):
-    path: AbsPath
+    path: InputPath
     size: Optional[Size] = None
     events: Optional[int] = Field(None, ge=0)
     checksum: Optional[Line] = Field(None, description=(
@@ -112,10 +112,11 @@ class InputFile(Strict):
 class InputsSpec(Strict):
     """Input files: an explicit list, a glob, and/or a list file (one path per line)."""
 
-    files: List[Union[AbsPath, InputFile]] = Field(default_factory=list)
+    files: List[Union[InputPath, InputFile]] = Field(default_factory=list, description=(
+        "absolute paths or root://HOST[:PORT]//PATH URLs, or {path, size, events, checksum}"))
     glob: Optional[AbsPath] = None
     list_file: Optional[Line] = Field(None, description=(
-        "file with one input per line: PATH [SIZE [EVENTS]]; relative to the spec file"))
+        "file with one input per line: PATH-OR-URL [SIZE [EVENTS]]; relative to the spec file"))
     size: Optional[Size] = Field(None, description="size of each file when it cannot be stat'ed")
     events: Optional[int] = Field(None, ge=0, description="events per file when not listed")
     checksum: Literal["adler32", "md5", "none"] = Field("adler32", description=(
@@ -252,6 +253,15 @@ class OutputsSpec(Strict):
     size_ratio: float = Field(1.0, gt=0, description="expected output bytes per input byte")
 
 
+class TargetsSpec(Strict):
+    """The facility's throughput targets, shown next to the measured figures in `hpcrun report`."""
+
+    mb_per_s_per_core: Optional[float] = Field(None, gt=0, description=(
+        "input megabytes (10^6 bytes) per second per allocated core, e.g. 12.5"))
+    events_per_s_per_core: Optional[float] = Field(None, gt=0, description=(
+        "input events per second per allocated core"))
+
+
 class Campaign(Strict):
     """A campaign spec (top level)."""
 
@@ -272,3 +282,4 @@ class Campaign(Strict):
     finalize: Optional[FinalizeSpec] = None
     events: Optional[EventsSpec] = None
     outputs: OutputsSpec
+    targets: Optional[TargetsSpec] = Field(None, description="throughput targets for the report")

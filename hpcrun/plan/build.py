@@ -23,6 +23,8 @@ from hpcrun.plan.container import check_runtime, container_plan
 from hpcrun.plan.database import database_and_runtime
 from hpcrun.plan.inputs import expand
 from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
+from hpcrun.plan.reads import remote_plan, stage_dir_expr
+from hpcrun.plan.remote import Remote
 from hpcrun.plan.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
 from hpcrun.plan.values import ChecksumPlan, Plan
@@ -35,26 +37,30 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     checks = Checks(spec_src, profile_src)
     spec_dir = Path(spec_src.file).resolve().parent
     site = choose_site(campaign, profile, checks)
+    remote = Remote(profile, campaign.inputs.checksum)  # URL inputs: each server asked once
     try:
-        items = expand(campaign.inputs, spec_src, spec_dir)
+        items = expand(campaign.inputs, spec_src, spec_dir, remote)
     except InputError as exc:
         checks.problems.extend(exc.problems)
         items = []
     inputs_key = next(k for k in ("files", "glob", "list_file") if getattr(campaign.inputs, k))
     carried.check_table_values(items, inputs_key, checks.spec_error)
-    sums = assign_checksums(campaign.inputs, spec_src, spec_dir, [i.path for i in items])
+    sums = assign_checksums(campaign.inputs, spec_src, spec_dir, [i.path for i in items], remote=remote)
     checks.problems.extend(sums.problems)
     _check_chains(campaign, site.partition.cpus, site.name, checks)
+    notes: List[str] = list(sums.notes)
     commands = commands_of(campaign, items, site, profile.name, checks)
+    remote_reads = remote_plan(campaign, profile, [i.path for i in items], inputs_key, checks, notes)
     buffer = choose_buffer(campaign, profile, items, inputs_key, checks)
     db_plan, runtime = database_and_runtime(campaign, profile, checks)
     check_runtime(campaign, profile, runtime, db_plan, checks)
     checks.raise_if_any()
 
-    notes: List[str] = list(sums.notes)
     jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes)
     checks.raise_if_any()
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)
+    if remote_reads is not None and remote_reads.access == "stage":
+        input_dir = stage_dir_expr(profile, buffer.root_var, work_dir)
     container = container_plan(campaign, profile, runtime, items, db_plan, buffer.root_var, workdir,
                                checks, notes)
     checks.raise_if_any()
@@ -72,7 +78,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 cleanup_workdir=buffer.writer is None and "merge" in commands,
                 scheduler=profile.scheduler.kind, launcher=launcher(profile),
                 accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
-                finalize_request=finalize_request(campaign, profile, site.partition, site.qos))
+                finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
+                remote=remote_reads)
 
 
 def _check_chains(campaign: Campaign, cpus: int, pname: str, checks: Checks) -> None:

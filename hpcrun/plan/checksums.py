@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from hpcrun.backends.storage import StorageError
 from hpcrun.errors import Problem, dotted
 from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.inputs import read_listed
+from hpcrun.plan.remote import Remote, is_url
 
 CHUNK = 8 * 1024 * 1024
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
@@ -55,8 +57,9 @@ class Assigned:
 
 
 def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
-           readable_limit: int = 5) -> Assigned:
-    """A checksum value (or None) for each path, and the problems and notes found."""
+           readable_limit: int = 5, remote: Optional[Remote] = None) -> Assigned:
+    """A checksum value (or None) for each path, and the problems and notes found. A URL's
+    checksum not given in the spec or catalog is asked of its server."""
     algo = spec.checksum
     given = _per_file(spec, src, algo)
     if algo == "none":
@@ -72,11 +75,14 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
         catalog = read_catalog(spec.checksum_catalog, src, spec_dir, algo, out.problems)
     unknown: List[str] = []
     dirs: Dict[str, bool] = {}  # plans made away from the data: one stat per directory
+    served = _served(paths, given.values, catalog, remote or Remote(None, algo), src, out.problems)
     for path in paths:
         value = given.values.get(path)
         if value is None and catalog:
-            value = catalog.get(os.path.normpath(path))
-        if value is None:
+            value = catalog.get(path if is_url(path) else os.path.normpath(path))
+        if value is None and is_url(path):
+            value = served.get(path)
+        elif value is None:
             parent = os.path.dirname(path)
             there = dirs.get(parent)
             if there is None:
@@ -93,6 +99,21 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
         out.notes.append(f"{len(unknown)} input(s) have no checksum and will not be verified "
                          f"(not readable here, none given): {shown}")
     return out
+
+
+def _served(paths: Sequence[str], given: Dict[str, str], catalog: Dict[str, str], remote: Remote,
+            src: Located, problems: List[Problem]) -> Dict[str, str]:
+    """Checksums of the URL inputs neither the spec nor the catalog gives, from their servers."""
+    urls = [p for p in paths if is_url(p) and p not in given and p not in catalog]
+    if not urls:
+        return {}
+    try:
+        facts = remote.ask(urls)
+    except StorageError as exc:
+        file, line = src.where(("inputs",))
+        problems.append(Problem(file, line, "inputs", str(exc)))
+        return {}
+    return {u: f.checksum for u, f in facts.items() if f.checksum}
 
 
 @dataclass
@@ -142,7 +163,8 @@ def read_catalog(name: str, src: Located, spec_dir: Path, algo: str,
                 f"'{hexdigits}' is not an {algo} checksum ({digits} hex digits), as "
                 f"inputs.checksum is '{algo}'; each line is: HEX  PATH")))
             continue
-        full = os.path.normpath(listed if listed.startswith("/") else os.path.join(base, listed))
+        full = listed if is_url(listed) else os.path.normpath(
+            listed if listed.startswith("/") else os.path.join(base, listed))
         value = normalize(algo, hexdigits)
         if full in out and out[full] != value:
             problems.append(Problem(str(path), n, "", (

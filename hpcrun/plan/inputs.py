@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from hpcrun.backends.storage import StorageError
 from hpcrun.errors import InputError, Problem
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.textfile import LIST_MAX_BYTES, TextFileError, read_text
 from hpcrun.model.yamlsrc import Located
+from hpcrun.plan.remote import Remote, is_url
 from hpcrun.units import UnitError, parse_size
 
 
@@ -29,8 +31,9 @@ def stem_of(path: str) -> str:
     return name.split(".", 1)[0] if not name.startswith(".") else name
 
 
-def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
-    """All inputs in a stable order (explicit files, then glob, then list file)."""
+def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remote] = None) -> List[InputItem]:
+    """All inputs in a stable order (explicit files, then glob, then list file). URLs without
+    a size are asked of their servers, in bulk, after the local ones are checked."""
     raw: List[Tuple[str, Optional[int], Optional[int], Tuple[object, ...]]] = []
     for i, entry in enumerate(spec.files):
         if isinstance(entry, InputFile):
@@ -50,6 +53,7 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
     items: List[InputItem] = []
     seen: Dict[str, bool] = {}
     stems: Dict[str, str] = {}
+    asked: List[Tuple[int, Tuple[object, ...]]] = []   # (index in items, spec location) of URLs to ask
     for path, size, events, where in raw:
         key = ".".join(str(p) for p in where)
         if path in seen:
@@ -62,6 +66,9 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
             problems.append(Problem(file, line, key, (
                 f"input path {path!r} contains a tab, newline or NUL byte; rename the file")))
             continue
+        if size is None and is_url(path):
+            asked.append((len(items), where))
+            size = -1  # asked of its server below
         if size is None:
             try:
                 size = os.stat(path).st_size
@@ -84,12 +91,36 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path) -> List[InputItem]:
         items.append(InputItem(path, size, events if events is not None else spec.events, stem))
         if len(problems) > 50:
             break
+    if asked and not problems:
+        _ask_sizes(items, asked, spec, src, remote or Remote(None, spec.checksum), problems)
     if problems:
         raise InputError(problems)
     if not items:
         file, line = src.where(("inputs",))
         raise InputError([Problem(file, line, "inputs", "no input files were found")])
     return items
+
+
+def _ask_sizes(items: List[InputItem], asked: List[Tuple[int, Tuple[object, ...]]], spec: InputsSpec,
+               src: Located, remote: Remote, problems: List[Problem]) -> None:
+    """Fill in the sizes of URL inputs from their servers; a missing file is a problem at its key."""
+    try:
+        facts = remote.ask([items[i].path for i, _ in asked])
+    except StorageError as exc:
+        file, line = src.where(asked[0][1])
+        problems.append(Problem(file, line, ".".join(str(p) for p in asked[0][1]), str(exc)))
+        return
+    for i, where in asked:
+        item = items[i]
+        fact = facts[item.path]
+        size = fact.size if fact.size is not None else (None if fact.missing else spec.size)
+        if size is None:
+            file, line = src.where(where)
+            why = "does not exist on its server" if fact.missing else f"could not be stat'ed: {fact.error}"
+            problems.append(Problem(file, line, ".".join(str(p) for p in where), (
+                f"input '{item.path}' {why}; remove it from the inputs or fix the URL")))
+            continue
+        items[i] = InputItem(item.path, size, item.events, item.stem)
 
 
 def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem]):
@@ -104,9 +135,14 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
             continue
         parts = text.split()
         where = ("inputs", "list_file")
-        if len(parts) > 3 or not parts[0].startswith("/"):
+        if len(parts) > 3 or not (parts[0].startswith("/") or is_url(parts[0])):
             problems.append(Problem(str(path), n, "", (
-                "each line is: ABSOLUTE_PATH [SIZE [EVENTS]], e.g. /data/run1.daq 5GB 2000")))
+                "each line is: ABSOLUTE_PATH-OR-URL [SIZE [EVENTS]], e.g. /data/run1.daq 5GB 2000 "
+                "or root://xrd.example.org//store/run1.daq 5GB 2000")))
+            continue
+        why = _url_problem(parts[0])
+        if why:
+            problems.append(Problem(str(path), n, "", why))
             continue
         size = events = None
         try:
@@ -121,6 +157,18 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
             events = int(parts[2])
         out.append((parts[0], size, events, where))
     return out
+
+
+def _url_problem(path: str) -> Optional[str]:
+    """Why a list file's URL cannot be an input (the spec's own URLs are checked by the model)."""
+    from hpcrun.backends.storage import scheme_of, schemes, storage_for
+    scheme = scheme_of(path)
+    if scheme is None:
+        return None
+    storage = storage_for(scheme)
+    if storage is None:
+        return f"'{path}': URLs may use these schemes: " + ", ".join(f"{s}://" for s in schemes())
+    return storage.syntax_error(path)
 
 
 def read_listed(path: os.PathLike[str] | str, what: str, src: Located, key: str,

@@ -82,6 +82,17 @@ class ChecksumPlan:
 
 
 @dataclass(frozen=True)
+class RemotePlan:
+    """How jobs read URL inputs (root://), from the site's ``xrootd`` table."""
+
+    access: str                    # stage (xrdcp in before the chains) or stream ({input} is the URL)
+    cache: Optional[str]           # root://HOST:PORT every read goes through, or None
+    xrdcp: str                     # shell words (the profile's, trusted)
+    retries: int                   # extra attempts per file on a transient error
+    client_env: Tuple[Tuple[str, str], ...]  # XRD_* variables bounding the client's waits
+
+
+@dataclass(frozen=True)
 class ContainerPlan:
     """What the container runtime answered at plan time."""
 
@@ -119,6 +130,7 @@ class Plan:
     accounting: bool = True         # the scheduler can be asked about ended jobs (profile and backend agree)
     launcher: Tuple[str, ...] = ()  # the task launcher and its site options (argv words)
     finalize_request: Optional[JobRequest] = None
+    remote: Optional[RemotePlan] = None  # the inputs are URLs (root://): how jobs read them
 
     @property
     def cores_per_job(self) -> int:

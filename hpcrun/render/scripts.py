@@ -125,12 +125,22 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "cleanup_workdir": plan.cleanup_workdir, "part": "whole",
         "body_path": quote(f"{plan_dir}/{BODY_PATH}"),
         "checksum": _checksum_context(plan),
+        "remote": _remote_context(plan),
     }
+
+
+def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
+    r = plan.remote
+    if r is None:
+        return None
+    return {"access": r.access, "cache": quote(r.cache) if r.cache else None, "xrdcp": Shell(r.xrdcp),
+            "retries": r.retries, "client_env": [(name, quote(value)) for name, value in r.client_env]}
 
 
 def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
     cs = plan.checksum
-    if cs is None or not any(v for j in plan.jobs for v in j.checksums):
+    if cs is None or not any(v for j in plan.jobs for v in j.checksums) or (
+            plan.remote is not None and plan.remote.access == "stream"):
         return None  # nothing to verify: the job has no checksum step
     return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import task_id
@@ -190,8 +191,9 @@ class ActiveSubmission:
     job_index: Optional[int]
     job_name: Optional[str] = None
 
-    @property
+    @cached_property
     def slurm_id(self) -> str:
+        """Computed once: a poll asks for it several times for each of up to 10^5 submissions."""
         return task_id(self.job_id, self.array_index)
 
 

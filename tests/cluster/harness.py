@@ -84,6 +84,9 @@ APT_PACKAGES = [
     "sshfs",
     "openssh-server",
     "chromium",
+    # inputs on XRootD: an origin and an XCache on loopback (tests/xrootd.py)
+    "xrootd-server",
+    "xrootd-client",
 ]
 
 DAEMON_MARKER = "HPCRUN_HARNESS_DAEMON"

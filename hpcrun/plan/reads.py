@@ -1,0 +1,59 @@
+"""How jobs read URL inputs: stream or stage, through a cache or not (the site's ``xrootd`` table)."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from hpcrun.model.site import SiteProfile
+from hpcrun.model.spec import Campaign
+from hpcrun.plan.checks import Checks
+from hpcrun.plan.remote import is_url
+from hpcrun.plan.values import RemotePlan
+from hpcrun.shell import quote
+
+
+def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], inputs_key: str,
+                checks: Checks, notes: List[str]) -> Optional[RemotePlan]:
+    """How the jobs read URL inputs, or None when every input is a path.
+
+    A campaign's inputs are all paths or all URLs: staged URLs land in one directory the job
+    reads them from, which local paths would then be looked for in too."""
+    urls = [p for p in paths if is_url(p)]
+    if not urls:
+        return None
+    if len(urls) != len(paths):
+        local = next(p for p in paths if not is_url(p))
+        checks.spec_error(("inputs", inputs_key), (
+            f"inputs mix URLs ('{urls[0]}') and paths ('{local}'); a campaign reads either; "
+            "give the local files as root:// URLs of a server that exports them, or split the campaign."))
+        return None
+    x = profile.xrootd
+    bb = campaign.burst_buffer
+    if bb is not None and bb.stage_inputs:
+        checks.spec_error(("burst_buffer", "stage_inputs"), (
+            f"'{urls[0]}' is a URL, and #DW stage_in reads only the parallel filesystem; set "
+            "stage_inputs: false: with the site's xrootd.access 'stage' jobs copy URL inputs "
+            "into the buffer themselves (xrdcp, checksum verified)."))
+    if x.access == "stage" and x.stage_dir and campaign.jobs.nodes > 1:
+        checks.spec_error(("jobs", "nodes"), (
+            f"{campaign.jobs.nodes} nodes per job, but site profile '{profile.name}' stages root:// "
+            f"inputs into node-local {x.stage_dir} (xrootd.stage_dir), which chains on other nodes "
+            "cannot read; use 1 node per job, or a burst buffer."))
+    if x.access == "stream" and campaign.inputs.checksum != "none":
+        notes.append("inputs are streamed over XRootD (site xrootd.access: stream): the job does "
+                     "not verify their checksums (XRootD verifies nothing on a streamed read).")
+    env = (("XRD_CONNECTIONRETRY", str(x.connection_retry)),
+           ("XRD_CONNECTIONWINDOW", str(int(x.connection_window))),
+           ("XRD_REQUESTTIMEOUT", str(int(x.request_timeout))))
+    return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=env)
+
+
+def stage_dir_expr(profile: SiteProfile, root_var: Optional[str], work_dir: str) -> str:
+    """Shell text of where a job copies its URL inputs: the site's node-local directory, else
+    the job's burst buffer, else its work directory (both seen by every node of the job)."""
+    x = profile.xrootd
+    if x.stage_dir:
+        return quote(x.stage_dir.rstrip("/")) + '/"${HPCRUN_JOB}.${HPCRUN_JOB_ID:-local}"'
+    if root_var:
+        return f'"${{{root_var}%/}}"/in'
+    return f"{work_dir}/in"

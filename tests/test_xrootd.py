@@ -1,0 +1,262 @@
+"""Inputs on a real XRootD server (Debian's xrootd 5.5 on loopback): plan-time sizes and checksums,
+the clear errors, and the job's stage-in and streaming through a real XCache cache.
+
+The jobs run outside Slurm as in test_job_local (tests/fakes/srun); the servers, xrdfs and
+xrdcp are real. tests/cluster/test_xrootd_campaign.py runs a campaign on the test cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Dict
+
+import pytest
+import yaml
+
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
+
+from .conftest import readable_copy
+from .xrootd import USER, Servers, free_port, why_not
+
+pytestmark = pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")
+
+
+def adler(data: bytes) -> str:
+    return f"adler32:{zlib.adler32(data) & 0xFFFFFFFF:08x}"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    s = Servers().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def case():
+    root = Path(tempfile.mkdtemp(prefix="hpcrun-xrd-case-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def write_case(root: Path, inputs, xrootd: Dict[str, object] = None, chain=None, **extra) -> Path:
+    """A spec (one job holding every input) and a profile layered on local-test."""
+    profiles = root / "profiles"
+    profiles.mkdir(exist_ok=True)
+    (profiles / "xrd-test.yaml").write_text(yaml.safe_dump(
+        {"name": "xrd-test", "extends": "local-test", "xrootd": xrootd or {}}))
+    spec = {"name": "xrd", "site": {"profile": "xrd-test"}, "walltime": "00:10:00",
+            "inputs": inputs, "jobs": {"files_per_job": 8, "chains_per_node": 1},
+            "chain": {"command": chain or ["/bin/cp", "{input}", "{output}"]},
+            "outputs": {"location": str(root / "out")}, **extra}
+    (root / "campaign.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return root / "campaign.yaml"
+
+
+def plan_cli(spec: Path, root: Path):
+    env = dict(os.environ, HPCRUN_PROFILE_PATH=str(root / "profiles"))
+    return subprocess.run(["python3", "-m", "hpcrun", "plan", str(spec), "--out", str(root / "plan")],
+                          capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+
+
+def tasks(root: Path):
+    return [line.split("\t") for line in (root / "plan" / "tasks.tsv").read_text().splitlines()]
+
+
+# ---- plan time -----------------------------------------------------------------------------
+
+def test_plan_asks_the_server_for_sizes_and_checksums(servers, case):
+    a, b = os.urandom(300_000), b"small file\n"
+    ua, ub = servers.put("store/p/a.raw", a), servers.put("store/p/b.raw", b)
+    listed = servers.put("store/p/c.raw", b"c" * 1000)
+    (case / "list.txt").write_text(f"{listed} 1000\n")  # size given: only its checksum is asked
+    spec = write_case(case, {"files": [ua, ub.replace("//store", "/store")], "list_file": "list.txt"})
+    done = plan_cli(spec, case)
+    assert done.returncode == 0, done.stderr + done.stdout
+    rows = {r[3]: r for r in tasks(case)}
+    assert rows[ua][7] == adler(a) and rows[listed][7] == adler(b"c" * 1000)
+    assert rows[ub.replace("//store", "/store")][7] == adler(b)
+    manifest = json.loads((case / "plan" / "manifest.json").read_text())
+    assert manifest["totals"]["input_bytes"] == len(a) + len(b) + 1000
+    assert sorted(manifest["jobs"][0]["input_sizes"]) == sorted([len(a), len(b), 1000])
+
+
+def test_a_missing_file_is_refused_at_its_key(servers, case):
+    ok = servers.put("store/m/ok.raw", b"x")
+    missing = f"{servers.origin.url}//store/m/not-there.raw"
+    spec = write_case(case, {"files": [ok, missing]})
+    done = plan_cli(spec, case)
+    assert done.returncode == 2, done.stderr
+    assert "campaign.yaml" in done.stderr and "inputs.files.1" in done.stderr
+    assert "does not exist on its server" in done.stderr and "not-there.raw" in done.stderr
+    assert "Traceback" not in done.stderr and not (case / "plan").exists()
+
+
+def test_an_unreachable_server_is_refused_quickly(case):
+    port = free_port()  # nothing listens there
+    spec = write_case(case, {"files": [f"root://127.0.0.1:{port}//store/a.raw"]})
+    t0 = time.monotonic()
+    done = plan_cli(spec, case)
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - t0 < 30
+    assert f"cannot reach the XRootD server root://127.0.0.1:{port}" in done.stderr
+    assert "inputs.files.0" in done.stderr
+
+
+def test_a_bad_url_is_refused_with_what_would_be_valid(case):
+    spec = write_case(case, {"files": ["root://127.0.0.1:1094//store/a b.raw"]})
+    done = plan_cli(spec, case)
+    assert done.returncode == 2 and "root://HOST[:PORT]//ABSOLUTE/PATH" in done.stderr, done.stderr
+
+
+def test_urls_and_paths_cannot_be_mixed(servers, case):
+    ok = servers.put("store/mix/ok.raw", b"x")
+    spec = write_case(case, {"files": [ok, "/etc/hostname"]})
+    done = plan_cli(spec, case)
+    assert done.returncode == 2 and "inputs mix URLs" in done.stderr, done.stderr
+
+
+# ---- the job: stage (xrdcp) and stream, for real -----------------------------------------------
+
+def plan_job(root: Path, spec: Path) -> Path:
+    os.environ["HPCRUN_PROFILE_PATH"] = str(root / "profiles")
+    try:
+        write_plan(load_plan(spec), root / "plan")
+    finally:
+        del os.environ["HPCRUN_PROFILE_PATH"]
+    subprocess.run(["chown", "-R", USER, str(root)], check=True)
+    return root / "plan"
+
+
+def run_job(plan: Path, job_id: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
+           "SLURM_JOB_NUM_NODES": "1", "HOME": "/tmp"}
+    script = next((plan / "jobs").glob("*.sbatch"))
+    return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                           "bash", str(script)], capture_output=True, text=True, timeout=timeout)
+
+
+def rundir(plan: Path, job_id: str) -> Path:
+    return next((plan / "run").glob(f"*/{job_id}"))
+
+
+def test_job_stages_inputs_with_xrdcp_and_records_throughput(servers, case):
+    data = {n: os.urandom(2_000_000 + n) for n in range(2)}
+    urls = [servers.put(f"store/s/f{n}.raw", d) for n, d in data.items()]
+    plan = plan_job(case, write_case(case, {"files": urls}))
+    done = run_job(plan, "201")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for n, d in data.items():
+        assert (case / "out" / f"f{n}.out").read_bytes() == d
+    rows = [r.split("\t") for r in (rundir(plan, "201") / "transfers.tsv").read_text().splitlines()]
+    assert [(r[0], int(r[1]), r[3], r[4]) for r in rows] == [(urls[n], len(data[n]), "1", "0") for n in range(2)]
+    assert all(int(r[2]) >= 0 for r in rows)
+    assert "copied 2 input(s) from XRootD" in done.stderr + done.stdout
+    assert not list((case / "out" / ".hpcrun-work").glob("*/in/*")), "staged copies are removed at the end"
+
+
+def test_job_through_the_cache_and_streaming(servers, case):
+    d = os.urandom(1_500_000)
+    url = servers.put("store/c/cached.raw", d)
+    chain = ["/usr/bin/xrdcp", "--force", "--silent", "{input}", "{output}"]
+    plan = plan_job(case, write_case(case, {"files": [url]}, chain=chain,
+                                     xrootd={"access": "stream", "cache": servers.cache.url}))
+    body = (plan / "bin" / "hpcrun-chain.sh").read_text()
+    assert "XCache" in body
+    done = run_job(plan, "202")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (case / "out" / "cached.out").read_bytes() == d
+    assert (servers.cache.dir / "data" / "store" / "c" / "cached.raw").exists(), "read went through the cache"
+    assert not (rundir(plan, "202") / "transfers.tsv").exists()
+
+
+def test_a_file_corrupted_after_planning_fails_with_the_checksum_code(servers, case):
+    url = servers.put("store/x/bad.raw", b"A" * 100_000)
+    plan = plan_job(case, write_case(case, {"files": [url]}))
+    servers.put("store/x/bad.raw", b"B" * 100_000)   # same size, other bytes
+    done = run_job(plan, "203")
+    assert done.returncode == 11, done.stdout + done.stderr
+    reason = (rundir(plan, "203") / "reason").read_text()
+    assert "checksum mismatch" in reason and "bad.raw" in reason
+    assert not list(case.rglob("bad.raw*")), "no partial or corrupt copy is left behind"
+
+
+def test_a_file_removed_after_planning_is_a_setup_failure(servers, case):
+    url = servers.put("store/x/gone.raw", b"G" * 1000)
+    plan = plan_job(case, write_case(case, {"files": [url]}))
+    (servers.data / "store" / "x" / "gone.raw").unlink()
+    done = run_job(plan, "204")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "does not exist on its server" in (rundir(plan, "204") / "reason").read_text()
+
+
+def test_the_server_killed_mid_transfer_and_restarted(servers, case):
+    d = os.urandom(12_000_000)
+    url = servers.put("store/k/big.raw", d)
+    # a slow copy (4 MiB/s, 256 KiB in flight: about 3 s) so that the server dies in the middle of it
+    slow = "env XRD_CPCHUNKSIZE=262144 XRD_CPPARALLELCHUNKS=1 xrdcp --xrate 4m"
+    plan = plan_job(case, write_case(case, {"files": [url]}, xrootd={"xrdcp": slow, "retries": 3}))
+    result: Dict[str, subprocess.CompletedProcess] = {}
+    job = threading.Thread(target=lambda: result.setdefault("r", run_job(plan, "205")))
+    job.start()
+    rundir_seen, deadline = None, time.monotonic() + 30
+    while rundir_seen is None and time.monotonic() < deadline:
+        rundir_seen = next((plan / "run").glob("*/205/xrdcp.log"), None) if (plan / "run").exists() else None
+        time.sleep(0.05)
+    time.sleep(0.8)   # xrdcp is under way
+    killed = time.time()
+    servers.origin.kill()
+    time.sleep(2)
+    servers.origin.start()
+    restarted = time.time()
+    job.join(timeout=240)
+    done = result["r"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (case / "out" / "big.out").read_bytes() == d
+    rows = [r.split("\t") for r in (rundir(plan, "205") / "transfers.tsv").read_text().splitlines()]
+    assert rows[-1][4] == "0" and int(rows[-1][1]) == len(d)
+    # the copy that succeeded was under way when the server died, and ended after its restart
+    began = float(rows[-1][5])
+    assert began < killed and began + int(rows[-1][2]) / 1000 > restarted, (rows, killed, restarted)
+
+
+def test_a_server_down_at_stage_in_is_retried_by_the_job(servers, case):
+    d = os.urandom(500_000)
+    url = servers.put("store/r/late.raw", d)
+    plan = plan_job(case, write_case(case, {"files": [url]}, xrootd={"connection_retry": 1, "retries": 2}))
+    servers.origin.kill()   # down when the job starts; back 3 s later (the job waits 5 s, then retries)
+    result: Dict[str, subprocess.CompletedProcess] = {}
+    job = threading.Thread(target=lambda: result.setdefault("r", run_job(plan, "206")))
+    job.start()
+    time.sleep(3)
+    servers.origin.start()
+    job.join(timeout=240)
+    done = result["r"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [r.split("\t") for r in (rundir(plan, "206") / "transfers.tsv").read_text().splitlines()]
+    assert [(r[3], r[4]) for r in rows] == [("1", "51"), ("2", "0")]
+    assert (case / "out" / "late.out").read_bytes() == d
+
+
+def test_a_server_that_stays_down_fails_with_the_transfer_code(servers, case):
+    url = servers.put("store/r/never.raw", b"n" * 1000)
+    plan = plan_job(case, write_case(case, {"files": [url]}, xrootd={"connection_retry": 1, "retries": 1}))
+    servers.origin.kill()
+    try:
+        done = run_job(plan, "207")
+    finally:
+        servers.origin.start()
+    assert done.returncode == 13, done.stdout + done.stderr
+    reason = (rundir(plan, "207") / "reason").read_text()
+    assert "could not copy" in reason and "after 2 attempt(s)" in reason and "exit 51" in reason

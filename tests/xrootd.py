@@ -1,0 +1,139 @@
+"""Real XRootD servers on loopback for the tests: an origin and an XCache cache in front of it.
+
+Debian's xrootd-server 5.5 (../shared/reference/xrootd.md), run as the unprivileged test user
+from directories it owns. :func:`why_not` says what is missing so tests skip with that reason
+(tests/run-all.sh installs the packages, so CI runs them).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+USER = os.environ.get("HPCRUN_TEST_USER", "hpcuser")
+
+
+def why_not() -> Optional[str]:
+    if os.geteuid() != 0:
+        return "the XRootD test servers run as the unprivileged test user: needs root to switch to it"
+    for prog, pkg in (("xrootd", "xrootd-server"), ("xrdfs", "xrootd-client"), ("xrdcp", "xrootd-client")):
+        if shutil.which(prog) is None:
+            return f"{prog} is not installed (apt-get install {pkg}; tests/cluster/harness.py install does it)"
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        return f"test user {USER} does not exist (created by tests/cluster/harness.py start)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One xrootd process (origin or cache) with its own directory; start, stop, restart."""
+
+    def __init__(self, root: Path, name: str, config: str, port: int):
+        self.root, self.name, self.port = root, name, port
+        self.dir = root / name
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        (self.dir / "run").mkdir(exist_ok=True)
+        self.cfg = self.dir / f"{name}.cfg"
+        self.cfg.write_text(config.format(dir=self.dir, port=port))
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def url(self) -> str:
+        return f"root://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+    def start(self, timeout: float = 20.0) -> None:
+        subprocess.run(["chown", "-R", USER, str(self.dir)], check=True)
+        # in the foreground (no -b) so the test owns the process and can SIGKILL it
+        self.proc = subprocess.Popen(["runuser", "-u", USER, "--", "xrootd", "-c", str(self.cfg),
+                                      "-l", str(self.log), "-n", self.name], cwd=self.dir,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        logfile = self.dir / self.name / self.log.name
+        while time.monotonic() < deadline:
+            text = logfile.read_text(errors="replace") if logfile.exists() else ""
+            if f"xrootd {self.name}@" in text and f":{self.port} initialization completed" in text:
+                return
+            if "initialization failed" in text or self.proc.poll() is not None:
+                raise RuntimeError(f"xrootd {self.name} did not start: {text[-2000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"xrootd {self.name} not ready after {timeout} s")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (no goodbye to the clients)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+        # a restarted server writes a new log in the same place: start afresh
+        for old in (self.dir / self.name).glob("*.log*"):
+            old.unlink()
+
+
+ORIGIN_CFG = """all.export /
+oss.localroot {dir}/data
+xrd.port {port}
+xrootd.chksum adler32
+all.adminpath {dir}/run
+all.pidpath {dir}/run
+"""
+
+CACHE_CFG = """all.export /
+ofs.osslib libXrdPss.so
+pss.cachelib libXrdPfc.so
+pss.origin 127.0.0.1:{origin_port}
+oss.localroot {dir}/data
+pfc.ram 1g
+xrd.port {port}
+all.adminpath {dir}/run
+all.pidpath {dir}/run
+"""
+
+
+class Servers:
+    """An origin serving ``data`` and a cache reading from it, both on loopback."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="hpcrun-xrootd-", dir="/tmp"))
+        self.root.chmod(0o755)
+        self.origin = Server(self.root, "origin", ORIGIN_CFG, free_port())
+        self.cache = Server(self.root, "cache", CACHE_CFG.replace("{origin_port}", str(self.origin.port)),
+                            free_port())
+        self.data = self.origin.dir / "data"
+
+    def put(self, rel: str, content: bytes) -> str:
+        """Write a file the origin serves; returns its URL."""
+        path = self.data / rel.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        subprocess.run(["chown", "-R", USER, str(self.data)], check=True)
+        return f"{self.origin.url}//{rel.lstrip('/')}"
+
+    def start(self) -> Servers:
+        self.origin.start()
+        self.cache.start()
+        return self
+
+    def stop(self) -> None:
+        self.cache.kill()
+        self.origin.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
