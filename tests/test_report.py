@@ -84,6 +84,27 @@ def test_figures_of_merit(tmp_path):
     assert report.attempts == {0: 1, 1: 2, 2: 1}
     assert (report.qa_passed, report.qa_failed, report.events_in, report.events_out) == (1, 1, 300, 250)
     assert [n for _, n in report.timeline] == [1, 2]
+    # per core: 1e9 + 2e9 bytes over 2 completed runs of 600 s x 4 CPUs; 100 + 200 events
+    assert report.mb_per_s_per_core == pytest.approx(3e9 / 1e6 / (2 * 600 * 4))
+    assert report.events_per_s_per_core == pytest.approx(300 / (2 * 600 * 4))
+    assert report.runs[1].mb_per_s_per_core == pytest.approx(2e9 / 1e6 / 600 / 4)
+
+
+def test_throughput_per_core_is_shown_against_the_target(tmp_path):
+    from hpcrun.report.figures import transfers_of
+    from hpcrun.report.html import merit_rows
+
+    store, c = _store_with_runs(tmp_path)
+    with store:
+        report = build("reco", store.report_rows(c.id), {})
+    report.targets = {"mb_per_s_per_core": 12.5, "events_per_s_per_core": 0.01}
+    rows = dict(merit_rows(report))
+    assert rows["input MB/s per core, completed runs"] == "0.625 (target 12.5: not met)"
+    assert rows["input events/s per core, completed runs"] == "0.0625 (target 0.01: met)"
+    report.transfers = transfers_of([(4_000_000, 2.0, 51), (4_000_000, 1.0, 0), (2_000_000, 2.0, 0)])
+    rows = dict(merit_rows(report))
+    assert rows["inputs copied in (xrdcp): files, GB, failed attempts"] == "2, 0.006, 1"
+    assert rows["copy rate, mean / slowest file (MB/s)"] == "2 / 1"
 
 
 def test_html_escapes_what_users_wrote(tmp_path):

@@ -257,6 +257,8 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
         "events": None if c.events is None else {
             "command": list(c.events.command), "on": list(c.events.on), "stall_after_s": c.events.stall_after,
             "timeout_s": c.events.timeout},
+        "targets": {} if c.targets is None else c.targets.model_dump(exclude_none=True),
+        "inputs_remote": None if plan.remote is None else {"access": plan.remote.access, "cache": plan.remote.cache},
         "finalize": None if c.finalize is None else {
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
             "job_name": finalize_name(c.name),

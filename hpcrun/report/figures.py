@@ -20,7 +20,7 @@ from hpcrun.store.records import ReportData, RunRow
 # what the generated job's exit codes mean (docs/generated-job.md)
 EXIT_LABELS = {3: "setup failed", 4: "payload copy failed", 5: "database never ready",
                6: "database died too often", 7: "chain failed", 8: "merge failed", 9: "QA failed",
-               10: "time limit", 11: "input checksum mismatch"}
+               10: "time limit", 11: "input checksum mismatch", 13: "input transfer failed"}
 
 
 @dataclass
@@ -42,6 +42,20 @@ class RunMetrics:
     ended_at: Optional[str]
     req_mem_bytes: Optional[int] = None
     mem_efficiency: Optional[float] = None      # MaxRSS / requested memory, as seff reports it
+    mb_per_s_per_core: Optional[float] = None   # input MB / elapsed / allocated CPUs
+    events_per_s_per_core: Optional[float] = None
+
+
+@dataclass
+class Transfers:
+    """The jobs' copies of remote inputs (``transfers.tsv``, one line per xrdcp attempt)."""
+
+    files: int                                  # copies that succeeded
+    bytes: int
+    seconds: float                              # summed over the successful copies
+    mb_per_s: Optional[float]                   # bytes / seconds: one copy's mean rate
+    failed_attempts: int
+    slowest_mb_per_s: Optional[float]
 
 
 @dataclass
@@ -84,6 +98,10 @@ class CampaignReport:
     attempts_by_class: Dict[str, int] = field(default_factory=dict)  # failed attempts per retry-policy class
     retry_changes: List[Tuple[str, str, str]] = field(default_factory=list)  # (job, slurm id, what changed)
     finalize: Optional[Dict[str, Any]] = None   # the finalize job as `hpcrun status` shows it; None: no such job
+    mb_per_s_per_core: Optional[float] = None   # completed runs: input MB / sum of elapsed x CPUs
+    events_per_s_per_core: Optional[float] = None
+    targets: Dict[str, float] = field(default_factory=dict)   # the spec's targets (mb_per_s_per_core ...)
+    transfers: Optional[Transfers] = None       # None: no job copied remote inputs
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -149,12 +167,15 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
             _ratio(r.cpu_s or 0.0, r.elapsed_s * (r.alloc_cpus or 0)),
             nbytes, events, nbytes / 1e6 / r.elapsed_s, events / r.elapsed_s if events else None,
             r.elapsed_s / events if events else None, r.max_rss_bytes, _iso(r.ended_at), r.req_mem_bytes,
-            _ratio(r.max_rss_bytes or 0, r.req_mem_bytes or 0) if r.max_rss_bytes else None))
+            _ratio(r.max_rss_bytes or 0, r.req_mem_bytes or 0) if r.max_rss_bytes else None,
+            _ratio(nbytes / 1e6, r.elapsed_s * (r.alloc_cpus or 0)),
+            _ratio(events, r.elapsed_s * (r.alloc_cpus or 0)) if events else None))
     starts = [r.started_at for r in ended if r.started_at]
     ends = [r.ended_at for r in ended if r.ended_at]
     span = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     total_bytes = sum(m.input_bytes for m in runs)
     total_events = sum(m.events or 0 for m in runs)
+    core_s = sum(m.elapsed_s * m.cpus for m in runs)
 
     groups: Dict[str, List[RunRow]] = {}
     for r in ended:
@@ -181,7 +202,8 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
         mean_walltime_per_event_s=_mean([m.walltime_per_event_s for m in runs
                                          if m.walltime_per_event_s is not None]),
         span_s=span, failures=failures, attempts=dict(sorted(Counter(i.attempts for i in data.inputs).items())),
-        runs=runs)
+        runs=runs, mb_per_s_per_core=_ratio(total_bytes / 1e6, core_s),
+        events_per_s_per_core=_ratio(total_events, core_s) if total_events else None)
     _add_history(report, data, ended, latest_qa, job_names)
     return report
 
@@ -203,3 +225,23 @@ def _add_history(report: CampaignReport, data: ReportData, ended: List[RunRow], 
     report.attempts_by_class = dict(Counter(r.failure_class for r in data.runs if r.failure_class).most_common())
     report.retry_changes = [(job_names.get(r.job_index, f"#{r.job_index}") if r.job_index is not None else "?",
                              task_id(r.job_id, r.array_index), r.changes) for r in data.runs if r.changes]
+
+
+def transfers_of(rows: List[Tuple[int, float, int]]) -> Optional[Transfers]:
+    """(bytes, seconds, xrdcp exit code) of every attempt -> the copies' figures."""
+    if not rows:
+        return None
+    ok = [(b, s) for b, s, rc in rows if rc == 0]
+    nbytes, secs = sum(b for b, _ in ok), sum(s for _, s in ok)
+    rates = [b / 1e6 / s for b, s in ok if s > 0]
+    return Transfers(files=len(ok), bytes=nbytes, seconds=secs, mb_per_s=_ratio(nbytes / 1e6, secs),
+                     failed_attempts=len(rows) - len(ok), slowest_mb_per_s=min(rates) if rates else None)
+
+
+def against(value: Optional[float], target: Optional[float]) -> str:
+    """``3.2 (target 12.5: not met)``: a figure next to the facility's target."""
+    shown = "n/a" if value is None else f"{value:.3g}"
+    if target is None:
+        return shown
+    verdict = "n/a" if value is None else ("met" if value >= target else "not met")
+    return f"{shown} (target {target:g}: {verdict})"

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.plandir import open_plan_store, read_manifest
 from hpcrun.operate.track import finalize_summary
 from hpcrun.operate.track import poll as status_poll
-from hpcrun.report.figures import CampaignReport, build
+from hpcrun.report.figures import CampaignReport, build, transfers_of
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.records import Campaign
 from hpcrun.store.store import StateStore
@@ -35,10 +35,33 @@ def open_campaign(plan_dir: Path, db: Optional[str]) -> Iterator[Tuple[Dict[str,
         yield manifest, store, campaign
 
 
-def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign) -> CampaignReport:
+def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
+              plan_dir: Optional[Path] = None) -> CampaignReport:
     report = build(campaign.name, store.report_rows(campaign.id), {j["index"]: j["name"] for j in manifest["jobs"]})
     report.finalize = finalize_summary(manifest, store, campaign.id)
+    report.targets = dict(manifest.get("targets") or {})
+    if plan_dir is not None and manifest.get("inputs_remote"):
+        report.transfers = transfers_of(_transfer_rows(plan_dir))
     return report
+
+
+TRANSFER_LOG_MAX = 4 * 1024 * 1024   # bytes read of one job's transfers.tsv (10^4 attempts fit)
+
+
+def _transfer_rows(plan_dir: Path) -> List[Tuple[int, float, int]]:
+    """(bytes, seconds, exit code) of every copy attempt the plan's jobs logged."""
+    rows: List[Tuple[int, float, int]] = []
+    for log in sorted((plan_dir / "run").glob("*/*/transfers.tsv")):
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                text = f.read(TRANSFER_LOG_MAX)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 5 and parts[1].isdigit() and parts[2].isdigit() and parts[4].lstrip("-").isdigit():
+                rows.append((int(parts[1]), int(parts[2]) / 1000, int(parts[4])))
+    return rows
 
 
 def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,
@@ -48,4 +71,4 @@ def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,
     if poll and (db is not None or (plan_dir / "state.db").exists()):
         status_poll(plan_dir, db=db)
     with open_campaign(plan_dir, db) as (manifest, store, campaign):
-        return report_of(manifest, store, campaign), store.location
+        return report_of(manifest, store, campaign, plan_dir), store.location

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
-from hpcrun.report.figures import CampaignReport
+from hpcrun.report.figures import CampaignReport, against
 from hpcrun.resources import templates_dir
 
 
@@ -42,11 +42,23 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
         ("throughput, campaign (events/s)", _num(r.throughput_events_per_s)),
         ("throughput, mean per job (MB/s)", _num(r.mean_job_mb_per_s)),
         ("throughput, mean per job (events/s)", _num(r.mean_job_events_per_s)),
+        ("input MB/s per core, completed runs", against(r.mb_per_s_per_core, r.targets.get("mb_per_s_per_core"))),
+        ("input events/s per core, completed runs", against(r.events_per_s_per_core,
+                                                            r.targets.get("events_per_s_per_core"))),
         ("walltime per event, mean (s)", _num(r.mean_walltime_per_event_s)),
         ("campaign span, first start to last end (s)", _num(r.span_s, digits=6)),
     ] + ([("failed attempts by class", ", ".join(f"{k} {n}" for k, n in r.attempts_by_class.items()))]
          if r.attempts_by_class else []) \
-      + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else [])
+      + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else []) \
+      + (_transfer_rows(r) if r.transfers else [])
+
+
+def _transfer_rows(r: CampaignReport) -> List[Tuple[str, str]]:
+    t = r.transfers
+    assert t is not None
+    return [("inputs copied in (xrdcp): files, GB, failed attempts",
+             f"{t.files}, {t.bytes / 1e9:.3g}, {t.failed_attempts}"),
+            ("copy rate, mean / slowest file (MB/s)", f"{_num(t.mb_per_s)} / {_num(t.slowest_mb_per_s)}")]
 
 
 def _finalize_text(f: Dict[str, Any]) -> str:
