@@ -109,6 +109,19 @@ def _input_path(value: str) -> str:
 InputPath = Annotated[str, AfterValidator(_input_path)]
 
 
+_HDF5_PATH = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+
+def _hdf5_path(value: str) -> str:
+    if not _HDF5_PATH.match(value) or ".." in value.split("/"):
+        raise ValueError(f"'{value}' is not an HDF5 dataset path hpcrun accepts: names of letters, digits, "
+                         "'_', '.' and '-' separated by '/', e.g. /events/energy")
+    return "/" + value.lstrip("/")
+
+
+Hdf5Path = Annotated[str, AfterValidator(_hdf5_path)]
+
+
 def _one_line(value: str) -> str:
     if "\n" in value or "\r" in value or "\0" in value:
         raise ValueError("this value must be a single line of text")

@@ -11,7 +11,7 @@ from typing import List, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hpcrun.backends.scheduler import scheduler_for
-from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, InputPath, Line, Name, Size
+from hpcrun.model.fields import AbsPath, AutoInt, Command, Duration, EnvVars, Hdf5Path, InputPath, Line, Name, Size
 from hpcrun.model.kinds import RuntimeKind
 from hpcrun.model.retry import EventsSpec, RetrySpec
 
@@ -223,8 +223,34 @@ class ChainSpec(Strict):
     env: EnvVars = Field(default_factory=dict, description="variables exported for the chains")
 
 
+class Hdf5Merge(Strict):
+    """The built-in merge of per-chain HDF5 parts (needs h5py where the job runs it)."""
+
+    datasets: List[Hdf5Path] = Field(min_length=1, description=(
+        "datasets concatenated along their first axis in chain order; the first part's file, group "
+        "and dataset attributes are kept"))
+
+
 class MergeSpec(Strict):
-    command: Command = Field(description="argv with {parts} (one argument per chain part) and {output}")
+    command: Optional[Command] = Field(None, description=(
+        "argv with {parts} (one argument per chain part) and {output}"))
+    hdf5: Optional[Hdf5Merge] = Field(None, description="the built-in HDF5 merge instead of a command")
+
+    @model_validator(mode="after")
+    def _one(self) -> MergeSpec:
+        if (self.command is None) == (self.hdf5 is None):
+            raise ValueError("give either 'command' or 'hdf5' (the built-in HDF5 merge)")
+        return self
+
+
+class Hdf5QA(Strict):
+    """Built-in QA of HDF5 outputs (needs h5py where the job runs it)."""
+
+    events_dataset: Optional[Hdf5Path] = Field(None, description=(
+        "the dataset whose length (first axis) counts events, in inputs and outputs: used for "
+        "min_event_fraction instead of count_events"))
+    require: List[Hdf5Path] = Field(default_factory=list, description=(
+        "datasets every output must hold (each output must also open as HDF5)"))
 
 
 class QASpec(Strict):
@@ -232,6 +258,13 @@ class QASpec(Strict):
         "prints the number of events in {file}; used for the event-fraction rule"))
     min_event_fraction: float = Field(0.98, ge=0.0, le=1.0)
     command: Optional[Command] = Field(None, description="extra check on {output}; non-zero fails QA")
+    hdf5: Optional[Hdf5QA] = Field(None, description="built-in checks of HDF5 outputs")
+
+    @model_validator(mode="after")
+    def _count(self) -> QASpec:
+        if self.count_events is not None and self.hdf5 is not None and self.hdf5.events_dataset:
+            raise ValueError("give either count_events or hdf5.events_dataset to count events, not both")
+        return self
 
 
 class FinalizeSpec(Strict):

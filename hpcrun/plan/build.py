@@ -49,7 +49,9 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     checks.problems.extend(sums.problems)
     _check_chains(campaign, site.partition.cpus, site.name, checks)
     notes: List[str] = list(sums.notes)
-    commands = commands_of(campaign, items, site, profile.name, checks)
+    # the built-in HDF5 steps run inside the container (its python3) or with the profile's Python
+    helper_python = "python3" if campaign.container.runtime != "none" else profile.tools.python
+    commands = commands_of(campaign, items, site, profile.name, checks, helper_python)
     remote_reads = remote_plan(campaign, profile, [i.path for i in items], inputs_key, checks, notes)
     buffer = choose_buffer(campaign, profile, items, inputs_key, checks)
     db_plan, runtime = database_and_runtime(campaign, profile, checks)
@@ -79,7 +81,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 scheduler=profile.scheduler.kind, launcher=launcher(profile),
                 accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
-                remote=remote_reads)
+                remote=remote_reads,
+                hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5))
 
 
 def _check_chains(campaign: Campaign, cpus: int, pname: str, checks: Checks) -> None:

@@ -12,23 +12,46 @@ from hpcrun.plan.inputs import InputItem
 from hpcrun.plan.site import SiteChoice
 from hpcrun.units import format_duration
 
+HDF5_HELPER = "bin/hpcrun-hdf5.py"
+
 
 def commands_of(campaign: Campaign, items: Sequence[InputItem], site: SiteChoice, profile_name: str,
-                checks: Checks) -> Dict[str, str]:
-    """Shell words of each command the job runs, by name (chain, merge, count_events, qa, finalize)."""
+                checks: Checks, python: str = "python3") -> Dict[str, str]:
+    """Shell words of each command the job runs, by name (chain, merge, count_events, qa, qa_hdf5,
+    finalize). ``python`` runs the built-in HDF5 steps (the plan's bin/hpcrun-hdf5.py)."""
     commands: Dict[str, str] = {}
     _command(checks, commands, "chain", ("chain", "command"), campaign.chain.command, ph.CHAIN)
-    if campaign.merge:
-        _command(checks, commands, "merge", ("merge", "command"), campaign.merge.command, ph.MERGE)
-    if campaign.qa and campaign.qa.count_events:
-        _command(checks, commands, "count_events", ("qa", "count_events"), campaign.qa.count_events, ph.COUNT)
-    if campaign.qa and campaign.qa.command:
-        _command(checks, commands, "qa", ("qa", "command"), campaign.qa.command, ph.QA)
+    merge, qa = campaign.merge, campaign.qa
+    if merge and merge.command:
+        _command(checks, commands, "merge", ("merge", "command"), merge.command, ph.MERGE)
+    elif merge and merge.hdf5:
+        _command(checks, commands, "merge", ("merge", "hdf5"), _hdf5(python, "merge", "--output", "{output}", *[
+            w for d in merge.hdf5.datasets for w in ("--dataset", _literal(d))], "{parts}"), ph.MERGE | {"plan_dir"})
+    if qa and qa.count_events:
+        _command(checks, commands, "count_events", ("qa", "count_events"), qa.count_events, ph.COUNT)
+    elif qa and qa.hdf5 and qa.hdf5.events_dataset:
+        _command(checks, commands, "count_events", ("qa", "hdf5", "events_dataset"), _hdf5(
+            python, "count", "--dataset", _literal(qa.hdf5.events_dataset), "{file}"), ph.COUNT | {"plan_dir"})
+    if qa and qa.command:
+        _command(checks, commands, "qa", ("qa", "command"), qa.command, ph.QA)
+    if qa and qa.hdf5:
+        _command(checks, commands, "qa_hdf5", ("qa", "hdf5"), _hdf5(python, "check", *[
+            w for d in qa.hdf5.require for w in ("--require", _literal(d))], "{output}"), ph.QA | {"plan_dir"})
     _check_finalize(checks, commands, campaign, site, profile_name)
     _check_outputs(campaign, items, checks)
     _check_chain_needs(campaign, items, checks)
     _check_qa(campaign, checks)
     return commands
+
+
+def _literal(text: str) -> str:
+    """Text that must reach the command as written (placeholder braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _hdf5(python: str, *args: str) -> List[str]:
+    """argv of a built-in HDF5 step: the plan's helper run by ``python``."""
+    return [_literal(python), "{plan_dir}/" + HDF5_HELPER, *args]
 
 
 def _check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> None:
@@ -69,11 +92,13 @@ def _check_chain_needs(campaign: Campaign, items: Sequence[InputItem], checks: C
 
 def _check_qa(campaign: Campaign, checks: Checks) -> None:
     qa = campaign.qa
-    if qa and qa.count_events is None and qa.command is None:
-        checks.spec_error(("qa",), "qa needs count_events (for min_event_fraction) or a command.")
-    if qa and qa.command and qa.count_events is None and (ph.used(qa.command) & {"events_in", "events_out"}):
+    if qa and qa.count_events is None and qa.command is None and qa.hdf5 is None:
+        checks.spec_error(("qa",), "qa needs count_events (for min_event_fraction), hdf5 or a command.")
+    counted = qa is not None and (qa.count_events is not None or bool(qa.hdf5 and qa.hdf5.events_dataset))
+    if qa and qa.command and not counted and (ph.used(qa.command) & {"events_in", "events_out"}):
         checks.spec_error(("qa", "command"), (
-            "{events_in} and {events_out} are counted with qa.count_events, which is not given."))
+            "{events_in} and {events_out} are counted with qa.count_events or qa.hdf5.events_dataset, "
+            "neither of which is given."))
 
 
 def _check_finalize(checks: Checks, commands: Dict[str, str], campaign: Campaign, site: SiteChoice,

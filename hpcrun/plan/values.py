@@ -131,6 +131,7 @@ class Plan:
     launcher: Tuple[str, ...] = ()  # the task launcher and its site options (argv words)
     finalize_request: Optional[JobRequest] = None
     remote: Optional[RemotePlan] = None  # the inputs are URLs (root://): how jobs read them
+    hdf5_helper: bool = False       # bin/hpcrun-hdf5.py is part of the plan (built-in HDF5 merge or QA)
 
     @property
     def cores_per_job(self) -> int:

@@ -20,6 +20,7 @@ import jinja2
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.model.retry import effective_rules
+from hpcrun.plan.commands import HDF5_HELPER
 from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Plan, ScriptPlan
 from hpcrun.resources import site_template_dirs
@@ -99,7 +100,9 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     qa = None
     if c.qa:
         qa = {"count_command": _shell_or_none(plan.commands.get("count_events")),
-              "command": _shell_or_none(plan.commands.get("qa")), "min_fraction": repr(c.qa.min_event_fraction)}
+              "command": _shell_or_none(plan.commands.get("qa")),
+              "hdf5_command": _shell_or_none(plan.commands.get("qa_hdf5")),
+              "min_fraction": repr(c.qa.min_event_fraction)}
     sched = scheduler_for(plan.scheduler)
     prefix = plan.container.prefix
     return {
@@ -296,6 +299,8 @@ def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     yield RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)
+    if plan.hdf5_helper:
+        yield RenderedFile(HDF5_HELPER, env.get_template("hpcrun-hdf5.py.j2").render(common), True)
     if plan.checksum and plan.checksum.helper and common["checksum"]:
         yield RenderedFile("bin/hpcrun-checksum.py",
                            env.get_template("hpcrun-checksum.py.j2").render(common), True)
