@@ -260,3 +260,14 @@ def test_a_server_that_stays_down_fails_with_the_transfer_code(servers, case):
     assert done.returncode == 13, done.stdout + done.stderr
     reason = (rundir(plan, "207") / "reason").read_text()
     assert "could not copy" in reason and "after 2 attempt(s)" in reason and "exit 51" in reason
+
+
+def test_a_container_binds_no_url_and_binds_the_stage_dir(servers, case):
+    url = servers.put("store/b/in.raw", b"x" * 100)
+    spec = write_case(case, {"files": [url]}, xrootd={"stage_dir": "/tmp/hpcrun-stage"},
+                      container={"runtime": "apptainer", "image": "/images/reco.sif"})
+    plan = plan_job(case, spec)
+    text = "".join(p.read_text() for d in ("jobs", "bin") for p in (plan / d).glob("*"))
+    launches = [line for line in text.splitlines() if "apptainer exec" in line]
+    assert launches and all("-B /tmp/hpcrun-stage:/tmp/hpcrun-stage" in line for line in launches), launches
+    assert not any("root:" in line for line in launches), launches

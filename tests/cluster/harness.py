@@ -87,6 +87,12 @@ APT_PACKAGES = [
     # inputs on XRootD: an origin and an XCache on loopback (tests/xrootd.py)
     "xrootd-server",
     "xrootd-client",
+    # a second real container runtime: rootless podman (runc: crun refuses hybrid cgroups here)
+    "podman",
+    "uidmap",
+    "slirp4netns",
+    "fuse-overlayfs",
+    "runc",
 ]
 
 DAEMON_MARKER = "HPCRUN_HARNESS_DAEMON"
