@@ -129,6 +129,18 @@ def test_profiles_list_and_show(cli):
     assert "nersc-cori-knl.yaml <- " in resolved.output
 
 
+def test_profiles_list_json(cli, tmp_path, monkeypatch):
+    (tmp_path / "broken.yaml").write_text("name: broken\npartitions: 3\n")
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(tmp_path))
+    listed = cli("profiles", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = {r["name"]: r for r in json.loads(listed.output)}
+    knl = rows["nersc-cori-knl"]
+    assert knl["valid"] and knl["extends"] == "nersc-cori" and knl["burst_buffer"] == "datawarp"
+    assert "regular" in knl["partitions"] and "shifter" in knl["containers"] and knl["scheduler"] == "slurm"
+    assert rows["broken"]["valid"] is False and "partitions" in rows["broken"]["error"]
+
+
 def test_profile_layering_override_order(tmp_path, monkeypatch):
     from hpcrun.model.profiles import load_profile
     d = tmp_path / "p"

@@ -221,3 +221,20 @@ def test_job_records_a_failing_point_and_goes_on(cli, tmp_path):
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)["results"]
     assert rows[0]["error"] is None and "did not run" in rows[1]["error"]
+
+
+def test_the_short_form_is_a_sweep_exactly_like_iotune_run(cli, tmp_path):
+    """`hpcrun iotune --transfer-size ...` (the documented usage) renders what `iotune run` renders."""
+    args = ["--transfer-size", "1m,4m", "--block-size", "16m", "--writers", "1,2", "--profile", "local-test",
+            "--target", "scratch", "--name", "short", "--json"]
+    long = cli("iotune", "run", *args, "--out", str(tmp_path / "long"))
+    short = cli("iotune", *args, "--out", str(tmp_path / "short"))
+    assert long.exit_code == 0 and short.exit_code == 0, short.output
+    a, b = (json.loads((tmp_path / d / "iotune.json").read_text()) for d in ("long", "short"))
+    for m in (a, b):
+        m.pop("dir", None)
+        m.pop("created", None)
+    assert [p for p in a["points"]] == [p for p in b["points"]] and len(a["points"]) == 2 * 2
+    assert (tmp_path / "long" / "iotune.sbatch").read_text().replace(str(tmp_path / "long"), "D") == \
+        (tmp_path / "short" / "iotune.sbatch").read_text().replace(str(tmp_path / "short"), "D")
+    assert cli("iotune", "--help").output.count("Usage:") == 1

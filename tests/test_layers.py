@@ -28,8 +28,11 @@ LAYERS: List[Tuple[str, ...]] = [
     ("hpcrun.store",),
     ("hpcrun.operate",),
     ("hpcrun.report", "hpcrun.iotune"),
+    ("hpcrun.api",),
     ("hpcrun.cli", "hpcrun.__main__"),
 ]
+# `import hpcrun; hpcrun.plan(...)`: the package root hands out the API lazily (PEP 562)
+ALLOWED_UPWARD = {("hpcrun", "hpcrun.api")}
 # Rooms in one layer that must not import each other.
 INDEPENDENT: List[Tuple[str, ...]] = [
     ("hpcrun.backends.scheduler", "hpcrun.backends.container", "hpcrun.backends.burstbuffer"),
@@ -122,7 +125,7 @@ def test_no_module_imports_a_higher_layer() -> None:
     bad = []
     for name, path in sorted(mods.items()):
         for target, line in imports_of(path):
-            if target in mods and _layer(target) > _layer(name):
+            if target in mods and _layer(target) > _layer(name) and (name, target) not in ALLOWED_UPWARD:
                 bad.append(f"{path.relative_to(PKG.parent)}:{line}: {name} imports {target} (a higher layer)")
     assert not bad, "\n".join(bad)
 

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import click
 import yaml
@@ -59,20 +59,17 @@ def main() -> None:
 @reported
 def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool, force: bool) -> None:
     """Validate SPEC, expand it into jobs and write scripts and a manifest."""
-    from hpcrun.cli.summary import plan_json, plan_table
-    from hpcrun.plan.load import load_plan
-    from hpcrun.render.plandir import write_plan
+    from hpcrun import api
+    from hpcrun.cli.summary import plan_table
 
-    plan = load_plan(spec)
-    target = out_dir or Path(f"{plan.campaign.name}.plan")
-    result = write_plan(plan, target, want_diff=want_diff, force=force)
+    result = api.make_plan(spec, out_dir, force=force, diff=want_diff)
     if as_json:
-        click.echo(json.dumps(plan_json(result.manifest, str(result.out_dir), result.diff), indent=1))
+        click.echo(json.dumps(result.to_dict(), indent=1))
         return
-    out.print(plan_table(plan, str(result.out_dir)))
+    out.print(plan_table(result.value, result.plan_dir))
     if want_diff:
         if not result.previous:
-            out.print(f"no previous plan in {result.out_dir} to compare with: every file above is new",
+            out.print(f"no previous plan in {result.plan_dir} to compare with: every file above is new",
                       highlight=False)
         elif result.diff:
             click.echo(result.diff, nl=False)
@@ -112,15 +109,6 @@ def _submit_summary(report: Any) -> None:
                   soft_wrap=True)
 
 
-def _batch_json(report: Any) -> Dict[str, Any]:
-    return {"campaign": report.campaign, "store": report.store, "dry_run": report.dry_run,
-            "submitted": [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec, "tag": b.tag,
-                           "jobs": b.jobs} for b in report.batches],
-            "recovered": [{"tag": t, "job_id": j} for t, j in report.recovered], "released": report.released,
-            "left_pending": report.left_pending,
-            "finalize": report.finalize.as_dict() if report.finalize is not None else None}
-
-
 FINALIZE_AGAIN = click.option(
     "--finalize-again", is_flag=True,
     help="send one more finalize job (after the last one ended), after the work submitted since")
@@ -143,8 +131,8 @@ def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional
                interval: Optional[float], lock_timeout: float, finalize_again: bool, as_json: bool) -> None:
     """Submit the work of PLAN_DIR that is neither done nor in flight, and record it; then the
     campaign's finalize job (spec `finalize:`) once every plan job has been submitted."""
+    from hpcrun import api
     from hpcrun.operate.submit import follow as follow_submit
-    from hpcrun.operate.submit import submit
 
     show = None if as_json else _show_batch(dry_run)
     if follow and not dry_run:
@@ -155,13 +143,13 @@ def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional
     else:
         def waiting(holder: str) -> None:
             err.print(f"waiting for the submit lock held by {holder}", highlight=False)
-        report = submit(plan_dir, db=db, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
-                        on_batch=show, on_wait=None if as_json else waiting, finalize_again=finalize_again)
+        report = api.submit(plan_dir, db=db, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
+                            on_batch=show, on_wait=None if as_json else waiting, finalize_again=finalize_again).raw
         if dry_run and show:
             for b in report.batches:
                 show(b)
     if as_json:
-        click.echo(json.dumps(_batch_json(report), indent=1))
+        click.echo(json.dumps(api.SubmitResult(report).to_dict(), indent=1))
     else:
         _submit_summary(report)
 
@@ -211,7 +199,7 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
 def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, timeout: Optional[float],
                interval: Optional[float], show_all: bool, as_json: bool) -> None:
     """Poll Slurm once for every job in flight, record what changed, and summarise PLAN_DIR's campaign."""
-    from hpcrun.operate.track import poll
+    from hpcrun import api
     from hpcrun.operate.track import watch as watch_status
 
     if watch and not as_json:
@@ -229,7 +217,7 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
     elif wait_ or watch:
         report = watch_status(plan_dir, db=db, timeout=timeout, interval=interval, all_jobs=show_all)
     else:
-        report = poll(plan_dir, db=db, all_jobs=show_all)
+        report = api.status(plan_dir, db=db, all_jobs=show_all).raw
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
         return
@@ -251,10 +239,11 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
 def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], cancelled: Optional[bool],
               jobs: tuple, unpark: bool, dry_run: bool, finalize_again: bool, as_json: bool) -> None:
     """Resubmit failed, timed-out and node-failed jobs of PLAN_DIR; park those out of attempts."""
-    from hpcrun.operate.retry import retry
+    from hpcrun import api
 
-    report = retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
-                   dry_run=dry_run, on_batch=None if as_json else _show_batch(False), finalize_again=finalize_again)
+    report = api.retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
+                       dry_run=dry_run, on_batch=None if as_json else _show_batch(False),
+                       finalize_again=finalize_again).raw
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
         return
@@ -286,10 +275,11 @@ def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll:
     """Success rate, CPU efficiency, throughput, failures and attempts of PLAN_DIR's campaign."""
     from rich.table import Table
 
-    from hpcrun.report.gather import campaign_report
+    from hpcrun import api
     from hpcrun.report.html import merit_rows, write_report
 
-    report, store = campaign_report(plan_dir, db=db, poll=poll)
+    result = api.campaign_report(plan_dir, db=db, poll=poll)
+    report, store = result.raw, result.store
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
         return
@@ -317,20 +307,33 @@ def profiles() -> None:
 
 
 @profiles.command("list")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON list instead of a table")
 @reported
-def profiles_list() -> None:
+def profiles_list(as_json: bool) -> None:
     """Profiles on the search path (HPCRUN_PROFILE_PATH, ~/.config/hpcrun, shipped)."""
     from rich.table import Table
 
     from hpcrun.model.profiles import available, load_profile
 
-    table = Table("name", "extends", "description", "file")
+    rows: List[Dict[str, Any]] = []
     for name, ref in sorted(available().items()):
         try:
-            loaded = load_profile(str(ref.path))
-            table.add_row(name, loaded.profile.extends or "", loaded.profile.description or "", str(ref.path))
-        except HpcrunError:
-            table.add_row(name, "?", "[red]invalid: run hpcrun profiles validate[/]", str(ref.path))
+            p = load_profile(str(ref.path)).profile
+            rows.append({"name": name, "extends": p.extends, "description": p.description, "file": str(ref.path),
+                         "valid": True, "partitions": sorted(p.partitions), "default_partition": p.default_partition,
+                         "containers": p.containers.offered(), "burst_buffer": p.burst_buffer.system,
+                         "scheduler": p.scheduler.kind})
+        except HpcrunError as exc:
+            rows.append({"name": name, "file": str(ref.path), "valid": False, "error": str(exc)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    table = Table("name", "extends", "description", "file")
+    for r in rows:
+        if r["valid"]:
+            table.add_row(str(r["name"]), str(r["extends"] or ""), str(r["description"] or ""), str(r["file"]))
+        else:
+            table.add_row(str(r["name"]), "?", "[red]invalid: run hpcrun profiles validate[/]", str(r["file"]))
     out.print(table)
 
 
@@ -397,10 +400,22 @@ def _transfer_size(ctx: click.Context, param: click.Parameter, value: Optional[s
     return size
 
 
-@main.group("iotune", invoke_without_command=True)
+class SweepByDefault(click.Group):
+    """``hpcrun iotune --transfer-size 1m,4m ...`` is ``hpcrun iotune run --transfer-size ...``:
+    a sweep is the group's default action when its first word is an option (not --help)."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if args and args[0].startswith("-") and args[0] not in ctx.help_option_names:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("iotune", cls=SweepByDefault, invoke_without_command=True)
 @click.pass_context
 def iotune_group(ctx: click.Context) -> None:
-    """I/O tuning: sweeps with fio or IOR, results and advice; Darshan log summaries."""
+    """I/O tuning: sweeps with fio or IOR, results and advice; Darshan log summaries.
+
+    `hpcrun iotune --transfer-size 1m,4m ...` (options first) runs a sweep like `hpcrun iotune run`."""
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
-
 from rich.table import Table
 
 from hpcrun.plan.values import Plan
@@ -40,13 +38,3 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
     for note in plan.notes:
         table.add_row("note", note)
     return table
-
-
-def plan_json(manifest: Dict[str, Any], out_dir: str, diff: Any) -> Dict[str, Any]:
-    out = {k: manifest[k] for k in ("campaign", "profile", "partition", "qos", "container",
-                                    "burst_buffer", "totals", "notes")}
-    out["plan_dir"] = out_dir
-    out["scripts"] = [s["path"] for s in manifest["scripts"]]
-    if diff is not None:
-        out["diff"] = diff
-    return out
