@@ -4,13 +4,12 @@ documented keys exist, and the worked examples in the docs are valid."""
 from __future__ import annotations
 
 import re
-import typing
 from pathlib import Path
-from typing import Any, Iterator, List, Set, Tuple, Type
+from typing import List, Set, Tuple
 
 import pytest
-from pydantic import BaseModel
 
+from hpcrun.model.reference import model_paths
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan import placeholders
@@ -24,30 +23,6 @@ JOB_DOC = DOCS / "generated-job.md"
 
 
 # ---- key paths of the models -------------------------------------------------------------
-
-def model_paths(model: Type[BaseModel], prefix: str = "") -> Iterator[str]:
-    """Every key path of ``model``: ``a.b`` for nested mappings, ``a[].b`` for list items,
-    ``a.<name>.b`` for mappings with free keys; aliases (``podman-hpc``) where they exist."""
-    for name, field in model.model_fields.items():
-        path = prefix + (field.alias or name)
-        yield path
-        yield from _annotation_paths(field.annotation, path)
-
-
-def _annotation_paths(annotation: Any, path: str) -> Iterator[str]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield from model_paths(annotation, path + ".")
-        return
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (list, tuple, set, frozenset):
-        for arg in args:
-            yield from _annotation_paths(arg, path + "[]")
-    elif origin is dict:
-        yield from _annotation_paths(args[1], path + ".<name>")
-    else:  # Optional/Union/Annotated/Literal: look inside
-        for arg in args:
-            yield from _annotation_paths(arg, path)
-
 
 def _text(path: Path) -> str:
     assert path.is_file(), f"{path} is missing"
