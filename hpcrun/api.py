@@ -249,8 +249,9 @@ class Report(_Result):
     def write(self, out: Optional[PathLike] = None, plots: bool = True, plan_dir: Optional[PathLike] = None) -> Path:
         """Write the report directory (index.html, report.json, plots); returns index.html."""
         from hpcrun.report.html import write_report
+        from hpcrun.report.plots import missing
         target = Path(out) if out is not None else Path(plan_dir or ".") / "report"
-        return write_report(self.raw, target, self.store, plots=plots)
+        return write_report(self.raw, target, self.store, plots=plots and not missing())
 
 
 @dataclass(repr=False)

@@ -297,7 +297,11 @@ def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll:
         for job, sid, change in report.retry_changes[-20:]:
             changed.add_row(job, sid, change)
         out.print(changed)
-    index = write_report(report, out_dir or Path(plan_dir) / "report", store, plots=not no_plots)
+    from hpcrun.report.plots import missing
+    why = "" if no_plots else missing()
+    if why:
+        err.print(f"warning: no plots in the report: {why}", highlight=False, markup=False)
+    index = write_report(report, out_dir or Path(plan_dir) / "report", store, plots=not (no_plots or why))
     out.print(f"report: {index}", highlight=False)
 
 

@@ -137,7 +137,7 @@ def main(argv: List[str]) -> int:
         import darshan  # noqa: F401
     except ImportError as exc:
         print(MARKER + json.dumps({"error": f"the 'darshan' Python package is not installed ({exc}); "
-                                            "pip install darshan"}), flush=True)
+                                            "pip install 'hpcrun[darshan]'"}), flush=True)
         return 3
     try:
         data = read_log(argv[1])

@@ -42,8 +42,10 @@ def plot(results: Dict[str, Any], path: Path) -> bool:
     rows = [r for r in results["results"] if r.get("bw_mib_mean") is not None]
     if not rows:
         return False
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("matplotlib is not installed: pip install 'hpcrun[plots]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -9,6 +9,15 @@ from typing import Dict, List
 from hpcrun.report.figures import CampaignReport
 
 
+def missing() -> str:
+    """Why plots cannot be drawn here ('' when they can): matplotlib is an optional extra."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed: pip install 'hpcrun[plots]' (or use --no-plots)"
+    return ""
+
+
 def _figure():  # type: ignore[no-untyped-def]
     import matplotlib
 
