@@ -4,7 +4,6 @@ directly, and a whole job run outside Slurm (tests/fakes/srun) whose chains writ
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -147,15 +146,8 @@ def test_bad_hdf5_settings_are_refused_at_their_key(root, changes, key, words):
 
 
 def _job_requirements() -> str:
-    if os.geteuid() != 0:
-        return "needs root to run the job as the unprivileged test user"
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        return f"test user {USER} does not exist (created by tests/cluster/harness.py start)"
-    if subprocess.run([SYSTEM_PYTHON, "-c", "import h5py"], capture_output=True).returncode != 0:
-        return "python3-h5py missing for /usr/bin/python3: run python3 tests/cluster/harness.py install"
-    return ""
+    from .test_job_local import _requirements  # root, the test user, /usr/bin/python3 with h5py
+    return _requirements()
 
 
 def _run_job(root: Path, spec: Path, job_id: str) -> tuple:

@@ -23,12 +23,10 @@ import pytest
 import yaml
 
 from hpcrun.errors import InputError
-from hpcrun.plan.load import load_plan
-from hpcrun.render.plandir import write_plan
 
 from .cluster import image as test_image
 from .conftest import REPO, readable_copy
-from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user
+from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user, example_spec, plan_case
 
 EXAMPLE = REPO / "examples" / "detector-reco-local"   # read here; run from readable_copy
 ROOT = Path("/var/tmp/hpcrun-test")        # a mount point in the test image (image.MOUNT_POINTS)
@@ -77,29 +75,9 @@ def prepared(image):
 
 def _plan(prepared, name: str, chain_extra=(), **changes) -> Path:
     root, image = prepared
-    data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text().replace(
-        "/tmp/hpcrun-test-cluster/pfs/detector-reco", str(root / "pfs")))
-    data["site"]["profile"] = str(root / "site.yaml")
-    data["container"] = {"runtime": "charliecloud", "image": str(image)}
-    data["chain"]["command"] += list(chain_extra)
-    for key, value in changes.items():
-        section, _, field = key.partition("__")
-        if field:
-            data[section][field] = value
-        elif value is None:
-            data.pop(section, None)
-        else:
-            data[section] = value
-    case = root / name
-    case.mkdir()
-    (case / "campaign.yaml").write_text(yaml.safe_dump(data))
-    write_plan(load_plan(case / "campaign.yaml"), case / "plan")
-    bb = case / "bb"
-    (bb / "in").mkdir(parents=True)
-    for raw in (root / "pfs" / "raw").glob("*.h5"):  # what #DW stage_in does on a cluster
-        shutil.copy(raw, bb / "in" / raw.name)
-    subprocess.run(["chown", "-R", USER, str(case)], check=True)
-    return case
+    changes.setdefault("site", {"profile": str(root / "site.yaml")})
+    changes.setdefault("container", {"runtime": "charliecloud", "image": str(image)})
+    return plan_case(root, name, example_spec(root, chain_extra, **changes))
 
 
 def _start(case: Path, job_id: str, **extra: str) -> subprocess.Popen:

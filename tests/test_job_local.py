@@ -68,7 +68,9 @@ def prepared():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _plan(root: Path, name: str, chain_extra=(), **changes) -> Path:
+def example_spec(root: Path, chain_extra=(), **changes) -> dict:
+    """The example's spec with its data under ``root/pfs``; ``section__field=value`` changes a key,
+    ``section=value`` a whole section (None removes it)."""
     data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text().replace(
         "/tmp/hpcrun-test-cluster/pfs/detector-reco", str(root / "pfs")))
     data["chain"]["command"] += list(chain_extra)
@@ -76,8 +78,15 @@ def _plan(root: Path, name: str, chain_extra=(), **changes) -> Path:
         section, _, field = key.partition("__")
         if field:
             data[section][field] = value
+        elif value is None:
+            data.pop(section, None)
         else:
             data[section] = value
+    return data
+
+
+def plan_case(root: Path, name: str, data: dict) -> Path:
+    """Plan ``data`` in ``root/name`` and stage its inputs into ``bb/in`` as #DW stage_in would."""
     case = root / name
     case.mkdir()
     (case / "campaign.yaml").write_text(yaml.safe_dump(data))
@@ -88,6 +97,10 @@ def _plan(root: Path, name: str, chain_extra=(), **changes) -> Path:
         shutil.copy(raw, bb / "in" / raw.name)
     subprocess.run(["chown", "-R", USER, str(case)], check=True)
     return case
+
+
+def _plan(root: Path, name: str, chain_extra=(), **changes) -> Path:
+    return plan_case(root, name, example_spec(root, chain_extra, **changes))
 
 
 def _start(case: Path, job_id: str) -> subprocess.Popen:

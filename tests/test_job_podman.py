@@ -22,12 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcrun.plan.load import load_plan
-from hpcrun.render.plandir import write_plan
-
 from .cluster import image as test_image
 from .conftest import REPO, readable_copy
-from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user
+from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user, example_spec, plan_case
 
 EXAMPLE = REPO / "examples" / "detector-reco-local"
 WRAPPER = """#!/bin/sh
@@ -98,21 +95,8 @@ def prepared(image):
 
 def _plan(prepared, name: str, chain_extra=()) -> Path:
     root, image = prepared
-    data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text().replace(
-        "/tmp/hpcrun-test-cluster/pfs/detector-reco", str(root / "pfs")))
-    data["site"]["profile"] = str(root / "site.yaml")
-    data["container"] = {"runtime": "podman-hpc", "image": image}
-    data["chain"]["command"] += list(chain_extra)
-    case = root / name
-    case.mkdir()
-    (case / "campaign.yaml").write_text(yaml.safe_dump(data))
-    write_plan(load_plan(case / "campaign.yaml"), case / "plan")
-    bb = case / "bb"
-    (bb / "in").mkdir(parents=True)
-    for raw in (root / "pfs" / "raw").glob("*.h5"):  # what #DW stage_in does on a cluster
-        shutil.copy(raw, bb / "in" / raw.name)
-    subprocess.run(["chown", "-R", USER, str(case)], check=True)
-    return case
+    return plan_case(root, name, example_spec(root, chain_extra, site={"profile": str(root / "site.yaml")},
+                                              container={"runtime": "podman-hpc", "image": image}))
 
 
 def _run(case: Path, job_id: str) -> subprocess.Popen:
