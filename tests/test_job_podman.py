@@ -110,7 +110,8 @@ def _run(case: Path, job_id: str) -> subprocess.Popen:
 
 
 def test_job_runs_inside_rootless_podman(prepared):
-    case = _plan(prepared, "ok")
+    # chains that last a few seconds, so that the `podman ps` below sees them running
+    case = _plan(prepared, "ok", chain_extra=["--cpu-seconds", "4"])
     script = (case / "plan" / "bin" / "hpcrun-job.sh").read_text()
     assert f'{prepared[0] / "podman-hpc"} run --rm --network=host --userns=keep-id' in script
     proc = _run(case, "401")
