@@ -275,6 +275,7 @@ def test_finalize_again_after_retried_work(tmp_path, spec_factory, fake_slurm, c
     submit(plan_dir)                                       # 100..102, finalize 103
     refused = submit(plan_dir, finalize_again=True)        # 103 still queued: no second one yet
     assert refused.finalize is not None and refused.finalize.action == "refused"
+    assert "(or `scancel 103` it first)" in refused.finalize.message   # the backend's own words
     fake_slurm.end("100")
     fake_slurm.end("101", "FAILED", "7:0")
     fake_slurm.end("102")

@@ -96,7 +96,8 @@ class Finalizer:
         if queued:
             return FinalizeAction("refused", (
                 f"finalize job {last.job_id} (round {last.round}) is still queued or running; "
-                "--finalize-again opens a new round only after it has ended (or `scancel` it first)"),
+                "--finalize-again opens a new round only after it has ended "
+                f"(or `{self.sched.cancel_hint(last.job_id)}` it first)"),
                 last.job_id, last.round)
         self.store.add_finalize_round(self.campaign.id, self.tag, self.after)
         return None

@@ -179,6 +179,11 @@ class Scheduler(ABC):
     task_env: ClassVar[Tuple[str, ...]] = ()       # variables every task gets (containers pass them)
     task_env_patterns: ClassVar[Tuple[str, ...]] = ()
     accounting: ClassVar[bool] = True              # keeps records of ended jobs (``records`` answers)
+    cancel_command: ClassVar[str] = ""             # what an operator runs to cancel a job (for messages)
+
+    def cancel_hint(self, job_id: str) -> str:
+        """How an operator cancels ``job_id``, for a message (the batch system's own command)."""
+        return f"{self.cancel_command} {job_id}" if self.cancel_command else f"cancel job {job_id}"
 
     # -- rendering ------------------------------------------------------------------------
     @abstractmethod

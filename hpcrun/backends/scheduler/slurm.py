@@ -351,6 +351,7 @@ class Slurm(Scheduler):
 
     name = "slurm"
     script_suffix = ".sbatch"
+    cancel_command = "scancel"
     directive = "#SBATCH"
     launch = Launch(command=("srun",), log_name="srun.log")
     # what srun gives every task; a container that clears the environment must pass these on
