@@ -17,6 +17,7 @@ from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 
 from .conftest import REPO, readable_copy
+from .test_job_local import _requirements  # root, the test user, /usr/bin/python3 with h5py
 
 h5py = pytest.importorskip("h5py", reason="h5py is not installed (pip install 'hpcrun[hdf5]' or the test extra)")
 np = pytest.importorskip("numpy")
@@ -145,11 +146,6 @@ def test_bad_hdf5_settings_are_refused_at_their_key(root, changes, key, words):
     assert "Traceback" not in done.stderr
 
 
-def _job_requirements() -> str:
-    from .test_job_local import _requirements  # root, the test user, /usr/bin/python3 with h5py
-    return _requirements()
-
-
 def _run_job(root: Path, spec: Path, job_id: str) -> tuple:
     plan = root / f"plan{job_id}"
     write_plan(load_plan(spec), plan)
@@ -162,7 +158,7 @@ def _run_job(root: Path, spec: Path, job_id: str) -> tuple:
     return done, next((plan / "run").glob(f"*/{job_id}"))
 
 
-@pytest.mark.skipif(bool(_job_requirements()), reason=_job_requirements() or "ok")
+@pytest.mark.skipif(bool(_requirements()), reason=_requirements() or "ok")
 def test_a_job_merges_and_checks_hdf5_with_no_program_of_its_own(root):
     done, run = _run_job(root, spec_of(root), "301")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -171,7 +167,7 @@ def test_a_job_merges_and_checks_hdf5_with_no_program_of_its_own(root):
         assert f["/events/energy"].shape == (1000,) and f["/hits"].shape == (1000, 4)
 
 
-@pytest.mark.skipif(bool(_job_requirements()), reason=_job_requirements() or "ok")
+@pytest.mark.skipif(bool(_requirements()), reason=_requirements() or "ok")
 def test_a_job_whose_output_lacks_a_required_dataset_fails_qa(root):
     spec = spec_of(root, chain_args=["--no-hits"], merge={"hdf5": {"datasets": ["/events/energy"]}})
     done, run = _run_job(root, spec, "302")

@@ -91,15 +91,10 @@ AbsPath = Annotated[str, AfterValidator(_abs_path)]
 
 
 def _input_path(value: str) -> str:
-    from hpcrun.backends.storage import scheme_of, schemes, storage_for
-    scheme = scheme_of(value)
-    if scheme is None:
+    from hpcrun.backends.storage import scheme_of, url_problem
+    if scheme_of(value) is None:
         return _abs_path(value)
-    storage = storage_for(scheme)
-    if storage is None:
-        raise ValueError(f"'{value}': inputs may be absolute paths or URLs of these schemes: "
-                         + ", ".join(f"{s}://" for s in schemes()))
-    why = storage.syntax_error(value)
+    why = url_problem(value)
     if why:
         raise ValueError(why)
     return value

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from hpcrun.backends.storage import StorageError
+from hpcrun.backends.storage import StorageError, url_problem
 from hpcrun.errors import InputError, Problem
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.textfile import LIST_MAX_BYTES, TextFileError, read_text
@@ -140,7 +140,7 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
                 "each line is: ABSOLUTE_PATH-OR-URL [SIZE [EVENTS]], e.g. /data/run1.daq 5GB 2000 "
                 "or root://xrd.example.org//store/run1.daq 5GB 2000")))
             continue
-        why = _url_problem(parts[0])
+        why = url_problem(parts[0]) if is_url(parts[0]) else None
         if why:
             problems.append(Problem(str(path), n, "", why))
             continue
@@ -157,18 +157,6 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
             events = int(parts[2])
         out.append((parts[0], size, events, where))
     return out
-
-
-def _url_problem(path: str) -> Optional[str]:
-    """Why a list file's URL cannot be an input (the spec's own URLs are checked by the model)."""
-    from hpcrun.backends.storage import scheme_of, schemes, storage_for
-    scheme = scheme_of(path)
-    if scheme is None:
-        return None
-    storage = storage_for(scheme)
-    if storage is None:
-        return f"'{path}': URLs may use these schemes: " + ", ".join(f"{s}://" for s in schemes())
-    return storage.syntax_error(path)
 
 
 def read_listed(path: os.PathLike[str] | str, what: str, src: Located, key: str,

@@ -38,10 +38,6 @@ class Storage(ABC):
         """Size (and the ``algo`` checksum when asked) of every URL, asked in bulk, bounded in
         time. Raises StorageError when a server cannot be reached at all."""
 
-    @abstractmethod
-    def through_cache(self, url: str, cache: str) -> str:
-        """The same file read through a cache endpoint."""
-
 
 _STORAGES: Dict[str, Type[Storage]] = {}
 
@@ -59,6 +55,16 @@ def scheme_of(path: str) -> Optional[str]:
     """``root`` for ``root://host//file``; None for a plain path."""
     m = _SCHEME.match(path)
     return m.group(1) if m else None
+
+
+def url_problem(url: str) -> Optional[str]:
+    """Why ``url`` cannot be an input (None when it can): an unknown scheme, or the storage's own
+    syntax rule. The one check behind the spec's ``inputs.files`` and the list file's lines."""
+    scheme = scheme_of(url)
+    storage = storage_for(scheme) if scheme else None
+    if storage is None:
+        return f"'{url}': URLs may use these schemes: " + ", ".join(f"{s}://" for s in registered())
+    return storage.syntax_error(url)
 
 
 def storage_for(scheme: str) -> Optional[Storage]:

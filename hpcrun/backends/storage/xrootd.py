@@ -52,26 +52,20 @@ class XRootD(Storage):
                     "(no spaces, no '?' options, no user name)")
         return None
 
-    def through_cache(self, url: str, cache: str) -> str:
-        _, path = split(url)
-        return f"{cache.rstrip('/')}/{path}"
-
     def describe(self, urls: Sequence[str], algo: Optional[str], settings: object) -> Dict[str, Described]:
         client = settings if isinstance(settings, Client) else Client()
         by_server: Dict[str, List[str]] = {}
-        for url in urls:
-            server, path = split(url)
+        for server, path in map(split, urls):
             by_server.setdefault(server, []).append(path)
         work = [(server, paths[i:i + client.batch])
                 for server, paths in sorted(by_server.items())
                 for i in range(0, len(paths), client.batch)]
-        out: Dict[str, Described] = {}
+        answered: Dict[Tuple[str, str], Described] = {}
         with ThreadPoolExecutor(max_workers=max(1, client.parallel)) as pool:
             for server, answers in pool.map(lambda w: (w[0], _ask(w[0], w[1], algo, client)), work):
-                for path, described in answers.items():
-                    out[f"root://{server}/{path}"] = described
+                answered.update(((server, path), described) for path, described in answers.items())
         # the caller's spelling of each URL (root://h//a and root://h/a are the same file)
-        return {url: out[f"root://{split(url)[0]}/{split(url)[1]}"] for url in urls}
+        return {url: answered[split(url)] for url in urls}
 
 
 def _ask(server: str, paths: Sequence[str], algo: Optional[str], client: Client) -> Dict[str, Described]:
