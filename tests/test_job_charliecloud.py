@@ -12,6 +12,7 @@ The image comes from tests/cluster/image.py (built once, then restored from its 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,9 +105,9 @@ def _in_container(pid: int) -> bool:
 
 def _no_server_left(job_id: str) -> None:
     time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", f"hpcrun.{job_id}."], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-f", rf"hpcrun\.[0-9a-f]+\.{job_id}\."], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"processes left behind: {left.stdout}"
-    assert not list(Path("/tmp").glob(f"hpcrun.{job_id}.*")), "node-local cache not removed"
+    assert not list(Path("/tmp").glob(f"hpcrun.*.{job_id}.*")), "node-local cache not removed"
 
 
 def _wait_for_chains(case: Path, job_id: str) -> None:
@@ -142,7 +143,7 @@ def test_job_runs_inside_charliecloud(prepared):
     seen = {}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(seen) < 2:
-        for pattern, what in (("^/usr/sbin/mariadbd .*hpcrun[.]201[.]", "server"),
+        for pattern, what in (("^/usr/sbin/mariadbd .*hpcrun[.][0-9a-f]+[.]201[.]", "server"),
                               ("^bash .*/bin/hpcrun-chain[.]sh", "chain")):
             for pid in subprocess.run(["pgrep", "-u", USER, "-f", pattern], capture_output=True,
                                       text=True).stdout.split():
@@ -165,7 +166,7 @@ def test_job_runs_inside_charliecloud(prepared):
     assert (case / "bb" / "out" / "run1000.reco.h5").exists()
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
     # the server ran the image's MariaDB, not the host's
-    assert "/tmp/hpcrun.201.fakenode/data" in (run / "db" / "fakenode.log").read_text()
+    assert re.search(r"/tmp/hpcrun\.[0-9a-f]{10}\.201\.fakenode/data", (run / "db" / "fakenode.log").read_text())
     _no_server_left("201")
 
 
@@ -174,7 +175,7 @@ def test_db_killed_mid_job_is_restarted_inside_the_container(prepared):
     proc = _start(case, "202")
     _wait_for_chains(case, "202")
     time.sleep(1.0)
-    pid = subprocess.run(["pgrep", "-f", "mariadbd.*hpcrun.202."], capture_output=True, text=True).stdout.split()
+    pid = subprocess.run(["pgrep", "-f", rf"mariadbd.*hpcrun\.[0-9a-f]+\.202\..*{case}/plan/run"], capture_output=True, text=True).stdout.split()
     assert pid, "server not running during the chains"
     assert _in_container(int(pid[0]))
     os.kill(int(pid[0]), signal.SIGKILL)

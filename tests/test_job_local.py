@@ -119,9 +119,9 @@ def _rundir(case: Path, job_id: str) -> Path:
 
 def _no_server_left(job_id: str) -> None:
     time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", f"hpcrun.{job_id}."], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-f", rf"hpcrun\.[0-9a-f]+\.{job_id}\."], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"processes left behind: {left.stdout}"
-    assert not list(Path("/tmp").glob(f"hpcrun.{job_id}.*")), "node-local cache not removed"
+    assert not list(Path("/tmp").glob(f"hpcrun.*.{job_id}.*")), "node-local cache not removed"
 
 
 def test_job_runs_end_to_end(prepared):
@@ -184,7 +184,7 @@ def test_db_killed_mid_job_is_restarted(prepared):
             break
         time.sleep(0.2)
     time.sleep(1.0)
-    pid = subprocess.run(["pgrep", "-f", "mariadbd.*hpcrun.105."], capture_output=True, text=True).stdout.split()
+    pid = subprocess.run(["pgrep", "-f", rf"mariadbd.*hpcrun\.[0-9a-f]+\.105\..*{case}/plan/run"], capture_output=True, text=True).stdout.split()
     assert pid, "server not running during the chains"
     os.kill(int(pid[0]), signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)

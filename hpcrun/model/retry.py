@@ -35,7 +35,11 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
     FailureClass("payload", "exit 4: the database payload copy failed"),
     FailureClass("db_not_ready", "exit 5: the database server never answered"),
     FailureClass("db_died", "exit 6: the database server died during the chains"),
-    FailureClass("chain", "exit 7: a chain failed", max_attempts=2),
+    FailureClass("chain", "exit 7: a chain's program failed by itself (non-zero exit, or a crash such as "
+                 "SIGSEGV): the same input fails the same way", max_attempts=2),
+    FailureClass("chain_killed", "exit 14: a chain was killed from outside (SIGKILL, SIGTERM, SIGINT, SIGHUP, "
+                 "SIGXCPU: the OOM killer, a node health check) with no chain failing by itself",
+                 exclude_node=True),
     FailureClass("merge", "exit 8: the merge failed", max_attempts=2),
     FailureClass("qa", "exit 9: QA failed (the same input gives the same events)", retry=False),
     FailureClass("time_limit", "exit 10, TIMEOUT or DEADLINE: the time limit was reached", more_walltime=1.5),
@@ -53,7 +57,7 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
 CLASS_NAMES: Tuple[str, ...] = tuple(c.name for c in FAILURE_CLASSES)
 EXIT_CLASSES: Dict[int, str] = {3: "setup", 4: "payload", 5: "db_not_ready", 6: "db_died", 7: "chain", 8: "merge",
                                 9: "qa", 10: "time_limit", 11: "checksum",
-                                13: "transfer"}
+                                13: "transfer", 14: "chain_killed"}
 STATE_CLASSES: Dict[str, str] = {"TIMEOUT": "time_limit", "DEADLINE": "time_limit", "OUT_OF_MEMORY": "out_of_memory",
                                  "NODE_FAIL": "node_fail", "BOOT_FAIL": "boot_fail", "PREEMPTED": "preempted",
                                  "REVOKED": "preempted", "CANCELLED": "cancelled", "LOST": "lost"}

@@ -70,7 +70,7 @@ def _check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Check
 def _check_chain_needs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> None:
     """What the chain command's placeholders need from the rest of the spec."""
     used = ph.used(campaign.chain.command)
-    if used & {"db_socket", "db_port", "db_host"} and campaign.database is None:
+    if used & {"db_socket", "db_port", "db_host", "db_defaults", "db_user"} and campaign.database is None:
         checks.spec_error(("chain", "command"), (
             "the chain command uses a database placeholder but the spec has no 'database' section."))
     if campaign.database and campaign.database.networking == "socket" and "db_port" in used:

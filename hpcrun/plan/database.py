@@ -18,6 +18,14 @@ from hpcrun.units import format_size
 SOCKET_MAX = 107
 DB_CACHE_HEADROOM = 1.25  # payload copy + logs + temp tables
 JOB_ID, NODE = "${HPCRUN_JOB_ID}", "${HPCRUN_NODE}"  # exported by the scheduler backend's identity lines
+# the campaign's key (render: a hash of campaign and plan directory) names its node-local
+# directories, so that a job reclaims what earlier jobs of the same campaign left, and nothing else
+NODE_KEY = "${HPCRUN_NODE_KEY}"
+NODE_DIR_PREFIX = "hpcrun."
+JOB_ACCOUNT = "hpcrun"
+PASSWORD = "@PASSWORD@"  # the job puts its random password here, in a file only its user can read
+# options that would let another user of a shared node into a tcp server
+OPEN_DOOR_OPTIONS = ("--skip-grant-tables", "--skip_grant_tables", "--init-file", "--init_file")
 
 
 def database_and_runtime(campaign: Campaign, profile: SiteProfile,
@@ -36,6 +44,7 @@ def database_and_runtime(campaign: Campaign, profile: SiteProfile,
         _check_runtime_cache(db, profile, size, cache_bytes, checks)
     if cache_dir is not None:
         _check_socket_length(cache_dir, checks)
+    _check_open_doors(db, checks)
     return _database_plan(db, profile, size, cache_dir or "", runtime.node_cache_dir() is None), runtime
 
 
@@ -63,7 +72,12 @@ def _node_local_dir(db: DatabaseSpec, profile: SiteProfile, size: int, cache_byt
             f"{format_size(cache_bytes)} of node-local storage but "
             f"{profile.node_local.path} at '{profile.name}' holds "
             f"{format_size(profile.node_local.size)}."))
-    return quote(profile.node_local.path.rstrip("/") or "/") + f"/hpcrun.{JOB_ID}.{NODE}"
+    return node_dir(profile.node_local.path, f"{JOB_ID}.{NODE}")
+
+
+def node_dir(root: str, name: str) -> str:
+    """Shell text of one of this campaign's node-local directories under ``root``."""
+    return quote(root.rstrip("/") or "/") + f"/{NODE_DIR_PREFIX}{NODE_KEY}.{name}"
 
 
 def _check_runtime_cache(db: DatabaseSpec, profile: SiteProfile, size: int, cache_bytes: int,
@@ -77,11 +91,44 @@ def _check_runtime_cache(db: DatabaseSpec, profile: SiteProfile, size: int, cach
 
 
 def _check_socket_length(cache_dir: str, checks: Checks) -> None:
-    worst = cache_dir.replace(JOB_ID, "9" * 10).replace(NODE, "n" * 16).replace("'", "")
+    worst = cache_dir.replace(JOB_ID, "9" * 10).replace(NODE, "n" * 16).replace(NODE_KEY, "k" * 10)
+    worst = worst.replace("'", "")
     if len(worst) + len("/mysqld.sock") > SOCKET_MAX:
         checks.profile_error(("node_local", "path"), (
             f"the DB socket path could reach {len(worst) + 12} characters; servers refuse "
             f"more than {SOCKET_MAX}. Use a shorter node-local path."))
+
+
+def _check_open_doors(db: DatabaseSpec, checks: Checks) -> None:
+    """In tcp mode the server listens on 127.0.0.1, which every user of a shared node reaches:
+    the job gives it accounts of its own, and refuses what would bypass or replace them."""
+    if db.networking != "tcp":
+        return
+    for i, option in enumerate(db.options):
+        name = option.split("=", 1)[0]
+        if name in OPEN_DOOR_OPTIONS:
+            checks.spec_error(("database", "options", i), (
+                f"'{option}' with networking: tcp would let every user of a shared node into the job's "
+                f"database over 127.0.0.1; in tcp mode the job locks the copy's accounts and gives its "
+                f"chains a per-job account ({{db_defaults}}: an option file only the job's user can read). "
+                f"Remove '{name}', or use networking: socket (a private socket, where "
+                f"--skip-grant-tables is safe)."))
+
+
+def account_sql(engine: str) -> Tuple[str, ...]:
+    """SQL the tcp server runs at start (--init-file): lock every account of the node-local
+    copy, then create the job's own, with the password the job drew (never in an argv)."""
+    users = [f"'{JOB_ACCOUNT}'@'localhost'", f"'{JOB_ACCOUNT}'@'127.0.0.1'"]
+    if engine == "mariadb":
+        lock = (f"UPDATE mysql.global_priv SET priv = JSON_SET(priv, '$.account_locked', true) "
+                f"WHERE User <> '{JOB_ACCOUNT}';")
+        create = [f"CREATE OR REPLACE USER {u} IDENTIFIED BY '{PASSWORD}';" for u in users]
+    else:
+        lock = f"UPDATE mysql.user SET account_locked = 'Y' WHERE User <> '{JOB_ACCOUNT}';"
+        create = [f"DROP USER IF EXISTS {', '.join(users)};"] + [
+            f"CREATE USER {u} IDENTIFIED BY '{PASSWORD}';" for u in users]
+    grants = [f"GRANT ALL PRIVILEGES ON *.* TO {u};" for u in users]
+    return (lock, "FLUSH PRIVILEGES;", *create, *grants)
 
 
 def _database_plan(db: DatabaseSpec, profile: SiteProfile, size: int, cache_dir: str,
@@ -99,7 +146,8 @@ def _database_plan(db: DatabaseSpec, profile: SiteProfile, size: int, cache_dir:
         options=tuple(options), leading_option=leading, ready_timeout=db.ready_timeout,
         max_restarts=db.restart.max_restarts, backoff=db.restart.backoff, check_query=db.check_query,
         port_base=profile.db_port_base, host="127.0.0.1" if db.networking == "tcp" else "localhost",
-        remove_cache=remove_cache,
+        remove_cache=remove_cache, account=JOB_ACCOUNT if db.networking == "tcp" else "",
+        account_sql=account_sql(db.engine) if db.networking == "tcp" else (),
         # copying the payload takes time too: allow 1 GB/s at worst 30 MB/s plus the timeout
         wait_seconds=db.ready_timeout + 60 + size // (30 * 10**6))
 

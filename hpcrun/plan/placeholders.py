@@ -23,6 +23,7 @@ VARIABLES: Dict[str, str] = {
     "nchains": "HPCRUN_NCHAINS", "first_event": "HPCRUN_FIRST_EVENT",
     "last_event": "HPCRUN_LAST_EVENT", "nevents": "HPCRUN_NEVENTS",
     "db_socket": "HPCRUN_DB_SOCKET", "db_port": "HPCRUN_DB_PORT", "db_host": "HPCRUN_DB_HOST",
+    "db_defaults": "HPCRUN_DB_DEFAULTS", "db_user": "HPCRUN_DB_USER",
     "workdir": "HPCRUN_WORKDIR", "release": "HPCRUN_RELEASE", "stem": "HPCRUN_STEM",
     "job": "HPCRUN_JOB", "file": "HPCRUN_FILE", "events_in": "HPCRUN_EVENTS_IN",
     "events_out": "HPCRUN_EVENTS_OUT", "nparts": "HPCRUN_NPARTS",
@@ -32,7 +33,7 @@ VARIABLES: Dict[str, str] = {
 LIST_VARIABLES = {"parts": "HPCRUN_PARTS"}
 
 CHAIN = {"input", "output", "chain", "nchains", "first_event", "last_event", "nevents",
-         "db_socket", "db_port", "db_host", "workdir", "release", "stem", "job"}
+         "db_socket", "db_port", "db_host", "db_defaults", "db_user", "workdir", "release", "stem", "job"}
 MERGE = {"parts", "nparts", "output", "input", "stem", "workdir", "release", "job"}
 COUNT = {"file", "release"}
 QA = {"output", "input", "stem", "events_in", "events_out", "release", "job", "workdir"}

@@ -7,9 +7,9 @@ from typing import List, Optional, Sequence
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
+from hpcrun.plan.database import node_dir
 from hpcrun.plan.remote import is_url
 from hpcrun.plan.values import RemotePlan
-from hpcrun.shell import quote
 
 
 def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], inputs_key: str,
@@ -45,7 +45,8 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
     env = (("XRD_CONNECTIONRETRY", str(x.connection_retry)),
            ("XRD_CONNECTIONWINDOW", str(int(x.connection_window))),
            ("XRD_REQUESTTIMEOUT", str(int(x.request_timeout))))
-    return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=env)
+    return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=env,
+                      private_stage=x.access == "stage" and x.stage_dir is not None)
 
 
 def stage_dir_expr(profile: SiteProfile, root_var: Optional[str], work_dir: str) -> str:
@@ -53,7 +54,7 @@ def stage_dir_expr(profile: SiteProfile, root_var: Optional[str], work_dir: str)
     the job's burst buffer, else its work directory (both seen by every node of the job)."""
     x = profile.xrootd
     if x.stage_dir:
-        return quote(x.stage_dir.rstrip("/")) + '/"${HPCRUN_JOB}.${HPCRUN_JOB_ID:-local}"'
+        return node_dir(x.stage_dir, "${HPCRUN_JOB_ID:-local}.in")
     if root_var:
         return f'"${{{root_var}%/}}"/in'
     return f"{work_dir}/in"

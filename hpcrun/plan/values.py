@@ -68,6 +68,8 @@ class DatabasePlan:
     host: str                      # 127.0.0.1 (tcp) or localhost (socket)
     remove_cache: bool             # the job removes its node-local copy (not a runtime volume)
     wait_seconds: int              # how long chains wait for the server, payload copy included
+    account: str = ""              # tcp: the per-job account the chains use ("" in socket mode)
+    account_sql: Tuple[str, ...] = ()  # tcp: the server's --init-file (password placeholder inside)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class RemotePlan:
     xrdcp: str                     # shell words (the profile's, trusted)
     retries: int                   # extra attempts per file on a transient error
     client_env: Tuple[Tuple[str, str], ...]  # XRD_* variables bounding the client's waits
+    private_stage: bool = False    # staged into the site's node-local stage_dir: 0700, held, reclaimed
 
 
 @dataclass(frozen=True)

@@ -82,11 +82,18 @@ def _database_context(plan: Plan) -> Optional[Dict[str, Any]]:
         "ready_timeout": db.ready_timeout, "max_restarts": db.max_restarts,
         "backoff": db.backoff, "check_query": db.check_query, "port_base": db.port_base,
         "host": db.host, "remove_cache": db.remove_cache, "wait_seconds": db.wait_seconds,
+        "account": db.account, "account_sql": list(db.account_sql),
     }
 
 
 def _shell_or_none(text: Optional[str]) -> Optional[Shell]:
     return None if text is None else Shell(text)
+
+
+def node_key(campaign: str, plan_dir: str) -> str:
+    """The short name of a campaign's node-local directories (hpcrun.<key>.*): a job reclaims
+    leftovers with this key only, never another campaign's or a different plan's."""
+    return hashlib.sha256(f"{campaign}\n{plan_dir}".encode()).hexdigest()[:10]
 
 
 def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
@@ -108,7 +115,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     return {
         "chain_env": sorted(c.chain.env.items()),
         "version": __version__, "campaign": c.name, "spec_file": comment(plan.spec_file),
-        "profile_name": plan.profile.name, "plan_dir": plan_dir,
+        "profile_name": plan.profile.name, "plan_dir": plan_dir, "node_key": node_key(c.name, plan_dir),
         "release": c.software.release or "", "env": env, "modules": modules,
         "database": _database_context(plan), "merge": plan.commands.get("merge") is not None,
         "merge_command": _shell_or_none(plan.commands.get("merge")),
@@ -137,7 +144,8 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
     if r is None:
         return None
     return {"access": r.access, "cache": quote(r.cache) if r.cache else None, "xrdcp": Shell(r.xrdcp),
-            "retries": r.retries, "client_env": [(name, quote(value)) for name, value in r.client_env]}
+            "retries": r.retries, "client_env": [(name, quote(value)) for name, value in r.client_env],
+            "private_stage": r.private_stage}
 
 
 def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
@@ -236,7 +244,7 @@ def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, An
         "partition": plan.partition_name, "qos": plan.qos, "container": c.container.runtime,
         "burst_buffer": plan.bb_system or "none",
         "walltime_seconds": c.walltime, "nodes_per_job": c.jobs.nodes,
-        "checksum": c.inputs.checksum,
+        "checksum": c.inputs.checksum, "node_key": node_key(c.name, plan_dir),
         "totals": {
             "jobs": len(plan.jobs), "scripts": len(plan.scripts),
             "inputs": sum(len(j.inputs) for j in plan.jobs),

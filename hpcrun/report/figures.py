@@ -20,7 +20,8 @@ from hpcrun.store.records import ReportData, RunRow
 # what the generated job's exit codes mean (docs/generated-job.md)
 EXIT_LABELS = {3: "setup failed", 4: "payload copy failed", 5: "database never ready",
                6: "database died too often", 7: "chain failed", 8: "merge failed", 9: "QA failed",
-               10: "time limit", 11: "input checksum mismatch", 13: "input transfer failed"}
+               10: "time limit", 11: "input checksum mismatch", 13: "input transfer failed",
+               14: "chain killed by a signal"}
 
 
 @dataclass
@@ -102,6 +103,8 @@ class CampaignReport:
     events_per_s_per_core: Optional[float] = None
     targets: Dict[str, float] = field(default_factory=dict)   # the spec's targets (mb_per_s_per_core ...)
     transfers: Optional[Transfers] = None       # None: no job copied remote inputs
+    chain_endings: Dict[str, int] = field(default_factory=dict)   # chains.tsv: ok, failed, crashed, killed
+    reclaimed: Dict[str, int] = field(default_factory=dict)  # leftovers removed by later jobs: dirs, bytes
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)

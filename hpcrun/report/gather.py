@@ -5,6 +5,7 @@ Used by ``hpcrun report`` and by the live view (``hpcrun serve``); both read the
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
@@ -42,25 +43,47 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
     report.targets = dict(manifest.get("targets") or {})
     if plan_dir is not None and manifest.get("inputs_remote"):
         report.transfers = transfers_of(_transfer_rows(plan_dir))
+    if plan_dir is not None:
+        report.chain_endings = _chain_endings(plan_dir)
+        report.reclaimed = _reclaimed(plan_dir)
     return report
 
 
-TRANSFER_LOG_MAX = 4 * 1024 * 1024   # bytes read of one job's transfers.tsv (10^4 attempts fit)
+def _tsv_lines(plan_dir: Path, pattern: str) -> Iterator[List[str]]:
+    """The TAB-separated lines of the jobs' records matching ``pattern`` under run/ (bounded reads)."""
+    for log in sorted((plan_dir / "run").glob(pattern)):
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                text = f.read(RECORD_READ_MAX)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            yield line.split("\t")
+
+
+def _chain_endings(plan_dir: Path) -> Dict[str, int]:
+    """How the chains of every run ended (chains.tsv: chain, status, ending)."""
+    counts: Counter = Counter(parts[2] for parts in _tsv_lines(plan_dir, "*/*/chains.tsv") if len(parts) >= 3)
+    return dict(counts.most_common())
+
+
+def _reclaimed(plan_dir: Path) -> Dict[str, int]:
+    """Node-local directories of killed jobs that later jobs removed, and their bytes."""
+    rows = [parts for parts in _tsv_lines(plan_dir, "*/*/reclaimed/*.tsv") if len(parts) >= 2]
+    if not rows:
+        return {}
+    return {"dirs": len(rows), "bytes": sum(int(p[1]) for p in rows if p[1].isdigit())}
+
+
+RECORD_READ_MAX = 4 * 1024 * 1024   # bytes read of one job record file (10^4 xrdcp attempts fit)
 
 
 def _transfer_rows(plan_dir: Path) -> List[Tuple[int, float, int]]:
     """(bytes, seconds, exit code) of every copy attempt the plan's jobs logged."""
     rows: List[Tuple[int, float, int]] = []
-    for log in sorted((plan_dir / "run").glob("*/*/transfers.tsv")):
-        try:
-            with open(log, encoding="utf-8", errors="replace") as f:
-                text = f.read(TRANSFER_LOG_MAX)
-        except OSError:
-            continue
-        for line in text.splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 5 and parts[1].isdigit() and parts[2].isdigit() and parts[4].lstrip("-").isdigit():
-                rows.append((int(parts[1]), int(parts[2]) / 1000, int(parts[4])))
+    for parts in _tsv_lines(plan_dir, "*/*/transfers.tsv"):
+        if len(parts) >= 5 and parts[1].isdigit() and parts[2].isdigit() and parts[4].lstrip("-").isdigit():
+            rows.append((int(parts[1]), int(parts[2]) / 1000, int(parts[4])))
     return rows
 
 

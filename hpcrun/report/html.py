@@ -50,7 +50,11 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
     ] + ([("failed attempts by class", ", ".join(f"{k} {n}" for k, n in r.attempts_by_class.items()))]
          if r.attempts_by_class else []) \
       + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else []) \
-      + (_transfer_rows(r) if r.transfers else [])
+      + (_transfer_rows(r) if r.transfers else []) \
+      + ([("chains by ending (ok, failed, crashed, killed)", ", ".join(f"{k} {n}" for k, n in r.chain_endings.items()))]
+         if r.chain_endings else []) \
+      + ([("node-local leftovers reclaimed: directories, GB",
+           f"{r.reclaimed['dirs']}, {r.reclaimed['bytes'] / 1e9:.3g}")] if r.reclaimed else [])
 
 
 def _transfer_rows(r: CampaignReport) -> List[Tuple[str, str]]:

@@ -7,6 +7,8 @@ conditions-DB client would (retrying while the server restarts), and writes the
 calibrated energy of each event of its slice.
 """
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,12 +18,15 @@ import h5py
 import numpy as np
 
 
-def calibration(socket: str, deadline_s: float = 90.0) -> dict:
+def calibration(socket: str, defaults: str = "", deadline_s: float = 90.0) -> dict:
     delay = 0.2
     start = time.monotonic()
+    # --defaults: the job's client option file ({db_defaults}): its socket, and in tcp mode the
+    # job's own account and password; else the socket alone
+    connect = [f"--defaults-file={defaults}"] if defaults else ["--no-defaults", f"--socket={socket}"]
     while True:
         proc = subprocess.run(
-            ["mariadb", "--no-defaults", f"--socket={socket}", "-N", "-B", "-e",
+            ["mariadb", *connect, "-N", "-B", "-e",
              "SELECT channel, gain, pedestal FROM conditions.calib ORDER BY channel"],
             capture_output=True, text=True)
         if proc.returncode == 0 and proc.stdout.strip():
@@ -47,6 +52,10 @@ def main() -> int:
     ap.add_argument("--chain", type=int, required=True, help="this chain's rank (0-based)")
     ap.add_argument("--nchains", type=int, required=True, help="chains sharing the file")
     ap.add_argument("--socket", required=True)
+    ap.add_argument("--defaults", default="", help="client option file ({db_defaults}); used instead of --socket")
+    ap.add_argument("--crash-chain", type=int, default=-1, help="test hook: this chain dies of SIGSEGV")
+    ap.add_argument("--hold", type=Path, default=None, help=(
+        "test hook: wait (at most 120 s) while the file HOLD exists, with the DB connected once"))
     ap.add_argument("--refresh", type=int, default=200, help="re-read constants every N events")
     ap.add_argument("--cpu-seconds", type=float, default=0.0, help="CPU work per chain")
     ap.add_argument("--fail-chain", type=int, default=-1, help="test hook: this chain exits 3")
@@ -56,6 +65,14 @@ def main() -> int:
         "test hook: sleep until killed when DIR/<input file name>.slow exists (removed first: once)"))
     args = ap.parse_args()
     chain = args.chain
+    if chain == args.crash_chain:
+        print(f"chain {chain}: crashing on purpose (--crash-chain)", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if args.hold is not None:
+        calibration(args.socket, args.defaults)
+        end = time.monotonic() + 120
+        while args.hold.exists() and time.monotonic() < end:
+            time.sleep(0.2)
     if chain == args.fail_chain:
         print(f"chain {chain}: failing on purpose (--fail-chain)", file=sys.stderr)
         return 3
@@ -85,7 +102,7 @@ def main() -> int:
     energy = np.zeros(len(ids))
     per_batch = args.cpu_seconds / max(1, -(-len(ids) // args.refresh))
     for start in range(0, len(ids), args.refresh):
-        calib = calibration(args.socket)
+        calib = calibration(args.socket, args.defaults)
         gain = np.array([calib[c][0] for c in range(adc.shape[1])])
         ped = np.array([calib[c][1] for c in range(adc.shape[1])])
         batch = adc[start:start + args.refresh].astype(float)

@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
@@ -219,13 +219,16 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
     known = known or {}
     cpu_memo: Dict[str, Optional[float]] = {}
     req_memo: Dict[Tuple[str, Optional[int]], Optional[int]] = {}
+    oom: Set[str] = set()
     for line in text.splitlines():
         head, _, rest = line.partition("|")
         owner, dot, _step = head.partition(".")
-        if dot:  # a step: 123.batch, 123_4.0 - only its memory (the last field) matters here
+        if dot:  # a step: 123.batch, 123_4.0 - only its memory (the last field) and an OOM kill matter
             mem = parse_mem(rest.rpartition("|")[2]) if rest.count("|") == width - 2 else None
             if mem is not None and mem > rss.get(owner, -1):
                 rss[owner] = mem
+            if "|OUT_OF_MEMORY" in rest:
+                oom.add(owner)
             continue
         parts = line.split("|")
         if len(parts) != width:
@@ -246,7 +249,17 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
         rec = jobs.get(owner)
         if rec is not None and rec.raw_id:   # never the shared unchanged record
             rec.max_rss_bytes = mem
+    _fold_step_oom(jobs, oom)
     return jobs
+
+
+def _fold_step_oom(jobs: Dict[str, AcctRecord], oom: Set[str]) -> None:
+    """A job that failed after the kernel killed one of its steps for memory (the step is
+    OUT_OF_MEMORY, the job often just FAILED with the chains' exit code) ran out of memory."""
+    for owner in oom:
+        rec = jobs.get(owner)
+        if rec is not None and rec.raw_id and rec.state == "FAILED":
+            rec.state = "OUT_OF_MEMORY"
 
 
 def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),

@@ -8,8 +8,9 @@ export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
 chain=$HPCRUN_RANK
 nchains=$HPCRUN_NRANKS
 export HPCRUN_CHAIN=$chain HPCRUN_NCHAINS=$nchains
-db_cache=/tmp/hpcrun.${HPCRUN_JOB_ID}.${HPCRUN_NODE}
+db_cache=/tmp/hpcrun.${HPCRUN_NODE_KEY}.${HPCRUN_JOB_ID}.${HPCRUN_NODE}
 export HPCRUN_DB_SOCKET="$db_cache/mysqld.sock"
+export HPCRUN_DB_DEFAULTS="$db_cache/client.cnf" HPCRUN_DB_USER=''
 log="$HPCRUN_RUNDIR/chains/$chain.log"
 timeline="$HPCRUN_RUNDIR/chains/$chain.timeline"
 rc=0

@@ -4,10 +4,12 @@
 # answers, restarts it if it dies (at most 3 times), and shuts it
 # down cleanly on SIGTERM or when the job creates "$HPCRUN_RUNDIR/db/stop".
 set -uo pipefail
+# everything this helper creates is its user's alone: the node may be shared with other users
+umask 077
 export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
 node=$HPCRUN_NODE
 status="$HPCRUN_RUNDIR/db"
-cache=/tmp/hpcrun.${HPCRUN_JOB_ID}.${HPCRUN_NODE}
+cache=/tmp/hpcrun.${HPCRUN_NODE_KEY}.${HPCRUN_JOB_ID}.${HPCRUN_NODE}
 socket="$cache/mysqld.sock"
 payload=/tmp/hpcrun-test-cluster/pfs/detector-reco/conditions
 server=/usr/sbin/mariadbd
@@ -15,9 +17,39 @@ ready_timeout=60
 max_restarts=3
 log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >> "$status/$node.log"; }
 mark() { printf '%s\n' "$2" > "$status/$node.$1"; }
+defaults="$cache/client.cnf"  # the clients' option file: socket, and in tcp mode the job's account
 probe() {
   mariadb-admin --no-defaults --socket="$socket" --connect-timeout=2 ping > /dev/null 2>&1 || return 1
-  mariadb --no-defaults --socket="$socket" --connect-timeout=2 -e 'SELECT COUNT(*) FROM conditions.calib' > /dev/null 2>&1
+  mariadb --defaults-file="$defaults" --connect-timeout=2 -e 'SELECT COUNT(*) FROM conditions.calib' > /dev/null 2>&1
+}
+# ---- node-local directories of this campaign: private to the job's user, held while it runs,
+# ---- reclaimed by a later job once the one that made them is gone (killed: no EXIT trap ran)
+# shellcheck disable=SC2329  # called below
+private_dir() {
+  # 0700 and ours: a directory another user made at this name first is refused, not used
+  mkdir -p -- "${1%/*}" 2>/dev/null
+  mkdir -m 700 -- "$1" 2>/dev/null && return 0
+  [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod 700 -- "$1"
+}
+# shellcheck disable=SC2329  # called below
+hold_dir() {
+  # fd 9 holds a lock on the directory for as long as any process of this job lives (children
+  # inherit it); made under a temporary name and renamed when held, so a reclaiming job never
+  # sees a lock file nobody holds yet
+  command -v flock > /dev/null || return 0
+  exec 9> "$1/.lock.new" && flock -n 9 && mv -f -- "$1/.lock.new" "$1/.lock"
+}
+# shellcheck disable=SC2329  # called below
+reclaim_dirs() {
+  # $1 root, $2 this campaign's name prefix, $3 our own directory, $4 the record (path, bytes)
+  command -v flock > /dev/null || return 0
+  local dir bytes
+  for dir in "$1/$2"*; do
+    [ "$dir" != "$3" ] && [ -d "$dir" ] && [ ! -L "$dir" ] && [ -O "$dir" ] && [ -e "$dir/.lock" ] || continue
+    # shellcheck disable=SC2016  # $1 is the inner shell's
+    bytes=$(flock -n "$dir/.lock" sh -c '[ -e "$1/.lock" ] || exit 1; b=$(du -sb -- "$1" | cut -f1); rm -rf -- "$1"; echo "$b"' _ "$dir" 2>/dev/null) || continue
+    printf '%s\t%s\n' "$dir" "${bytes:-0}" >> "$4"
+  done
 }
 
 watcher=""
@@ -35,10 +67,12 @@ for tool in "$server" mariadb-admin mariadb; do
     exit 5
   fi
 done
-if ! mkdir -p "$cache/tmp"; then
-  mark failed "payload: cannot create the node-local cache $cache"
+if ! private_dir "$cache" || ! hold_dir "$cache" || ! mkdir -p "$cache/tmp"; then
+  mark failed "payload: cannot create the node-local cache $cache as a directory of $(id -un) alone (0700)"
   exit 4
 fi
+mkdir -p "$HPCRUN_RUNDIR/reclaimed"
+reclaim_dirs "${cache%/*}" "hpcrun.${HPCRUN_NODE_KEY}." "$cache" "$HPCRUN_RUNDIR/reclaimed/$node.tsv"
 log "copying payload $payload to $cache/data"
 t0=$(date +%s%N)
 if ! cp -a "$payload/." "$cache/data/"; then
@@ -46,6 +80,7 @@ if ! cp -a "$payload/." "$cache/data/"; then
   exit 4
 fi
 mark copied "$(( ($(date +%s%N) - t0) / 1000000 )) ms"
+printf '[client]\nsocket=%s\n' "$socket" > "$defaults"
 
 args=(--no-defaults --datadir="$cache/data" --socket="$socket" --pid-file="$cache/mysqld.pid"
   --log-error="$status/$node.err" --tmpdir="$cache/tmp" --skip-networking --skip-grant-tables --innodb-buffer-pool-size=16M --innodb-log-file-size=8M)

@@ -4,16 +4,19 @@
 # Generated from tests/golden/detector-reco-charliecloud/campaign.yaml with site profile local-test; re-run `hpcrun plan`
 # instead of editing. Exit codes: 0 ok, 3 setup, 4 payload copy, 5 DB never ready,
 # 6 DB died too often, 7 chain failed, 8 merge failed, 9 QA failed, 10 time limit,
-# 11 input checksum mismatch, 13 input transfer failed.
+# 11 input checksum mismatch, 12 a chain was killed by a signal, 13 input transfer failed.
 set -euo pipefail
+# records and outputs on the shared filesystem: readable by the team, writable by the user alone;
+# node-local directories are made 0700 (see private_dir)
 umask 022
 # shellcheck disable=SC2034  # the full table of exit codes; not every job uses each one
 readonly EXIT_SETUP=3 EXIT_PAYLOAD=4 EXIT_DB_NOT_READY=5 EXIT_DB_DIED=6 \
   EXIT_CHAIN=7 EXIT_MERGE=8 EXIT_QA=9 EXIT_TIMEOUT=10 EXIT_CHECKSUM=11 \
-  EXIT_TRANSFER=13
+  EXIT_CHAIN_KILLED=12 EXIT_TRANSFER=13
 
 export HPCRUN_CAMPAIGN=detector-reco-charliecloud
 export HPCRUN_PLAN_DIR=/plans/detector-reco-charliecloud
+export HPCRUN_NODE_KEY=f738b39383
 export HPCRUN_RELEASE=demo-1
 export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
 export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
@@ -193,17 +196,34 @@ CHAIN_PID=$!
 chains_rc=0
 wait "$CHAIN_PID" || chains_rc=$?
 CHAIN_PID=""
+# How each chain ended (chains.tsv): ok; failed (its program's own exit status: the same input
+# fails again); crashed (a fault signal such as SIGSEGV: as deterministic); killed (SIGKILL,
+# SIGTERM, SIGINT, SIGHUP, SIGXCPU from outside - the OOM killer, a health check - or no status
+# at all because its helper was killed with it: transient, retried elsewhere).
 failed_chains=""
+killed_chains=""
 for ((k = 0; k < HPCRUN_NCHAINS; k++)); do
   rc=$(cat "$HPCRUN_RUNDIR/chains/$k.rc" 2>/dev/null || echo missing)
-  [ "$rc" = 0 ] || failed_chains="$failed_chains $k(rc=$rc)"
+  case $rc in
+    0) ending=ok ;;
+    missing | 129 | 130 | 137 | 143 | 152) ending=killed ;;
+    *) if [ "$rc" -gt 128 ] 2>/dev/null; then ending=crashed; else ending=failed; fi ;;
+  esac
+  printf '%s\t%s\t%s\n' "$k" "$rc" "$ending" >> "$HPCRUN_RUNDIR/chains.tsv"
+  case $ending in
+    killed) killed_chains="$killed_chains $k(rc=$rc)" ;;
+    failed | crashed) failed_chains="$failed_chains $k(rc=$rc)" ;;
+  esac
 done
 db_failed=("$HPCRUN_RUNDIR"/db/*.failed)
 if [ -e "${db_failed[0]}" ]; then
   fail "$EXIT_DB_DIED" "database server failed during the chains: $(cat "${db_failed[0]}")"
 fi
-if [ -n "$failed_chains" ] || [ "$chains_rc" -ne 0 ]; then
-  fail "$EXIT_CHAIN" "chain(s) failed:${failed_chains:- launcher exit $chains_rc}; logs in $HPCRUN_RUNDIR/chains"
+if [ -n "$failed_chains" ]; then
+  fail "$EXIT_CHAIN" "chain(s) failed:$failed_chains${killed_chains:+ (killed:$killed_chains)}; logs in $HPCRUN_RUNDIR/chains"
+fi
+if [ -n "$killed_chains" ] || [ "$chains_rc" -ne 0 ]; then
+  fail "$EXIT_CHAIN_KILLED" "chain(s) killed by a signal:${killed_chains:- launcher exit $chains_rc}; logs in $HPCRUN_RUNDIR/chains"
 fi
 log "all $HPCRUN_NCHAINS chain(s) succeeded"
 

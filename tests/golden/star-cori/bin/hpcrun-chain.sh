@@ -10,6 +10,7 @@ nchains=$HPCRUN_NRANKS
 export HPCRUN_CHAIN=$chain HPCRUN_NCHAINS=$nchains
 db_cache=/dbcache
 export HPCRUN_DB_SOCKET="$db_cache/mysqld.sock"
+export HPCRUN_DB_DEFAULTS="$db_cache/client.cnf" HPCRUN_DB_USER=''
 log="$HPCRUN_RUNDIR/chains/$chain.log"
 timeline="$HPCRUN_RUNDIR/chains/$chain.timeline"
 rc=0

@@ -4,6 +4,8 @@
 # answers, restarts it if it dies (at most 3 times), and shuts it
 # down cleanly on SIGTERM or when the job creates "$HPCRUN_RUNDIR/db/stop".
 set -uo pipefail
+# everything this helper creates is its user's alone: the node may be shared with other users
+umask 077
 export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
 node=$HPCRUN_NODE
 status="$HPCRUN_RUNDIR/db"
@@ -15,9 +17,10 @@ ready_timeout=600
 max_restarts=3
 log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >> "$status/$node.log"; }
 mark() { printf '%s\n' "$2" > "$status/$node.$1"; }
+defaults="$cache/client.cnf"  # the clients' option file: socket, and in tcp mode the job's account
 probe() {
   mysqladmin --no-defaults --socket="$socket" --connect-timeout=2 ping > /dev/null 2>&1 || return 1
-  mysql --no-defaults --socket="$socket" --connect-timeout=2 -e 'SELECT 1' > /dev/null 2>&1
+  mysql --defaults-file="$defaults" --connect-timeout=2 -e 'SELECT 1' > /dev/null 2>&1
 }
 
 watcher=""
@@ -34,7 +37,7 @@ for tool in "$server" mysqladmin mysql; do
     exit 5
   fi
 done
-if ! mkdir -p "$cache/tmp"; then
+if ! mkdir -p "$cache/tmp" || ! chmod 700 "$cache"; then
   mark failed "payload: cannot create the node-local cache $cache"
   exit 4
 fi
@@ -45,6 +48,7 @@ if ! cp -a "$payload/." "$cache/data/"; then
   exit 4
 fi
 mark copied "$(( ($(date +%s%N) - t0) / 1000000 )) ms"
+printf '[client]\nsocket=%s\n' "$socket" > "$defaults"
 
 args=(--no-defaults --datadir="$cache/data" --socket="$socket" --pid-file="$cache/mysqld.pid"
   --log-error="$status/$node.err" --tmpdir="$cache/tmp" --skip-networking --skip-grant-tables --innodb-buffer-pool-size=2G --max-connections=200)
