@@ -175,7 +175,8 @@ def test_db_killed_mid_job_is_restarted_inside_the_container(prepared):
     proc = _start(case, "202")
     _wait_for_chains(case, "202")
     time.sleep(1.0)
-    pid = subprocess.run(["pgrep", "-f", rf"mariadbd.*hpcrun\.[0-9a-f]+\.202\..*{case}/plan/run"], capture_output=True, text=True).stdout.split()
+    pattern = rf"mariadbd.*hpcrun\.[0-9a-f]+\.202\..*{case}/plan/run"   # this case's server, not a stale one
+    pid = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     assert pid, "server not running during the chains"
     assert _in_container(int(pid[0]))
     os.kill(int(pid[0]), signal.SIGKILL)

@@ -184,7 +184,8 @@ def test_db_killed_mid_job_is_restarted(prepared):
             break
         time.sleep(0.2)
     time.sleep(1.0)
-    pid = subprocess.run(["pgrep", "-f", rf"mariadbd.*hpcrun\.[0-9a-f]+\.105\..*{case}/plan/run"], capture_output=True, text=True).stdout.split()
+    pattern = rf"mariadbd.*hpcrun\.[0-9a-f]+\.105\..*{case}/plan/run"   # this case's server, not a stale one
+    pid = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     assert pid, "server not running during the chains"
     os.kill(int(pid[0]), signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
