@@ -9,6 +9,7 @@ import pytest
 from hpcrun.backends.scheduler import slurm
 from hpcrun.backends.scheduler.base import unchanged
 from hpcrun.errors import InputError
+from hpcrun.model.retry import classify
 from hpcrun.operate.submit import ScriptInfo, compress_indices, plan_batches, submit
 from hpcrun.store.store import open_store
 
@@ -144,6 +145,23 @@ def test_parse_acct_folds_steps():
     assert recs["362_[1-3%2]"].req_mem_bytes == 2 * 1000 * 1024 ** 2   # per CPU, times 2 CPUs
     assert slurm.parse_req_mem("16Gn", 8) == 16 * 1024 ** 3 and slurm.parse_req_mem("0", 8) is None
     assert slurm.parse_cpu_time("1-02:03:04") == 93784 and slurm.parse_cpu_time("bogus") is None
+
+
+def test_a_step_killed_for_memory_makes_a_failed_job_out_of_memory():
+    # what sacct prints when the cgroup OOM handler killed a chain step (the job itself only FAILED
+    # with the job script's exit code); a job whose own state says more (TIMEOUT) keeps it
+    text = ("700|700|t.a|FAILED|14:0|NonZeroExitCode|60|00:30.0|2|n1|2026-11-22T08:00:00|2026-11-22T08:01:00|4G|\n"
+            "700.batch|700.batch|batch|FAILED|14:0||60|00:01.0|2|n1|2026-11-22T08:00:00|2026-11-22T08:01:00||9M\n"
+            "700.1|700.1|bash|OUT_OF_MEMORY|0:125||50|00:29.0|2|n1|2026-11-22T08:00:05|2026-11-22T08:00:55||4000M\n"
+            "701|701|t.b|TIMEOUT|0:0|TimeLimit|60|00:30.0|2|n1|2026-11-22T08:00:00|2026-11-22T08:01:00|4G|\n"
+            "701.1|701.1|bash|OUT_OF_MEMORY|0:125||50|00:29.0|2|n1|2026-11-22T08:00:05|2026-11-22T08:00:55||4000M\n"
+            "702|702|t.c|FAILED|14:0|NonZeroExitCode|60|00:30.0|2|n1|2026-11-22T08:00:00|2026-11-22T08:01:00|4G|\n"
+            "702.1|702.1|bash|FAILED|137:0||50|00:29.0|2|n1|2026-11-22T08:00:05|2026-11-22T08:00:55||40M\n")
+    recs = slurm.parse_acct(text)
+    assert recs["700"].state == "OUT_OF_MEMORY" and recs["700"].max_rss_bytes == 4000 * 1024 ** 2
+    assert recs["701"].state == "TIMEOUT" and recs["702"].state == "FAILED"
+    assert classify(recs["700"].state, 14) == "out_of_memory"
+    assert classify(recs["702"].state, 14) == "chain_killed" and classify("FAILED", 7) == "chain"
 
 
 def test_parse_acct_answers_known_unchanged_jobs_with_the_shared_record():
