@@ -10,6 +10,8 @@ benchmarks/campaign_faults.py (the full one). Faults, each on chosen inputs:
   a watcher puts the original back as soon as the job reports the mismatch (a transfer
   error that a new stage-in cures);
 * a DB server of a running job is SIGKILLed once (the job's DB supervisor restarts it);
+* ``kill_chains``: that many chain programs of good inputs are SIGKILLed while they run, as the
+  kernel's OOM killer or a node health check would (the job ends chain_killed and is retried);
 * optionally a node's slurmd is killed while it runs a job (NODE_FAIL), and started again.
 
 The supervisor runs as the test user with a wrapper around sbatch first on PATH, which can
@@ -66,6 +68,7 @@ class Faults:
     corrupt: int = 1
     kill_db: bool = True
     kill_slurmd: bool = False
+    kill_chains: int = 0
     kills: List[str] = field(default_factory=lambda: ["after:1", "timer", "before:1", "timer", "timer"])
     seed: int = 13
 
@@ -78,6 +81,7 @@ class Outcome:
     db_killed: bool = False
     slurmd_killed: Optional[str] = None
     restored: List[str] = field(default_factory=list)
+    chains_killed: List[str] = field(default_factory=list)   # input file names
     log: List[str] = field(default_factory=list)
 
 
@@ -88,9 +92,11 @@ class FaultCampaign:
         self.markers = cluster.workdir / "markers"
         self.markers.mkdir(exist_ok=True)
         cluster.chown(self.markers)
+        # chains last a couple of seconds, so that the chain killer finds them running
         self.c = Campaign(cluster, hpcrun, example_root, name, burst_buffer=None, inputs__glob=glob,
                           walltime="00:02:00",
-                          chain_extra=["--fail-marked", str(self.markers), "--slow-marked", str(self.markers)],
+                          chain_extra=["--fail-marked", str(self.markers), "--slow-marked", str(self.markers)]
+                          + (["--cpu-seconds", "2"] if faults.kill_chains else []),
                           jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": 12})
         self.names = sorted(p.name for p in self.raw.glob("*.h5"))
         rng = random.Random(faults.seed)
@@ -147,6 +153,26 @@ class FaultCampaign:
                 except ProcessLookupError:
                     pass
             stop.wait(0.5)
+
+    def _kill_chains(self, out: Outcome, stop: threading.Event) -> None:
+        """SIGKILL the chain programs of good inputs now and then, one input at most once."""
+        spared = set(self.once + self.hopeless + self.slow + self.corrupt)
+        while not stop.is_set() and len(out.chains_killed) < self.faults.kill_chains:
+            stop.wait(self.rng.uniform(1.0, 4.0))
+            proc = subprocess.run(["pgrep", "-a", "-u", str(self.cluster.uid), "-f", f"chain.py --input {self.raw}/"],
+                                  capture_output=True, text=True)
+            for line in proc.stdout.splitlines():
+                pid, _, args = line.partition(" ")
+                name = os.path.basename(args.split("--input ", 1)[1].split(" ", 1)[0])
+                if name in spared or name in out.chains_killed:
+                    continue
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                out.chains_killed.append(name)
+                out.log.append(f"{time.strftime('%X')} SIGKILLed a chain of {name} (pid {pid})")
+                break
 
     def _descendants(self, pids: List[int]) -> List[int]:
         found, todo = [], list(pids)
@@ -208,7 +234,7 @@ class FaultCampaign:
         out = Outcome()
         stop = threading.Event()
         helpers = [threading.Thread(target=f, args=(out, stop), daemon=True)
-                   for f in (self._restore_corrupted, self._kill_a_db, self._kill_a_slurmd)]
+                   for f in (self._restore_corrupted, self._kill_a_db, self._kill_a_slurmd, self._kill_chains)]
         for t in helpers:
             t.start()
         start = time.monotonic()

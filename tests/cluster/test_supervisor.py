@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ def _faults() -> Faults:
     big = files >= 100
     return Faults(files=files, once=max(2, files // 12), hopeless=max(2, files // 50), slow=1,
                   corrupt=max(1, files // 100), kill_slurmd=os.environ.get("HPCRUN_FAULT_SLURMD", "1") == "1",
+                  kill_chains=max(2, files // 20),
                   kills=["after:1", "timer", "before:1", "timer", "timer"] + (["timer"] * 3 if big else []))
 
 
@@ -53,6 +55,8 @@ def test_run_drives_a_faulty_campaign_to_the_end_through_sigkills(slurm_cluster,
     assert parked == sorted(by_input[n] for n in fc.hopeless), (parked, log)
     assert all("chain" in rows[j]["reason"] for j in parked), [rows[j]["reason"] for j in parked]
     assert len(rows) == faults.files                                     # none lost
+    # a killed chain says nothing about its input: retried (elsewhere), never parked for it
+    assert all(rows[by_input[n]]["status"] == "done" for n in outcome.chains_killed), log
 
     # none submitted twice for the same attempt: what Slurm ran is what the store recorded
     tasks = fc.slurm_tasks()
@@ -69,6 +73,18 @@ def test_run_drives_a_faulty_campaign_to_the_end_through_sigkills(slurm_cluster,
     assert classes.get("chain", 0) >= 2 * faults.hopeless, classes
     assert classes.get("chain", 0) + classes.get("node_fail", 0) >= faults.once + 2 * faults.hopeless, classes
     assert classes.get("time_limit") == faults.slow and classes.get("checksum") == faults.corrupt, classes
+    # each killed chain fails its attempt as chain_killed (node_fail if the crashed node had it)
+    assert len(outcome.chains_killed) >= 1, log
+    assert classes.get("chain_killed", 0) >= 1, classes
+    assert classes.get("chain_killed", 0) + classes.get("node_fail", 0) >= len(outcome.chains_killed), classes
+    assert report["chain_endings"].get("killed", 0) >= classes.get("chain_killed", 0), report["chain_endings"]
+    # nothing of the campaign left on the nodes: the crashed node's copy was reclaimed by a later job
+    key = manifest["node_key"]
+    assert not list(Path("/tmp").glob(f"hpcrun.{key}.*")), list(Path("/tmp").glob(f"hpcrun.{key}.*"))
+    if outcome.slurmd_killed:
+        assert report["reclaimed"].get("dirs", 0) >= 1, report["reclaimed"]
+    rate = report["succeeded"] / (faults.files - faults.hopeless)
+    assert rate >= 0.995, rate
     changes = [c for _j, _s, c in report["retry_changes"]]
     assert any("time limit 00:02:00 -> 00:03:00" in c for c in changes), changes
     if outcome.slurmd_killed:
@@ -80,7 +96,8 @@ def test_run_drives_a_faulty_campaign_to_the_end_through_sigkills(slurm_cluster,
           f"{outcome.wall_s:.0f} s wall; attempts by class {classes}; "
           f"success rate (excluding {faults.hopeless} hopeless) "
           f"{report['succeeded']}/{faults.files - faults.hopeless}; tasks run {len(tasks)}; "
-          f"DB killed {outcome.db_killed}; slurmd killed {outcome.slurmd_killed}")
+          f"DB killed {outcome.db_killed}; slurmd killed {outcome.slurmd_killed}; chains killed "
+          f"{len(outcome.chains_killed)}; chain endings {report['chain_endings']}; reclaimed {report['reclaimed']}")
     print("\n".join(line for line in outcome.log if not line.startswith("run ")))
     print("\n".join(line.split("\n", 1)[0] for line in outcome.log if line.startswith("run ")))
     assert heartbeat["campaign"] == fc.c.name
