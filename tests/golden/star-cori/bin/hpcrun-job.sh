@@ -4,7 +4,7 @@
 # Generated from examples/star-cori/campaign.yaml with site profile nersc-cori-haswell; re-run `hpcrun plan`
 # instead of editing. Exit codes: 0 ok, 3 setup, 4 payload copy, 5 DB never ready,
 # 6 DB died too often, 7 chain failed, 8 merge failed, 9 QA failed, 10 time limit,
-# 11 input checksum mismatch, 12 a chain was killed by a signal, 13 input transfer failed.
+# 11 input checksum mismatch, 13 input transfer failed, 14 a chain was killed by a signal.
 set -euo pipefail
 # records and outputs on the shared filesystem: readable by the team, writable by the user alone;
 # node-local directories are made 0700 (see private_dir)
@@ -12,7 +12,7 @@ umask 022
 # shellcheck disable=SC2034  # the full table of exit codes; not every job uses each one
 readonly EXIT_SETUP=3 EXIT_PAYLOAD=4 EXIT_DB_NOT_READY=5 EXIT_DB_DIED=6 \
   EXIT_CHAIN=7 EXIT_MERGE=8 EXIT_QA=9 EXIT_TIMEOUT=10 EXIT_CHECKSUM=11 \
-  EXIT_CHAIN_KILLED=12 EXIT_TRANSFER=13
+  EXIT_TRANSFER=13 EXIT_CHAIN_KILLED=14
 
 export HPCRUN_CAMPAIGN=star-reco-2019
 export HPCRUN_PLAN_DIR=/plans/star-cori
