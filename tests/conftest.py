@@ -126,3 +126,43 @@ def fake_slurm(tmp_path, monkeypatch):
     fake = FakeSlurm(tmp_path)
     monkeypatch.setenv("PATH", f"{fake.bin}:{os.environ['PATH']}")
     return fake
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server for the whole run: tests/run-all.sh's (HPCRUN_TEST_PG_URL), else a throwaway
+    one (tests/pg.py). Where none can run the tests skip with the reason, except under
+    HPCRUN_REQUIRE_POSTGRES=1 (set by tests/run-all.sh), where that is a failure."""
+    from tests import pg
+
+    given = os.environ.get("HPCRUN_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    user = pg.default_user()
+    reason = pg.why_not(user)
+    if reason:
+        if os.environ.get("HPCRUN_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (HPCRUN_REQUIRE_POSTGRES=1): {reason}")
+        pytest.skip(reason)
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-"))
+    try:
+        yield pg.start(base, user)
+    finally:
+        pg.stop(base, user)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_backend(request, monkeypatch):
+    """Run a campaign test on each state store: the plan's SQLite file, and a fresh database on the
+    PostgreSQL server (through HPCRUN_STATE_DB, which every command and the Python API honour)."""
+    if request.param == "sqlite":
+        monkeypatch.delenv("HPCRUN_STATE_DB", raising=False)
+        return None
+    from tests import pg
+
+    url = pg.fresh_database(request.getfixturevalue("pg_server"))
+    monkeypatch.setenv("HPCRUN_STATE_DB", url)
+    return url

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' || exit 1
 
 cluster_started=0
+pg_started=0
 if [ -f tests/cluster/harness.py ] && [ "${HPCRUN_SKIP_CLUSTER:-0}" != 1 ]; then
   python3 tests/cluster/harness.py install || exit 1
   export HPCRUN_TEST_CLUSTER_DIR=${HPCRUN_TEST_CLUSTER_DIR:-/tmp/hpcrun-test-cluster}
@@ -20,12 +21,24 @@ if [ -f tests/cluster/harness.py ] && [ "${HPCRUN_SKIP_CLUSTER:-0}" != 1 ]; then
   python3 tests/cluster/harness.py start --dir "$HPCRUN_TEST_CLUSTER_DIR" --nodes "${HPCRUN_TEST_NODES_COUNT:-3}" || exit 1
   cluster_started=1
   export HPCRUN_REQUIRE_CLUSTER=1
+  # PostgreSQL for the shared-store tests, as the unprivileged test user on 127.0.0.1 (tests/pg.py):
+  # every store and campaign test runs on SQLite and on it; here a PostgreSQL test may not skip
+  HPCRUN_TEST_PG_DIR=${HPCRUN_TEST_PG_DIR:-/tmp/hpcrun-test-pg}
+  python3 tests/pg.py stop "$HPCRUN_TEST_PG_DIR" 2>/dev/null
+  rm -rf "$HPCRUN_TEST_PG_DIR"
+  HPCRUN_TEST_PG_URL=$(python3 tests/pg.py start "$HPCRUN_TEST_PG_DIR") || { echo "run-all: PostgreSQL did not start"; exit 1; }
+  export HPCRUN_TEST_PG_URL HPCRUN_REQUIRE_POSTGRES=1
+  pg_started=1
+  echo "run-all: PostgreSQL on $HPCRUN_TEST_PG_URL"
 fi
 
 python3 -m pytest "$@"
 rc=$?
 [ "$rc" -eq 5 ] && { echo "pytest collected no tests"; rc=1; }
 
+if [ "$pg_started" -eq 1 ]; then
+  python3 tests/pg.py stop "$HPCRUN_TEST_PG_DIR" || true
+fi
 if [ "$cluster_started" -eq 1 ]; then
   python3 tests/cluster/harness.py stop --dir "$HPCRUN_TEST_CLUSTER_DIR" || rc=${rc:-1}
 fi

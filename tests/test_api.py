@@ -36,7 +36,7 @@ def test_validate_returns_problems_with_file_line_and_key(spec_factory):
     assert good.ok and good.jobs == 3 and good.inputs == 3 and good.problems == []
 
 
-def test_plan_submit_status_retry_report(spec_factory, tmp_path, fake_slurm):
+def test_plan_submit_status_retry_report(spec_factory, tmp_path, fake_slurm, store_backend):
     planned = hpcrun.make_plan(spec_factory(), tmp_path / "p")
     assert planned.to_dict()["totals"]["jobs"] == 3 and planned.plan_dir == str(tmp_path / "p")
     assert [r["job"] for r in planned.rows()] == ["test-campaign.00001", "test-campaign.00002", "test-campaign.00003"]

@@ -17,15 +17,19 @@ from pathlib import Path
 import pytest
 
 from hpcrun.errors import InputError
+from hpcrun.operate.plandir import open_plan_store
 from hpcrun.operate.submit import submit
 from hpcrun.operate.track import poll
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
-from hpcrun.store.store import StateStore, open_store
+from hpcrun.store.store import StateStore
 
 from .conftest import shellcheck_cmd
 
 FINALIZE = {"command": ["summarize", "--dir", "{outdir}", "--list", "{output_list}", "--name", "{campaign}"]}
+
+# every test here runs on the plan's SQLite store and on PostgreSQL (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("store_backend")
 
 
 def _plan(tmp_path, spec_factory, finalize=None, inputs=3, array="never") -> Path:
@@ -133,7 +137,7 @@ def test_dependency_lists_only_still_queued_jobs(tmp_path, spec_factory, fake_sl
     assert fin is not None and (fin.action, fin.job_id, fin.dependency) == ("submitted", "103", "afterany:101:102")
     [call] = fake_slurm.finalize_calls("test-campaign")
     assert _dependency(call) == "afterany:101:102" and call.endswith("jobs/finalize.sbatch")
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         [rnd] = store.finalize_rounds(store.get_campaign("test-campaign").id)
     assert (rnd.round, rnd.job_id, rnd.dependency, rnd.tag) == (1, "103", "afterany:101:102", "test-campaign.finalize")
     again = submit(plan_dir)                        # a second submit does not submit it again
@@ -188,7 +192,7 @@ def test_finalize_recovered_by_name_after_a_kill_between_sbatch_and_record(tmp_p
     assert report.finalize is not None and (report.finalize.action, report.finalize.job_id) == ("recovered", "103")
     assert len(fake_slurm.finalize_calls("test-campaign")) == 1   # not submitted twice
     # the job may already have ended and left the queue: sacct --name finds it as well
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         assert store.finalize_rounds(c.id)[-1].job_id == "103"
 

@@ -21,6 +21,9 @@ from .test_supervise import Cluster, _names_from_store
 
 NASTY = '<img src=x onerror="alert(1)">'
 
+# every test here runs on the plan's SQLite store and on PostgreSQL (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("store_backend")
+
 
 @pytest.fixture
 def campaign(tmp_path, spec_factory, fake_slurm):
@@ -78,7 +81,7 @@ def test_page_json_metrics_and_nothing_else(server):
 
 def test_serve_refuses_a_plan_without_state(tmp_path, spec_factory):
     plan_dir = write_plan(load_plan(spec_factory({})), tmp_path / "plan").out_dir
-    with pytest.raises(InputError, match="no campaign state yet"):
+    with pytest.raises(InputError, match="no campaign state yet|has no campaign .test-campaign.: start it"):
         make_server(plan_dir, port=0)
 
 

@@ -8,19 +8,13 @@ binaries and psycopg are installed.
 from __future__ import annotations
 
 import datetime as dt
-import glob
 import importlib.util
 import multiprocessing
 import os
-import pwd
 import random
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 from sqlalchemy import create_engine, insert, inspect, text
@@ -456,47 +450,11 @@ def test_slurm_state_words():
 # PostgreSQL on a throwaway cluster
 
 
-def _pg_bindir() -> Path:
-    candidates = [Path(p).resolve().parent for p in (shutil.which("initdb"), shutil.which("pg_ctl")) if p]
-    candidates += sorted((Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/initdb")),
-                         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
-    for d in candidates:
-        if (d / "initdb").exists() and (d / "pg_ctl").exists():
-            return d
-    pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin; "
-                "install them (Debian: apt-get install postgresql) to run the PostgreSQL tests")
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'psycopg[binary]')")
-    bindir = _pg_bindir()
-    user: Dict[str, str] = {}
-    if os.geteuid() == 0:  # the server refuses to run as root
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run the server as")
-        user = {"user": "postgres"}
-    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-"))
-    if user:
-        shutil.chown(base, "postgres")
-    data = base / "data"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    run = dict(check=True, capture_output=True, text=True, timeout=120, **user)
-    subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", "hpcrun", "-A", "trust", "-E", "UTF8",
-                    "--no-sync", "--locale=C"], **run)
-    opts = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={base} -c fsync=off"
-    subprocess.run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-t", "60",
-                    "-o", opts, "start"], **run)
-    try:
-        yield f"postgresql+psycopg://hpcrun@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60, **user)
-        shutil.rmtree(base, ignore_errors=True)
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh database on the run's PostgreSQL server (tests/conftest.py)."""
+    from tests.pg import fresh_database
+    return fresh_database(pg_server)
 
 
 @pytest.mark.postgres

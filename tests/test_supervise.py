@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from hpcrun.operate.plandir import open_plan_store
 from hpcrun.operate.supervise import SupervisorBusy, run
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 from hpcrun.store.lock import supervisor_lock
-from hpcrun.store.store import open_store
 
 from .fake_slurm import FakeSlurm
 from .test_finalize import FINALIZE
+
+# every campaign test here runs on the plan's SQLite store and on PostgreSQL (store_backend,
+# tests/conftest.py); the heartbeat-from-another-host check exists for SQLite's host-local flock only
 
 
 def _plan(tmp_path, spec_factory, **over) -> Path:
@@ -44,12 +47,12 @@ class Cluster:
 
 
 def _names_from_store(plan_dir: Path, cluster: Cluster) -> None:
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         cluster.names = {j.slurm_id: j.job_name for j in store.job_states(c.id) if j.slurm_id}
 
 
-def test_run_drives_the_campaign_through_failures_to_the_end(tmp_path, spec_factory, fake_slurm):
+def test_run_drives_the_campaign_through_failures_to_the_end(tmp_path, spec_factory, fake_slurm, store_backend):
     plan_dir = _plan(tmp_path, spec_factory, finalize=FINALIZE)
     cluster = Cluster(fake_slurm, {
         "test-campaign.00001": [("FAILED", "7:0")],     # a chain fails once, then works
@@ -72,7 +75,7 @@ def test_run_drives_the_campaign_through_failures_to_the_end(tmp_path, spec_fact
     assert len(retried) == 1 and "--time=00:45:00" in retried[0], args   # 30 min x 1.5
     assert len([a for a in args if ".finalize" in a]) == 1                 # the finalize job, once
     assert "--job-name=test-campaign.finalize" in args[-1] and "--dependency" not in args[-1]  # all settled first
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         assert store.attempts_by_class(c.id) == {"chain": 1, "time_limit": 1, "qa": 1}
         changes = [ch for _j, _a, ch in store.retry_changes(c.id)]
@@ -96,9 +99,9 @@ def test_run_drives_the_campaign_through_failures_to_the_end(tmp_path, spec_fact
         ("test-campaign.00002", "after time_limit: time limit 00:30:00 -> 00:45:00")]
 
 
-def test_one_supervisor_per_campaign(tmp_path, spec_factory, fake_slurm):
+def test_one_supervisor_per_campaign(tmp_path, spec_factory, fake_slurm, store_backend):
     plan_dir = _plan(tmp_path, spec_factory)
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         store.register_campaign("test-campaign", json.loads((plan_dir / "manifest.json").read_text())
                                 ["digests"]["spec"], json.loads((plan_dir / "manifest.json").read_text())
                                 ["digests"]["profile"])
@@ -114,7 +117,7 @@ def test_one_supervisor_per_campaign(tmp_path, spec_factory, fake_slurm):
 def test_a_fresh_heartbeat_from_another_host_refuses_unless_take_over(tmp_path, spec_factory, fake_slurm, cli):
     plan_dir = _plan(tmp_path, spec_factory)
     run(plan_dir, once=True, sleep=lambda s: None)
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         store.begin_supervising(c.id, "op@login07.example.org:4242")   # a supervisor on another login node
         assert store.beat(c.id, "op@login07.example.org:4242", rounds=3, phase="running", note="x",
@@ -125,7 +128,7 @@ def test_a_fresh_heartbeat_from_another_host_refuses_unless_take_over(tmp_path, 
     assert report.took_over == "op@login07.example.org:4242"
     result = cli("status", str(plan_dir))
     assert result.exit_code == 0 and ": stopped, round 1, last heartbeat" in result.output
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         # the other one, if it was alive after all, finds its name gone from the row and stops
         assert not store.beat(c.id, "op@login07.example.org:4242", rounds=4, phase="running", note="x",
@@ -133,7 +136,7 @@ def test_a_fresh_heartbeat_from_another_host_refuses_unless_take_over(tmp_path, 
         assert store.supervisor(c.id).age_s(dt.datetime.now(dt.timezone.utc)) < 60
 
 
-def test_the_event_hook_gets_the_event_without_a_shell(tmp_path, spec_factory, fake_slurm):
+def test_the_event_hook_gets_the_event_without_a_shell(tmp_path, spec_factory, fake_slurm, store_backend):
     seen = tmp_path / "seen.txt"
     hook = [sys.executable, "-c", "import os, sys; open(sys.argv[1], 'a').write("
             "os.environ['HPCRUN_EVENT'] + ' ' + sys.stdin.read() + chr(10))", str(seen)]
@@ -153,7 +156,7 @@ def test_the_event_hook_gets_the_event_without_a_shell(tmp_path, spec_factory, f
     assert " done " in (plan_dir / "events.log").read_text()
 
 
-def test_run_command_line(tmp_path, spec_factory, fake_slurm, cli):
+def test_run_command_line(tmp_path, spec_factory, fake_slurm, cli, store_backend):
     plan_dir = _plan(tmp_path, spec_factory)
     result = cli("run", str(plan_dir), "--once", "--no-metrics")
     assert result.exit_code == 0, result.output
@@ -164,7 +167,7 @@ def test_run_command_line(tmp_path, spec_factory, fake_slurm, cli):
     assert data["outcome"] == "once" and data["rounds"][0]["jobs"]["submitted"] == 3
 
 
-def test_follow_keeps_supervising_after_the_end(tmp_path, spec_factory, fake_slurm):
+def test_follow_keeps_supervising_after_the_end(tmp_path, spec_factory, fake_slurm, store_backend):
     plan_dir = _plan(tmp_path, spec_factory)
     cluster = Cluster(fake_slurm, {})
 
@@ -175,11 +178,11 @@ def test_follow_keeps_supervising_after_the_end(tmp_path, spec_factory, fake_slu
     report = run(plan_dir, interval=1, follow=True, max_rounds=5, on_round=between, sleep=lambda s: None)
     assert report.outcome == "rounds" and len(report.rounds) == 5
     assert [r.finished for r in report.rounds][-2:] == [True, True]   # finished, and still watching
-    with open_store(plan_dir) as store:
+    with open_plan_store(plan_dir) as store:
         assert store.supervisor(store.get_campaign("test-campaign").id).phase == "stopped"
 
 
-def test_a_stall_runs_the_hook_once_per_period(tmp_path, spec_factory, fake_slurm, monkeypatch):
+def test_a_stall_runs_the_hook_once_per_period(tmp_path, spec_factory, fake_slurm, monkeypatch, store_backend):
     """Nothing ever ends (the fake queue keeps the jobs): after events.stall_after the hook hears of it."""
     import hpcrun.operate.supervise as supervise
 

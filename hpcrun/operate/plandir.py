@@ -4,11 +4,13 @@ and its campaign store. Status, retry, report and submit open it here, not throu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hpcrun.backends.scheduler import DEFAULT, Scheduler, scheduler_for
 from hpcrun.errors import InputError, Problem
+from hpcrun.store.mounts import DB_NAME
 from hpcrun.store.store import StateStore, open_store
 
 
@@ -42,9 +44,22 @@ def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
     return data
 
 
+STORE_ENV = "HPCRUN_STATE_DB"   # the campaign store's URL for every command and the Python API
+
+
+def store_url(db: Optional[str] = None) -> Optional[str]:
+    """The store a command was given: ``db``, else $HPCRUN_STATE_DB, else None (the plan's state.db)."""
+    return db or os.environ.get(STORE_ENV) or None
+
+
+def has_store(plan_dir: Path, db: Optional[str] = None) -> bool:
+    """A store to open: a URL given, or the plan's own state.db (a plan never submitted has none)."""
+    return store_url(db) is not None or (plan_dir / DB_NAME).exists()
+
+
 def open_plan_store(plan_dir: Path, db: Optional[str] = None, **options: Any) -> StateStore:
-    """The store of a plan: ``db`` (a URL) or ``<plan_dir>/state.db``."""
-    return open_store(db or plan_dir, **options)
+    """The store of a plan: ``db`` or $HPCRUN_STATE_DB (a URL), else ``<plan_dir>/state.db``."""
+    return open_store(store_url(db) or plan_dir, **options)
 
 
 DEFAULT_POLL_S = 60.0      # a login node is shared: poll the scheduler once a minute unless told otherwise

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
 from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.results import Batch, SubmitReport
 from hpcrun.operate.submit import submit_store
@@ -63,7 +63,7 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
     selected = _indices(manifest, jobs)
     policy = RetryPolicy.from_manifest(manifest, max_attempts=max_attempts, cancelled=cancelled)
     report = RetryReport(manifest["campaign"], dry_run=dry_run)
-    if db is None and not (plan_dir / "state.db").exists():
+    if not has_store(plan_dir, db):
         return report  # nothing was ever submitted
     with open_plan_store(plan_dir, db) as store:   # one manifest, one store for the poll, requeue and submit
         if not dry_run:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import open_plan_store, poll_interval, read_manifest, scheduler_of
+from hpcrun.operate.plandir import has_store, open_plan_store, poll_interval, read_manifest, scheduler_of
 from hpcrun.operate.policy import adjust_of
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
@@ -337,7 +337,7 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir)
     throttle = manifest["submit"].get("throttle")
-    if dry_run and db is None and not (plan_dir / "state.db").exists():
+    if dry_run and not has_store(plan_dir, db):
         # nothing recorded yet: everything is outstanding, and a dry run creates no store
         budget, queue = _queue_budget(manifest, limit)
         batches, left = plan_batches(scripts_of(manifest), [j["index"] for j in manifest["jobs"]], budget, throttle)

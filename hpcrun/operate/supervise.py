@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from hpcrun.errors import HpcrunError
 from hpcrun.operate import events as campaign_events
 from hpcrun.operate.metrics import Family, render, write_atomically
-from hpcrun.operate.plandir import next_interval, open_plan_store, poll_interval, read_manifest
+from hpcrun.operate.plandir import has_store, next_interval, open_plan_store, poll_interval, read_manifest
 from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
@@ -299,7 +299,7 @@ def heartbeat(plan_dir: Union[str, Path], *, db: Optional[str] = None) -> Option
     """The campaign's supervisor row (None: never supervised), for status and the web view."""
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir, jobs=False)
-    if db is None and not (plan_dir / "state.db").exists():
+    if not has_store(plan_dir, db):
         return None
     with open_plan_store(plan_dir, db) as store:
         try:

@@ -25,7 +25,14 @@ from hpcrun.backends.scheduler.base import (
     normalize_state,
     parse_exit_code,
 )
-from hpcrun.operate.plandir import next_interval, open_plan_store, poll_interval, read_manifest, scheduler_of
+from hpcrun.operate.plandir import (
+    has_store,
+    next_interval,
+    open_plan_store,
+    poll_interval,
+    read_manifest,
+    scheduler_of,
+)
 from hpcrun.plan.inputs import stem_of
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.mounts import INPUT_STATES
@@ -389,7 +396,7 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
     """Observe every job in flight once, record the changes, and summarise the campaign."""
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir, jobs=False)  # names come from the store: a 100k-job manifest is 30 MB
-    if db is None and not (plan_dir / "state.db").exists():
+    if not has_store(plan_dir, db):
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
         return poll_store(plan_dir, manifest, store, all_jobs)

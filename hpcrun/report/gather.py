@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
 from hpcrun.operate.track import finalize_summary
 from hpcrun.operate.track import poll as status_poll
 from hpcrun.report.figures import CampaignReport, build, transfers_of
@@ -24,7 +24,7 @@ from hpcrun.store.store import StateStore
 def open_campaign(plan_dir: Path, db: Optional[str]) -> Iterator[Tuple[Dict[str, Any], StateStore, Campaign]]:
     """The manifest, the open store and the campaign of a plan; a clear refusal when it has no state."""
     manifest = read_manifest(plan_dir)
-    if db is None and not (plan_dir / "state.db").exists():
+    if not has_store(plan_dir, db):
         raise InputError([Problem(str(plan_dir), None, "", (
             "has no campaign state yet (no state.db): start it with `hpcrun run` or `hpcrun submit`"))])
     with open_plan_store(plan_dir, db) as store:
@@ -91,7 +91,7 @@ def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,
                     poll: bool = False) -> Tuple[CampaignReport, str]:
     """The report and the store location; ``poll`` records a fresh scheduler poll first."""
     plan_dir = Path(plan_dir).resolve()
-    if poll and (db is not None or (plan_dir / "state.db").exists()):
+    if poll and has_store(plan_dir, db):
         status_poll(plan_dir, db=db)
     with open_campaign(plan_dir, db) as (manifest, store, campaign):
         return report_of(manifest, store, campaign, plan_dir), store.location

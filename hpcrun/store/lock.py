@@ -18,7 +18,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -78,15 +78,35 @@ _HINT = {"submit": "Run again when it has finished, or give --lock-timeout.",
                         "heartbeat), or stop it first; once it has died the lock is free again.")}
 
 
+def _pg_holder(conn: Any, key: int) -> str:
+    """Who holds a PostgreSQL advisory lock: the holder's session name (user@host:pid, set by the store)."""
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    try:
+        name = conn.execute(text(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.classid::bigint = :hi AND l.objid::bigint = :lo"),
+            {"hi": unsigned >> 32, "lo": unsigned & 0xFFFFFFFF}).scalar()
+        conn.rollback()
+    except Exception:  # noqa: BLE001 - naming the holder is a courtesy; the refusal stands without it
+        return "another hpcrun process"
+    if not name:
+        return "another hpcrun process"
+    who, _, pid = str(name).rpartition(":")
+    return f"{who} pid {pid}" if who and pid.isdigit() else str(name)
+
+
 @contextmanager
 def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
                  on_wait: Optional[Callable[[str], None]], purpose: str = "submit") -> Iterator[None]:
     backend = engine.dialect.name
     key = _key(campaign, purpose)
     with engine.connect() as conn:
+        holder = lambda: "another hpcrun process"  # noqa: E731
         if backend == "postgresql":
             take = lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())  # noqa: E731
             give = lambda: conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})  # noqa: E731
+            holder = lambda: _pg_holder(conn, key)  # noqa: E731
         elif backend in ("mysql", "mariadb"):
             name = f"hpcrun-{purpose}:{hashlib.sha256(campaign.encode()).hexdigest()[:40]}"
             take = lambda: conn.execute(text("SELECT GET_LOCK(:n, 0)"), {"n": name}).scalar() == 1  # noqa: E731
@@ -98,10 +118,10 @@ def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
         while not take():
             conn.rollback()
             if time.monotonic() >= deadline:
-                raise LockTimeout(f"{location}: another hpcrun process holds the {purpose} lock of campaign "
-                                  f"'{campaign}'; {_waited(timeout)}. {_HINT[purpose]}")
+                raise LockTimeout(f"{location}: campaign '{campaign}': the campaign's {purpose} lock is held by "
+                                  f"{holder()}; {_waited(timeout)}. {_HINT[purpose]}")
             if on_wait and not told:
-                on_wait("another hpcrun process")
+                on_wait(holder())
                 told = True
             time.sleep(0.5)
         conn.commit()

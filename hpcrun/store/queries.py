@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import BigInteger, bindparam, cast, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from hpcrun.store import schema
 from hpcrun.store.base import _INPUT_COLUMNS, StateStoreError, StoreBase, _now, _path_key
 from hpcrun.store.mounts import INPUT_STATES
 from hpcrun.store.records import Campaign, InputRecord, InputRow, JobState, NewInput, QaRow, ReportData, RunRow
+
+
+def _int_sum(column: Any) -> Any:
+    """SUM of an integer column as an integer: PostgreSQL answers SUM(bigint) as NUMERIC, which
+    psycopg hands over as Decimal (and Decimal / float is a TypeError in the report)."""
+    return cast(func.sum(column), BigInteger)
 
 
 class Queries(StoreBase):
@@ -126,7 +132,7 @@ class Queries(StoreBase):
         last = sc.alias("last_change")
         query = (select(t.c.job_index, func.min(t.c.state), func.max(t.c.attempts), func.max(t.c.last_reason),
                         func.max(s.c.job_id), func.max(s.c.array_index), func.max(s.c.last_state),
-                        func.count(), func.sum(t.c.size), func.max(last.c.exit_code), func.max(last.c.signal),
+                        func.count(), _int_sum(t.c.size), func.max(last.c.exit_code), func.max(last.c.signal),
                         func.max(last.c.elapsed_s), func.max(last.c.reason), func.min(t.c.job_name))
                  .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id)
                               .outerjoin(latest, latest.c.submission_id == s.c.id)
@@ -148,7 +154,7 @@ class Queries(StoreBase):
                   .join(s, s.c.id == sc.c.submission_id).where(s.c.campaign_id == campaign_id)
                   .group_by(sc.c.submission_id).subquery())
         job_of = (select(link.c.submission_id, func.min(t.c.job_index).label("job_index"),
-                         func.sum(t.c.size).label("bytes"), func.count().label("inputs"))
+                         _int_sum(t.c.size).label("bytes"), func.count().label("inputs"))
                   .join(t, t.c.id == link.c.input_id).where(t.c.campaign_id == campaign_id)
                   .group_by(link.c.submission_id).subquery())
         runs_q = (select(s.c.id, s.c.job_id, s.c.array_index, job_of.c.job_index, job_of.c.bytes, job_of.c.inputs,

@@ -34,7 +34,7 @@ from sqlalchemy.pool import StaticPool
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.store import schema
-from hpcrun.store.base import SchemaVersionError, StateStoreError
+from hpcrun.store.base import SchemaVersionError, StateStoreError, _whoami
 from hpcrun.store.claims import Claims
 from hpcrun.store.failures import Failures
 from hpcrun.store.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
@@ -137,6 +137,10 @@ class StateStore(Claims, Failures, Observations, Queries, Supervision):
                     db, allow_network_fs=allow_network_fs, mount_table=mount_table).network
                 engine = create_engine(url, poolclass=StaticPool) if memory else create_engine(url)
                 _configure_sqlite(engine, busy_timeout_s, memory, network)
+            elif url.get_backend_name() == "postgresql":
+                # the server shows each session as its hpcrun process (pg_stat_activity), so that a
+                # refused lock can name its holder
+                engine = create_engine(url, pool_pre_ping=True, connect_args={"application_name": _whoami()[:63]})
             else:
                 engine = create_engine(url, pool_pre_ping=True)
         except NoSuchModuleError as exc:

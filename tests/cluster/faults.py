@@ -92,11 +92,11 @@ class FaultCampaign:
         self.markers = cluster.workdir / "markers"
         self.markers.mkdir(exist_ok=True)
         cluster.chown(self.markers)
-        # chains last a couple of seconds, so that the chain killer finds them running
+        # chains stay a couple of seconds (idle: 2 cores emulate 24), so that the chain killer finds them
         self.c = Campaign(cluster, hpcrun, example_root, name, burst_buffer=None, inputs__glob=glob,
                           walltime="00:02:00",
                           chain_extra=["--fail-marked", str(self.markers), "--slow-marked", str(self.markers)]
-                          + (["--cpu-seconds", "2"] if faults.kill_chains else []),
+                          + (["--linger", "2"] if faults.kill_chains else []),
                           jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": 12})
         self.names = sorted(p.name for p in self.raw.glob("*.h5"))
         rng = random.Random(faults.seed)

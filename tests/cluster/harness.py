@@ -77,6 +77,8 @@ APT_PACKAGES = [
     # real containers: ch-run only (the charliecloud metapackage would pull in docker.io and
     # buildah), and what tests/cluster/image.py builds and caches the test image with
     "charliecloud-runtime",
+    # a private PostgreSQL server for the shared-store tests (tests/pg.py; started by tests/run-all.sh)
+    "postgresql",
     "debootstrap",
     "zstd",
     # a real network filesystem for the state store tests (sshfs over loopback: the kernel

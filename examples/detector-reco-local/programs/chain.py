@@ -54,6 +54,7 @@ def main() -> int:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--defaults", default="", help="client option file ({db_defaults}); used instead of --socket")
     ap.add_argument("--crash-chain", type=int, default=-1, help="test hook: this chain dies of SIGSEGV")
+    ap.add_argument("--linger", type=float, default=0.0, help="test hook: stay this many seconds (idle) first")
     ap.add_argument("--hold", type=Path, default=None, help=(
         "test hook: wait (at most 120 s) while the file HOLD exists, with the DB connected once"))
     ap.add_argument("--refresh", type=int, default=200, help="re-read constants every N events")
@@ -68,6 +69,8 @@ def main() -> int:
     if chain == args.crash_chain:
         print(f"chain {chain}: crashing on purpose (--crash-chain)", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSEGV)
+    if args.linger:
+        time.sleep(args.linger)
     if args.hold is not None:
         calibration(args.socket, args.defaults)
         end = time.monotonic() + 120
