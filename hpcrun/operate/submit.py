@@ -17,8 +17,9 @@ from __future__ import annotations
 import getpass
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain
 from hpcrun.errors import InputError, Problem
@@ -204,6 +205,7 @@ class Submitter:
                     batch = Batch(batch.script, jobs, self._array_spec(batch.script, jobs) if batch.array_spec
                                   else None, adjust=batch.adjust, changes=batch.changes)
                 batch.tag = f"{base}.{jobs[0]}" if grouped else base
+                self.store.check_fences()   # a holder that lost its lock hands the scheduler nothing
                 batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
                                                  array=batch.array_spec or None, adjust=batch.adjust)
                 changes.update(dict.fromkeys(jobs, batch.changes))
@@ -367,7 +369,8 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
         from hpcrun.operate.finalize import dry_run_action
         report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
         return report
-    with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait):
+    with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait), \
+            _lease(store, campaign.id, "submit"):
         submitter = Submitter(plan_dir, store, manifest, campaign)
         report.recovered, report.released = submitter.reconcile()
         budget, report.queue = _queue_budget(manifest, limit)
@@ -382,6 +385,16 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
         if with_finalize:
             report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
     return report
+
+
+@contextmanager
+def _lease(store: StateStore, campaign_id: int, purpose: str) -> Iterator[None]:
+    """The lease that goes with a lock just taken: this store's writes are fenced while it holds it."""
+    store.take_lease(campaign_id, purpose)
+    try:
+        yield
+    finally:
+        store.drop_fence(purpose)
 
 
 def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: Optional[str] = None,

@@ -21,7 +21,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from hpcrun.errors import HpcrunError
 from hpcrun.operate import events as campaign_events
@@ -30,12 +32,16 @@ from hpcrun.operate.plandir import has_store, next_interval, open_plan_store, po
 from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
-from hpcrun.store.base import _whoami
-from hpcrun.store.lock import LockTimeout, supervisor_lock
+from hpcrun.store.base import StateStoreError, _whoami
+from hpcrun.store.fence import Fenced
+from hpcrun.store.lock import Held, LockTimeout, supervisor_lock
 from hpcrun.store.records import Campaign, SupervisorRecord
 from hpcrun.store.store import StateStore
 
 STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead supervisor's
+# waits before each reconnection to a database that dropped the supervisor's sessions: about
+# six minutes of outage (a server restart, a failover) are ridden out before it gives up
+RECONNECT_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 60.0, 60.0, 60.0)
 METRICS_NAME = "metrics.prom"
 
 
@@ -94,10 +100,11 @@ class RunReport:
     outcome: str = "running"        # finished | once | rounds | stopped | superseded
     rounds: List[Round] = field(default_factory=list)
     took_over: Optional[str] = None  # the holder of the row this supervisor replaced
+    outages: List[str] = field(default_factory=list)   # database sessions lost and reconnected
 
     def as_dict(self) -> Dict[str, Any]:
         return {"campaign": self.campaign, "outcome": self.outcome, "took_over": self.took_over,
-                "rounds": [r.as_dict() for r in self.rounds]}
+                "outages": self.outages, "rounds": [r.as_dict() for r in self.rounds]}
 
 
 def _host(holder: str) -> str:
@@ -242,22 +249,79 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
     holder = _whoami()
     with open_plan_store(plan_dir, db) as store:
         campaign = register(store, manifest)
-        try:
-            with supervisor_lock(store.engine, store.location, campaign.name):
-                _check_heartbeat(store, campaign, holder, take_over)
-                prev = store.begin_supervising(campaign.id, holder)
-                sup = Supervisor(plan_dir, manifest, store, campaign, lock_timeout=lock_timeout,
-                                 metrics_path=metrics_path)
-                report = RunReport(campaign.name, took_over=prev.holder if prev and prev.phase == "running"
-                                   else None)
-                _loop(sup, report, holder, once=once, follow=follow, interval=interval, max_rounds=max_rounds,
-                      on_round=on_round, sleep=sleep)
-        except LockTimeout as exc:
-            raise SupervisorBusy(str(exc)) from None
-    return report
+        started: Optional[Tuple[Supervisor, RunReport]] = None
+        outages = 0
+        while True:
+            try:
+                with supervisor_lock(store.engine, store.location, campaign.name) as held:
+                    if started is None:
+                        started = _start(plan_dir, manifest, store, campaign, holder, take_over, lock_timeout,
+                                         metrics_path)
+                    else:   # back after an outage: only if nobody took the campaign meanwhile
+                        store.check_fences()
+                    sup, report = started
+                    _loop(sup, report, holder, held, once=once, follow=follow, interval=interval,
+                          max_rounds=max_rounds, on_round=on_round, sleep=sleep)
+                return report
+            except LockTimeout as exc:
+                if started is None:
+                    raise SupervisorBusy(str(exc)) from None
+                raise _taken_over(store, campaign) from None
+            except (_LockLost, StateStoreError, DBAPIError) as exc:
+                if started is None or not _disconnected(store, exc) or outages >= len(RECONNECT_DELAYS_S):
+                    raise
+                wait = RECONNECT_DELAYS_S[outages]
+                outages += 1
+                started[1].outages.append(f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S} {_first_line(exc)}; "
+                                          f"reconnecting in {wait:.0f} s")
+                store.engine.dispose()   # every pooled session may be dead: start afresh
+                sleep(wait)
 
 
-def _loop(sup: Supervisor, report: RunReport, holder: str, *, once: bool, follow: bool,
+def _start(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, campaign: Campaign, holder: str,
+           take_over: bool, lock_timeout: float, metrics_path: Optional[Path]) -> Tuple[Supervisor, RunReport]:
+    """Become the campaign's supervisor: heartbeat row, lease (fencing every later write), the rounds' state."""
+    _check_heartbeat(store, campaign, holder, take_over)
+    prev = store.begin_supervising(campaign.id, holder)
+    store.take_lease(campaign.id, "supervisor", holder)
+    sup = Supervisor(plan_dir, manifest, store, campaign, lock_timeout=lock_timeout, metrics_path=metrics_path)
+    return sup, RunReport(campaign.name, took_over=prev.holder if prev and prev.phase == "running" else None)
+
+
+class _LockLost(Exception):
+    """The session holding the supervisor lock is gone (a server restart, a dropped connection)."""
+
+    def __str__(self) -> str:
+        return "the database session holding the supervisor lock was dropped"
+
+
+def _disconnected(store: StateStore, exc: BaseException) -> bool:
+    """A lost server session, as opposed to a refusal: worth reconnecting for (never with SQLite)."""
+    if store.engine.dialect.name == "sqlite":
+        return False
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, _LockLost) or (isinstance(seen, DBAPIError) and (
+                seen.connection_invalidated or isinstance(seen, (OperationalError, InterfaceError)))):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _taken_over(store: StateStore, campaign: Campaign) -> Fenced:
+    lease = store.lease(campaign.id, "supervisor")
+    mine = store.fences.get("supervisor")
+    who = lease.holder if lease else "another process"
+    return Fenced(f"{store.location}: while this supervisor ({mine.holder if mine else _whoami()}) was cut off "
+                  f"from its database, {who} took campaign '{campaign.name}' over; this one stops here and has "
+                  "submitted and recorded nothing since. `hpcrun status` shows who drives it now.")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: bool, follow: bool,
           interval: Optional[float], max_rounds: Optional[int], on_round: Optional[Callable[[Round], None]],
           sleep: Callable[[float], None]) -> None:
     base = poll_interval(sup.manifest, interval)
@@ -265,6 +329,8 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, *, once: bool, follow
     stall_after = sup.events.stall_after_s
     with _Stop() as stop:
         while True:
+            if not held.alive():
+                raise _LockLost()
             rnd = sup.round(len(report.rounds) + 1)
             pause = next_interval(base, pause, rnd.changed) if report.rounds else base
             rnd.pause = 0.0 if rnd.finished and not follow else pause

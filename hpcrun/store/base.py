@@ -18,6 +18,7 @@ from typing_extensions import Self
 
 from hpcrun.errors import HpcrunError
 from hpcrun.store import schema
+from hpcrun.store.fence import Lease, check_fence
 
 _IN_CHUNK = 900  # bound parameters per IN (...) list: below every backend's limit
 
@@ -72,6 +73,7 @@ class StoreBase:
     def __init__(self, engine: Engine, location: str):
         self.engine = engine
         self.location = location
+        self.fences: Dict[str, Lease] = {}   # leases this store's writes must still hold (fence.py)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -99,6 +101,8 @@ class StoreBase:
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         with self._guard(), self.engine.begin() as conn:
+            for lease in self.fences.values():
+                check_fence(conn, lease, self.location)
             yield conn
 
     @contextmanager

@@ -16,12 +16,13 @@ import fcntl
 import hashlib
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from hpcrun.errors import HpcrunError
 
@@ -41,9 +42,27 @@ def _waited(timeout: float) -> str:
     return f"waited {timeout:.0f} s" if timeout > 0 else "did not wait"
 
 
+class Held:
+    """A lock being held; ``alive()`` says whether it still is (a server may drop the session)."""
+
+    def __init__(self, alive: Callable[[], bool] = lambda: True):
+        self.alive = alive
+
+
+def _alive(conn: Any) -> bool:
+    try:
+        conn.execute(text("SELECT 1"))
+        conn.commit()
+        return True
+    except DBAPIError:
+        with suppress(SQLAlchemyError):
+            conn.rollback()
+        return False
+
+
 @contextmanager
 def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], None]],
-               purpose: str = "submit") -> Iterator[None]:
+               purpose: str = "submit") -> Iterator[Held]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout
@@ -65,7 +84,7 @@ def _file_lock(path: Path, timeout: float, on_wait: Optional[Callable[[str], Non
         os.pwrite(fd, f"{os.environ.get('USER', os.getuid())} pid {os.getpid()} on {os.uname().nodename}\n".encode(),
                   0)
         try:
-            yield
+            yield Held()
         finally:
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -98,7 +117,7 @@ def _pg_holder(conn: Any, key: int) -> str:
 
 @contextmanager
 def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
-                 on_wait: Optional[Callable[[str], None]], purpose: str = "submit") -> Iterator[None]:
+                 on_wait: Optional[Callable[[str], None]], purpose: str = "submit") -> Iterator[Held]:
     backend = engine.dialect.name
     key = _key(campaign, purpose)
     with engine.connect() as conn:
@@ -126,26 +145,29 @@ def _server_lock(engine: Engine, campaign: str, location: str, timeout: float,
             time.sleep(0.5)
         conn.commit()
         try:
-            yield
+            yield Held(lambda: _alive(conn))
         finally:
-            give()
-            conn.commit()
+            try:
+                give()
+                conn.commit()
+            except SQLAlchemyError:
+                pass   # the session is gone, and its lock with it
 
 
 @contextmanager
 def campaign_lock(engine: Engine, location: str, campaign: str, purpose: str, timeout: float,
-                  on_wait: Optional[Callable[[str], None]] = None) -> Iterator[None]:
+                  on_wait: Optional[Callable[[str], None]] = None) -> Iterator[Held]:
     """Hold one of the campaign's locks (``purpose``: submit or supervisor); wait up to ``timeout`` s."""
     if engine.dialect.name == "sqlite":
         db = engine.url.database or ""
         if db in ("", ":memory:"):  # a private in-memory store: only this process sees it
-            yield
+            yield Held()
             return
-        with _file_lock(Path(f"{db}.{purpose}-lock"), timeout, on_wait, purpose):
-            yield
+        with _file_lock(Path(f"{db}.{purpose}-lock"), timeout, on_wait, purpose) as held:
+            yield held
         return
-    with _server_lock(engine, campaign, location, timeout, on_wait, purpose):
-        yield
+    with _server_lock(engine, campaign, location, timeout, on_wait, purpose) as held:
+        yield held
 
 
 @contextmanager
@@ -157,7 +179,7 @@ def submit_lock(engine: Engine, location: str, campaign: str, timeout: float = 6
 
 
 @contextmanager
-def supervisor_lock(engine: Engine, location: str, campaign: str) -> Iterator[None]:
+def supervisor_lock(engine: Engine, location: str, campaign: str) -> Iterator[Held]:
     """Hold the campaign's supervisor lock for as long as the supervisor lives; never wait for it."""
-    with campaign_lock(engine, location, campaign, "supervisor", 0.0):
-        yield
+    with campaign_lock(engine, location, campaign, "supervisor", 0.0) as held:
+        yield held

@@ -281,9 +281,43 @@ def _v4_columns() -> Dict[str, Sequence[Column[Any]]]:
     }
 
 
+def _v5_tables(md: MetaData) -> Tuple[Table, ...]:
+    """The tables version 5 adds: leases (fencing), the operators' audit trail, the pause switch.
+
+    A lease is taken with the supervisor or submit lock and bumps its epoch; every write of the
+    holder checks that the epoch is still its own, so a holder that lost its lock (its database
+    session was dropped while it hung) and did not notice has its writes refused by the store.
+    """
+    lease = Table(
+        "hpcrun_lease", md,
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), primary_key=True),
+        Column("purpose", String(32), primary_key=True),        # supervisor | submit
+        Column("epoch", Integer, nullable=False),
+        Column("holder", String(300), nullable=False),          # user@host:pid
+        Column("taken_at", UTCDateTime, nullable=False),
+    )
+    audit = Table(
+        "hpcrun_audit", md,
+        Column("id", ID, primary_key=True, autoincrement=True),
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), nullable=False, index=True),
+        Column("at", UTCDateTime, nullable=False),
+        Column("who", String(300), nullable=False),             # user@host:pid
+        Column("command", String(64), nullable=False),          # submit, retry, cancel, pause, resume, unpark ...
+        Column("detail", Text, nullable=False),                 # what it changed, in words
+    )
+    pause = Table(
+        "hpcrun_pause", md,
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), primary_key=True),
+        Column("by", String(300), nullable=False),
+        Column("at", UTCDateTime, nullable=False),
+        Column("note", Text, nullable=True),
+    )
+    return lease, audit, pause
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
-    for table in (_v3_finalize(md), _v4_supervisor(md)):
+    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md)):
         tables[table.name] = table
     for added in (_v2_columns(), _v4_columns()):
         for name, columns in added.items():
@@ -306,6 +340,9 @@ state_change = _tables["hpcrun_state_change"]
 qa_outcome = _tables["hpcrun_qa_outcome"]
 finalize = _tables["hpcrun_finalize"]
 supervisor = _tables["hpcrun_supervisor"]
+lease = _tables["hpcrun_lease"]
+audit = _tables["hpcrun_audit"]
+pause = _tables["hpcrun_pause"]
 
 
 @dataclass(frozen=True)
@@ -355,11 +392,19 @@ def _v4(conn: Connection) -> None:
             _add_column(conn, table, column)
 
 
+def _v5(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
+    for table in _v5_tables(md):
+        table.create(conn)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
     Migration(3, "campaign-level finalize job (one row per round)", _v3),
     Migration(4, "supervisor heartbeat; failure class and changes of each attempt; requested memory", _v4),
+    Migration(5, "leases (fencing epochs of the supervisor and submit locks), audit trail, pause switch", _v5),
 )
 
 

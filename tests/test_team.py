@@ -1,0 +1,112 @@
+"""A campaign a team operates on a shared PostgreSQL store (issue 25): leases fence a holder that lost
+its lock, the supervisor rides out dropped sessions and stops (exit 4, naming the new holder) when
+another took the campaign meanwhile. Fake sbatch/squeue/sacct (tests/fake_slurm.py); the real
+cluster versions are in tests/cluster/test_team_cluster.py."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from hpcrun.operate.plandir import open_plan_store
+from hpcrun.operate.supervise import run
+from hpcrun.store.fence import Fenced
+from hpcrun.store.lock import supervisor_lock
+from hpcrun.store.records import NewInput
+
+from .test_supervise import Cluster, _plan
+
+
+def test_a_lease_taken_over_fences_the_old_holder(tmp_path, store_backend):
+    with open_plan_store(tmp_path, store_backend) as a, open_plan_store(tmp_path, store_backend) as b:
+        c = a.register_campaign("fenced", "s" * 64, "p" * 64)
+        first = a.take_lease(c.id, "supervisor", "op1@login01:11")
+        a.add_inputs(c.id, [NewInput("/d/1.raw", size=1, job_index=0)])      # its own epoch: fine
+        second = b.take_lease(c.id, "supervisor", "op2@login02:22")
+        assert (first.epoch, second.epoch) == (1, 2)
+        with pytest.raises(Fenced) as exc:
+            a.add_inputs(c.id, [NewInput("/d/2.raw", size=1, job_index=1)])
+        assert exc.value.exit_code == 4
+        assert "op1@login01:11" in str(exc.value) and "op2@login02:22" in str(exc.value)
+        with pytest.raises(Fenced):
+            a.check_fences()
+        assert [i.path for i in b.inputs(c.id)] == ["/d/1.raw"]             # nothing of the refused write
+
+
+def _terminate_sessions(url: str) -> int:
+    """What a server restart or an operator's pg_terminate_backend does to every other session."""
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            return len(conn.execute(text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()")).all())
+    finally:
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_the_supervisor_reconnects_when_its_sessions_are_dropped(tmp_path, spec_factory, fake_slurm, pg_server):
+    from tests.pg import fresh_database
+    url = fresh_database(pg_server)
+    plan_dir = _plan(tmp_path, spec_factory)
+    cluster = Cluster(fake_slurm, {})
+    dropped = []
+
+    def between(rnd):
+        _names_from_store_url(url, cluster)
+        cluster.after_round(rnd)
+        if rnd.number == 1:
+            dropped.append(_terminate_sessions(url))
+
+    report = run(plan_dir, db=url, interval=1, on_round=between, sleep=lambda s: None, max_rounds=20)
+    assert dropped and dropped[0] >= 1
+    assert report.outcome == "finished" and report.outages, report.as_dict()
+    assert "reconnecting" in report.outages[0]
+    assert len([a for a in fake_slurm.args() if "--job-name=" in a]) == 3      # each job once, none twice
+    with open_plan_store(plan_dir, url) as store:
+        c = store.get_campaign("test-campaign")
+        assert {j.state for j in store.job_states(c.id)} == {"done"}
+
+
+@pytest.mark.postgres
+def test_a_supervisor_cut_off_while_another_took_over_stops_with_exit_4(tmp_path, spec_factory, fake_slurm,
+                                                                         pg_server):
+    from tests.pg import fresh_database
+    url = fresh_database(pg_server)
+    plan_dir = _plan(tmp_path, spec_factory)
+    cluster = Cluster(fake_slurm, {})
+    other = contextlib.ExitStack()
+    submitted_before = []
+
+    def between(rnd):
+        _names_from_store_url(url, cluster)
+        if rnd.number == 1:
+            submitted_before.append(len(fake_slurm.args()))
+            _terminate_sessions(url)
+            # S2 on another login node takes the campaign over while S1 is cut off
+            s2 = other.enter_context(open_plan_store(plan_dir, url))
+            c = s2.get_campaign("test-campaign")
+            other.enter_context(supervisor_lock(s2.engine, s2.location, c.name))
+            s2.begin_supervising(c.id, "op2@login02.example.org:2222")
+            s2.take_lease(c.id, "supervisor", "op2@login02.example.org:2222")
+
+    try:
+        with pytest.raises(Fenced) as exc:
+            run(plan_dir, db=url, interval=1, on_round=between, sleep=lambda s: None, max_rounds=20)
+    finally:
+        other.close()
+    assert exc.value.exit_code == 4
+    text_ = str(exc.value)
+    assert "op2@login02.example.org:2222" in text_ and "nothing since" in text_, text_
+    assert len(fake_slurm.args()) == submitted_before[0]      # nothing handed to the scheduler after
+
+
+def _names_from_store_url(url: str, cluster: Cluster) -> None:
+    with open_plan_store(Path("."), url) as store:
+        c = store.get_campaign("test-campaign")
+        cluster.names = {j.slurm_id: j.job_name for j in store.job_states(c.id) if j.slurm_id}
+
