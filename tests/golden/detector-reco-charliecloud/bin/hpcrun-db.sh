@@ -39,6 +39,17 @@ hold_dir() {
   command -v flock > /dev/null || return 0
   exec 9> "$1/.lock.new" && flock -n 9 && mv -f -- "$1/.lock.new" "$1/.lock"
 }
+# shellcheck disable=SC2329  # called on the way out
+remove_node_dir() {
+  # everything but the lock first: a removal cut short (SIGKILL after the grace period) leaves a
+  # directory with its lock, which a later job reclaims
+  local entry
+  for entry in "$1"/* "$1"/.[!.]*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    [ "${entry##*/}" = .lock ] || rm -rf -- "$entry"
+  done
+  rm -rf -- "$1"
+}
 # shellcheck disable=SC2329  # called below
 reclaim_dirs() {
   # $1 root, $2 this campaign's name prefix, $3 our own directory, $4 the record (path, bytes)
@@ -56,7 +67,7 @@ watcher=""
 # shellcheck disable=SC2329  # EXIT trap: on every way out, free node-local space
 cleanup() {
   [ -z "$watcher" ] || kill "$watcher" 2>/dev/null
-  rm -rf -- "$cache"
+  remove_node_dir "$cache"
 }
 trap cleanup EXIT
 
