@@ -166,6 +166,29 @@ def test_job_stages_inputs_with_xrdcp_and_records_throughput(servers, case):
     assert not list((case / "out" / ".hpcrun-work").glob("*/in/*")), "staged copies are removed at the end"
 
 
+def test_staged_into_a_node_local_stage_dir_private_and_reclaimed(servers, case):
+    """xrootd.stage_dir: a 0700 directory of the job's user, left by a killed job and reclaimed by the next."""
+    stage = Path(tempfile.mkdtemp(prefix="hpcrun-stage-", dir="/tmp"))
+    stage.chmod(0o1777)
+    try:
+        url = servers.put("store/s/node.raw", os.urandom(300_000))
+        plan = plan_job(case, write_case(case, {"files": [url]}, xrootd={"stage_dir": str(stage)}))
+        key = json.loads((plan / "manifest.json").read_text())["node_key"]
+        dead = stage / f"hpcrun.{key}.77.in"      # a SIGKILLed job's staged copies, its lock free
+        dead.mkdir(mode=0o700)
+        (dead / "old.raw").write_bytes(b"x" * 5000)
+        (dead / ".lock").write_text("")
+        subprocess.run(["chown", "-R", USER, str(dead)], check=True)
+        done = run_job(plan, "211")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not dead.exists() and not list(stage.iterdir()), list(stage.iterdir())
+        rows = (rundir(plan, "211") / "reclaimed" / "stage.tsv").read_text().split("\t")
+        assert rows[0] == str(dead) and int(rows[1]) >= 5000, rows
+        assert (case / "out" / "node.out").stat().st_size == 300_000
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def test_job_through_the_cache_and_streaming(servers, case):
     d = os.urandom(1_500_000)
     url = servers.put("store/c/cached.raw", d)
