@@ -37,6 +37,10 @@
     rows("failures", true, s.failures.map(f => [f.reason, f.count, f.example]));
     rows("classes", true, Object.entries(s.attempts_by_class));
     beat(s.heartbeat);
+    const paused = document.getElementById("paused");
+    paused.hidden = !s.paused;
+    paused.textContent = s.paused ? `${s.paused}: new submissions are held (\`hpcrun resume\`).` : "";
+    rows("audit", true, s.audit.map(e => [e.at, e.who, e.command, e.detail]));
     document.body.dataset.updated = s.generated_at;
   }
   async function refresh() {

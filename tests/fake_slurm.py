@@ -70,11 +70,20 @@ for row in rows:
 '''
 
 
+FAKE_SCANCEL = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "scancel-calls"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\n")
+'''
+
+
 class FakeSlurm:
     def __init__(self, root: Path):
         self.bin = root / "fake-slurm"
         self.bin.mkdir()
-        for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT)):
+        for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT),
+                           ("scancel", FAKE_SCANCEL)):
             (self.bin / name).write_text(text)
             (self.bin / name).chmod(0o755)
 

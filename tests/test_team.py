@@ -6,6 +6,7 @@ cluster versions are in tests/cluster/test_team_cluster.py."""
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,68 @@ def _names_from_store_url(url: str, cluster: Cluster) -> None:
         c = store.get_campaign("test-campaign")
         cluster.names = {j.slurm_id: j.job_name for j in store.job_states(c.id) if j.slurm_id}
 
+
+
+def _sbatch_calls(fake) -> int:
+    return len([a for a in fake.args() if "--job-name=" in a])
+
+
+def test_pause_holds_new_submissions_until_resume_and_everything_is_in_the_log(tmp_path, spec_factory, fake_slurm,
+                                                                               cli, store_backend):
+    plan_dir = _plan(tmp_path, spec_factory)
+    paused = cli("pause", str(plan_dir), "--note", "bad calibration")
+    assert paused.exit_code == 0 and "paused" in paused.output, paused.output
+    assert "already paused by" in cli("pause", str(plan_dir)).output
+    report = run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=3)
+    assert len(report.rounds) == 3 and _sbatch_calls(fake_slurm) == 0        # polled, submitted nothing
+    status = cli("status", str(plan_dir))
+    assert "paused by" in status.output and "(bad calibration)" in status.output, status.output
+    status_json = json.loads(cli("status", str(plan_dir), "--json").output)
+    assert status_json["paused"].startswith("paused by ")
+    resumed = cli("resume", str(plan_dir))
+    assert resumed.exit_code == 0 and "resumed (paused by" in resumed.output
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert _sbatch_calls(fake_slurm) == 3
+    log = json.loads(cli("log", str(plan_dir), "--json").output)
+    commands = [e["command"] for e in log]
+    assert commands[:2] == ["pause", "run"] and "resume" in commands and commands[-1] == "submit", commands
+    assert all("@" in e["who"] for e in log) and "bad calibration" in log[0]["detail"]
+    assert "submitted 3 job(s)" in log[-1]["detail"]
+    text_log = cli("log", str(plan_dir)).output
+    assert " pause: new submissions held: bad calibration" in text_log
+
+
+def test_cancel_goes_through_the_scheduler_and_is_not_retried(tmp_path, spec_factory, fake_slurm, cli,
+                                                               store_backend):
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert _sbatch_calls(fake_slurm) == 3
+    refused = cli("cancel", str(plan_dir))
+    assert refused.exit_code == 2 and "--jobs NAME" in refused.output
+    unknown = cli("cancel", str(plan_dir), "--jobs", "test-campaign.00009")
+    assert unknown.exit_code == 2 and "has no job named test-campaign.00009" in unknown.output
+    done = cli("cancel", str(plan_dir), "--jobs", "test-campaign.00001", "--json")
+    assert done.exit_code == 0, done.output
+    cancelled = json.loads(done.output)["cancelled"]
+    [(name, job_id)] = cancelled.items()
+    assert name == "test-campaign.00001"
+    assert (fake_slurm.bin / "scancel-calls").read_text().split() == [job_id]
+    cluster = Cluster(fake_slurm, {"test-campaign.00001": [("CANCELLED", "0:15")]})
+    _names_from_store_url(store_backend, cluster) if store_backend else _names_from_plan(plan_dir, cluster)
+    cluster.after_round(None)
+    report = run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=5)
+    assert report.outcome == "finished", [r.summary() for r in report.rounds]
+    assert _sbatch_calls(fake_slurm) == 3                                      # not retried
+    with open_plan_store(plan_dir) as store:
+        c = store.get_campaign("test-campaign")
+        jobs = {j.job_name: j for j in store.job_states(c.id)}
+        assert (jobs["test-campaign.00001"].state, jobs["test-campaign.00001"].slurm_state) == ("failed", "CANCELLED")
+        assert {j.state for n, j in jobs.items() if n != "test-campaign.00001"} == {"done"}
+    log = cli("log", str(plan_dir)).output
+    assert f"cancel: cancelled test-campaign.00001 ({job_id})" in log, log
+
+
+def _names_from_plan(plan_dir: Path, cluster: Cluster) -> None:
+    with open_plan_store(plan_dir) as store:
+        c = store.get_campaign("test-campaign")
+        cluster.names = {j.slurm_id: j.job_name for j in store.job_states(c.id) if j.slurm_id}

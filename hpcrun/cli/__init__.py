@@ -168,6 +168,9 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
         out.print(f"finalize (round {fin['round']}, after {fin['after']}): {what}{extra}"
                   + (f" - {fin['reason']}" if fin["reason"] else ""), highlight=False, markup=False, emoji=False,
                   soft_wrap=True)
+    if report.paused:
+        out.print(f"{report.paused}: new submissions are held (`hpcrun resume`)", highlight=False, markup=False,
+                  emoji=False, soft_wrap=True)
     sup = report.supervisor
     if sup is not None:
         out.print(f"supervisor {sup['holder']}: {sup['phase']}, round {sup['rounds']}, last heartbeat "
@@ -464,9 +467,11 @@ def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: flo
 def _register_iotune() -> None:
     from hpcrun.cli.campaign import register as register_campaign
     from hpcrun.cli.iotune import register
+    from hpcrun.cli.team import register as register_team
 
     register(iotune_group)
     register_campaign(main, DB_OPTION, reported, out)
+    register_team(main, DB_OPTION, reported, out)
 
 
 _register_iotune()

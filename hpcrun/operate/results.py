@@ -60,6 +60,7 @@ class SubmitReport:
     queue: Optional[Tuple[int, int]] = None                          # (queued now, max_queued_jobs)
     dry_run: bool = False
     finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
+    paused: Optional[str] = None                                     # "paused by ... at ...": nothing new went out
 
     @property
     def submitted_jobs(self) -> int:

@@ -78,6 +78,11 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
         requeued, parked = policy.apply(store, campaign.id, selected, dry_run=dry_run)
         report.requeued = [names.get(i, f"#{i}") for i in requeued]
         report.parked = [names.get(i, f"#{i}") for i in parked]
+        if not dry_run and (report.unparked or report.requeued or report.parked):
+            store.audit(campaign.id, "retry", "; ".join(f"{what} {', '.join(jobs[:20])}" + (" ..." * (len(jobs) > 20))
+                                                        for what, jobs in (("unparked", report.unparked),
+                                                                           ("requeued", report.requeued),
+                                                                           ("parked", report.parked)) if jobs))
         if not dry_run and (requeued or report.unparked or finalize_again):
             report.submit = submit_store(plan_dir, manifest, store, on_batch=on_batch, finalize_again=finalize_again)
     return report

@@ -373,6 +373,11 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
             _lease(store, campaign.id, "submit"):
         submitter = Submitter(plan_dir, store, manifest, campaign)
         report.recovered, report.released = submitter.reconcile()
+        held = store.paused(campaign.id)
+        if held is not None:   # an operator's pause: settle what was half done, submit nothing new
+            report.paused = held.text()
+            report.left_pending = len(store.pending_jobs(campaign.id))
+            return report
         budget, report.queue = _queue_budget(manifest, limit)
         batches, report.left_pending = plan_retry_batches(
             submitter.scripts, store.pending_jobs(campaign.id), store.pending_adjustments(campaign.id), budget,
@@ -384,6 +389,10 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
                     on_batch(done)
         if with_finalize:
             report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
+        if report.batches:
+            ids = ", ".join(b.job_id or "?" for b in report.batches[:20]) + (" ..." if len(report.batches) > 20 else "")
+            store.audit(campaign.id, "submit", f"submitted {report.submitted_jobs} job(s) in "
+                        f"{len(report.batches)} submission(s): {ids}")
     return report
 
 

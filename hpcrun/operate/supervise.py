@@ -284,8 +284,11 @@ def _start(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, campaign
     _check_heartbeat(store, campaign, holder, take_over)
     prev = store.begin_supervising(campaign.id, holder)
     store.take_lease(campaign.id, "supervisor", holder)
+    took = prev.holder if prev and prev.phase == "running" else None
+    store.audit(campaign.id, "run", f"started supervising (took over from {took})" if took else "started supervising",
+                holder)
     sup = Supervisor(plan_dir, manifest, store, campaign, lock_timeout=lock_timeout, metrics_path=metrics_path)
-    return sup, RunReport(campaign.name, took_over=prev.holder if prev and prev.phase == "running" else None)
+    return sup, RunReport(campaign.name, took_over=took)
 
 
 class _LockLost(Exception):

@@ -80,6 +80,7 @@ class StatusReport:
     accounting_seconds: float = 0.0
     finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
     supervisor: Optional[Dict[str, Any]] = None                 # hpcrun run's heartbeat; None: never supervised
+    paused: Optional[str] = None                                # "paused by USER@HOST at TIME": nothing new goes out
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -98,7 +99,7 @@ class StatusReport:
     def as_dict(self) -> Dict[str, Any]:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
-                "supervisor": self.supervisor,
+                "supervisor": self.supervisor, "paused": self.paused,
                 "jobs": [j.as_dict() for j in self.jobs]}
 
 
@@ -371,6 +372,8 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     report.counts = store.job_counts(campaign_id)
     report.inputs = store.counts_by_state(campaign_id)
     report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
+    held = store.paused(campaign_id)
+    report.paused = held.text() if held else None
     beat = store.supervisor(campaign_id)
     if beat is not None:
         report.supervisor = {"holder": beat.holder, "phase": beat.phase, "rounds": beat.rounds,

@@ -28,6 +28,7 @@ from hpcrun.report.html import merit_rows
 from hpcrun.resources import templates_dir
 
 REFRESH_S = 30             # the page asks again this often
+AUDIT_ROWS = 50             # the latest operator actions the page lists
 MIN_AGE_S = 10.0           # the store is read at most this often
 CHART_W, CHART_H = 640, 220
 
@@ -68,12 +69,16 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
         report = report_of(manifest, store, campaign)
         jobs = store.job_counts(campaign.id)
         beat = _heartbeat(store.supervisor(campaign.id))
+        held = store.paused(campaign.id)
+        log = [{"at": e.at.isoformat(timespec="seconds"), "who": e.who, "command": e.command, "detail": e.detail}
+               for e in store.audit_log(campaign.id, limit=AUDIT_ROWS)]
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
             "succeeded": report.succeeded, "merit": merit_rows(report),
             "failures": [{"reason": f.reason, "count": f.count, "example": f.example} for f in report.failures],
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
-            "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S}
+            "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,
+            "paused": held.text() if held else None, "audit": log}
 
 
 @dataclass

@@ -29,6 +29,11 @@ class PauseRecord:
     at: dt.datetime
     note: Optional[str]
 
+    def text(self) -> str:
+        """``paused by USER@HOST at TIME (note)``, as status and the live page show it."""
+        who = self.by.rpartition(":")[0] or self.by
+        return f"paused by {who} at {self.at:%Y-%m-%d %H:%M:%S} UTC" + (f" ({self.note})" if self.note else "")
+
 
 class Control(StoreBase):
     """Leases, audit trail, pause (a mixin of StateStore)."""

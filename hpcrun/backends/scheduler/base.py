@@ -240,6 +240,10 @@ class Scheduler(ABC):
         when unknown)."""
 
     @abstractmethod
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel these jobs or array tasks (``123``, ``123_4``); one that already ended is no error."""
+
+    @abstractmethod
     def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
         """Run after these jobs ended (kind: any, ok, notok) in the scheduler's own spelling."""
 

@@ -464,6 +464,11 @@ class Slurm(Scheduler):
             extra.append(f"--dependency={dependency}")
         return sbatch(script, extra + adjust_options(adjust))
 
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        proc = _run(["scancel", *job_ids])
+        if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already complet" not in proc.stderr:
+            raise SlurmError(f"scancel failed: {proc.stderr.strip()}")
+
     def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
         return f"after{kind}:" + ":".join(job_ids) if job_ids else ""
 
