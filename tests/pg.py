@@ -22,7 +22,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 ROLE = "hpcrun"
 
@@ -52,8 +52,9 @@ def why_not(user: Optional[str]) -> str:
     return ""
 
 
-def _as(user: Optional[str]) -> Dict[str, str]:
-    return {"user": user} if user and os.geteuid() == 0 else {}
+def _as(user: Optional[str], base: Path) -> Dict[str, str]:
+    """Run as ``user`` (as root), in ``base``: the checkout may be a directory that user cannot enter."""
+    return {"cwd": str(base), **({"user": user} if user and os.geteuid() == 0 else {})}
 
 
 def start(base: Path, user: Optional[str]) -> str:
@@ -67,7 +68,7 @@ def start(base: Path, user: Optional[str]) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    run = dict(check=True, capture_output=True, text=True, timeout=120, **_as(user))
+    run = dict(check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
     if not (data / "PG_VERSION").exists():
         subprocess.run([str(bins / "initdb"), "-D", str(data), "-U", ROLE, "-A", "trust", "-E", "UTF8",
                         "--no-sync", "--locale=C"], **run)
@@ -77,7 +78,24 @@ def start(base: Path, user: Optional[str]) -> str:
                     "-o", opts, "start"], **run)
     url = f"postgresql+psycopg://{ROLE}@127.0.0.1:{port}/postgres"
     (base / "url").write_text(url + "\n")
+    _STARTED[port] = (base, user)
     return url
+
+
+_STARTED: Dict[int, Tuple[Path, Optional[str]]] = {}   # port -> (directory, user) of servers started here
+
+
+def restart(url: str) -> None:
+    """Restart the server at ``url`` (fast shutdown: every session is dropped), as an outage does."""
+    from sqlalchemy.engine import make_url
+
+    port = make_url(url).port or 5432
+    base, user = _STARTED.get(port) or (Path(os.environ["HPCRUN_TEST_PG_DIR"]), default_user())
+    bins = bindir()
+    assert bins is not None
+    subprocess.run([str(bins / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "log"), "-m", "fast", "-w",
+                    "-t", "60", "restart"],
+                   check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
 
 
 def stop(base: Path, user: Optional[str]) -> None:
@@ -85,7 +103,7 @@ def stop(base: Path, user: Optional[str]) -> None:
     if bins is None or not (base / "data").exists():
         return
     subprocess.run([str(bins / "pg_ctl"), "-D", str(base / "data"), "-m", "immediate", "stop"],
-                   capture_output=True, timeout=60, **_as(user))
+                   capture_output=True, timeout=60, **_as(user, base))
 
 
 def fresh_database(url: str, prefix: str = "t") -> str:

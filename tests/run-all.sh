@@ -27,12 +27,13 @@ if [ -f tests/cluster/harness.py ] && [ "${HPCRUN_SKIP_CLUSTER:-0}" != 1 ]; then
   python3 tests/pg.py stop "$HPCRUN_TEST_PG_DIR" 2>/dev/null
   rm -rf "$HPCRUN_TEST_PG_DIR"
   HPCRUN_TEST_PG_URL=$(python3 tests/pg.py start "$HPCRUN_TEST_PG_DIR") || { echo "run-all: PostgreSQL did not start"; exit 1; }
-  export HPCRUN_TEST_PG_URL HPCRUN_REQUIRE_POSTGRES=1
+  export HPCRUN_TEST_PG_URL HPCRUN_TEST_PG_DIR HPCRUN_REQUIRE_POSTGRES=1
   pg_started=1
   echo "run-all: PostgreSQL on $HPCRUN_TEST_PG_URL"
 fi
 
-python3 -m pytest "$@"
+# the 20 slowest tests close the output, so the suite's cost stays visible
+python3 -m pytest --durations=20 "$@"
 rc=$?
 [ "$rc" -eq 5 ] && { echo "pytest collected no tests"; rc=1; }
 

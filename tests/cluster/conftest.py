@@ -24,8 +24,8 @@ def hpcrun_bin(slurm_cluster) -> str:
         shutil.rmtree(src, ignore_errors=True)
         shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "*.plan", "__pycache__",
                                                                   "build", "*.egg-info"))
-        # the optional parts an operator installs for the whole tool (plots, Darshan)
-        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", f"{src}[plots,darshan]"],
+        # the optional parts an operator installs for the whole tool (plots, Darshan, a shared PostgreSQL store)
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", f"{src}[plots,darshan,postgres]"],
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         stamp.write_text(digest)
