@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from hpcrun.backends.scheduler.base import task_id
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest, scheduler_of
-from hpcrun.operate.retry import _indices
+from hpcrun.operate.retry import job_indices
 from hpcrun.operate.submit import register
 from hpcrun.operate.track import IN_FLIGHT
 from hpcrun.store.base import StateStoreError
@@ -49,7 +49,7 @@ def _select(manifest: Dict[str, Any], jobs: Sequence[str], inputs: Sequence[str]
     if all_jobs:
         return None
     if jobs:
-        return _indices(manifest, jobs)
+        return job_indices(manifest, jobs)
     by_path = {p: j["index"] for j in manifest["jobs"] for p in j["inputs"]}
     unknown = [p for p in inputs if p not in by_path]
     if unknown:

@@ -41,7 +41,8 @@ class RetryReport:
                 "finalize": sub.finalize.as_dict() if sub and sub.finalize else None}
 
 
-def _indices(manifest: Dict[str, Any], names: Sequence[str]) -> Optional[List[int]]:
+def job_indices(manifest: Dict[str, Any], names: Sequence[str]) -> Optional[List[int]]:
+    """Plan job indices of these job names (None: no names, every job); an unknown name is an error."""
     if not names:
         return None
     by_name = {j["name"]: j["index"] for j in manifest["jobs"]}
@@ -60,7 +61,7 @@ def retry(plan_dir: Union[str, Path], *, db: Optional[str] = None, max_attempts:
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir)
     names = {j["index"]: j["name"] for j in manifest["jobs"]}
-    selected = _indices(manifest, jobs)
+    selected = job_indices(manifest, jobs)
     policy = RetryPolicy.from_manifest(manifest, max_attempts=max_attempts, cancelled=cancelled)
     report = RetryReport(manifest["campaign"], dry_run=dry_run)
     if not has_store(plan_dir, db):
