@@ -22,6 +22,12 @@ from .campaigns import PY, Campaign
 
 pytestmark = pytest.mark.cluster
 
+
+def _node_dir(c, run: Path, node: str) -> str:
+    """The job's node-local directory: /tmp/hpcrun.<the campaign's key>.<job id>.<node>."""
+    key = json.loads((c.plan / "manifest.json").read_text())["node_key"]
+    return f"/tmp/hpcrun.{key}.{run.name}.{node}"
+
 def _events(cluster, job_id: str) -> list:
     return [e["function"] for e in cluster.bb_events(job_id)]
 
@@ -62,7 +68,7 @@ def test_campaign_end_to_end(slurm_cluster, hpcrun_bin, example_root):
         run = c.rundir(row)
         node = slurm_cluster.nodes[0]
         db_log = (run / "db" / f"{node}.log").read_text()
-        assert f"/tmp/hpcrun.{run.name}.{node}/data" in db_log
+        assert f"{_node_dir(c, run, node)}/data" in db_log
         ready = float((run / "db" / f"{node}.ready").read_text())
         timelines = [(run / "chains" / f"{k}.timeline").read_text().split("\n") for k in range(4)]
         begins = [float(line.split()[1]) for t in timelines for line in t if line.startswith("begin")]
@@ -71,7 +77,7 @@ def test_campaign_end_to_end(slurm_cluster, hpcrun_bin, example_root):
         assert max(begins) < min(ends), "the 4 chains did not run at the same time"
         assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
         assert "Shutdown complete" in (run / "db" / f"{node}.err").read_text()
-        assert not Path(f"/tmp/hpcrun.{run.name}.{node}").exists()
+        assert not Path(_node_dir(c, run, node)).exists()
         # every event reached the merged output, QA passed, output staged out to the "PFS"
         out = c.out / f"{raw.stem}.reco.h5"
         assert _count_events(out) == _count_events(raw) == 1500

@@ -10,6 +10,7 @@ Skipped, with the reason, when ch-run is missing or the image cannot be built or
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,12 @@ from .campaigns import Campaign
 from .test_e2e import _count_events, _events
 
 pytestmark = pytest.mark.cluster
+
+
+def _node_dir(c, run: Path, node: str) -> str:
+    """The job's node-local directory: /tmp/hpcrun.<the campaign's key>.<job id>.<node>."""
+    key = json.loads((c.plan / "manifest.json").read_text())["node_key"]
+    return f"/tmp/hpcrun.{key}.{run.name}.{node}"
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +76,7 @@ def test_campaign_end_to_end_in_charliecloud(slurm_cluster, hpcrun_bin, example_
     assert f"{cc_image} -- bash \"$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh\"" in script
     # while it runs: the server and the chains are processes inside ch-run containers
     server = slurm_cluster.wait_until(
-        lambda: _contained(slurm_cluster, f"^/usr/sbin/mariadbd .*hpcrun[.]{sub['job_id']}[.]", c.plan),
+        lambda: _contained(slurm_cluster, f"^/usr/sbin/mariadbd .*hpcrun[.][0-9a-f]+[.]{sub['job_id']}[.]", c.plan),
         timeout=120, what="the MariaDB server inside ch-run")
     chains = slurm_cluster.wait_until(
         lambda: _contained(slurm_cluster, "^bash .*/bin/hpcrun-chain[.]sh", c.plan),
@@ -81,14 +88,14 @@ def test_campaign_end_to_end_in_charliecloud(slurm_cluster, hpcrun_bin, example_
     assert (acct["State"], acct["ExitCode"]) == ("COMPLETED", "0:0")
     run = c.rundir(row)
     node = slurm_cluster.nodes[0]
-    assert f"/tmp/hpcrun.{run.name}.{node}/data" in (run / "db" / f"{node}.log").read_text()
+    assert f"{_node_dir(c, run, node)}/data" in (run / "db" / f"{node}.log").read_text()
     ready = float((run / "db" / f"{node}.ready").read_text())
     begins = [float(line.split()[1]) for k in range(4)
               for line in (run / "chains" / f"{k}.timeline").read_text().splitlines() if line.startswith("begin")]
     assert len(begins) == 4 and ready < min(begins)
     assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
     assert "Shutdown complete" in (run / "db" / f"{node}.err").read_text()
-    assert not Path(f"/tmp/hpcrun.{run.name}.{node}").exists()
+    assert not Path(_node_dir(c, run, node)).exists()
     # staged out of the burst buffer after the job, every event there, QA passed
     slurm_cluster.wait_until(lambda: "teardown" in _events(slurm_cluster, sub["job_id"]),
                              timeout=30, what="teardown")
@@ -108,7 +115,7 @@ def test_db_killed_in_charliecloud_is_restarted(slurm_cluster, hpcrun_bin, examp
         chains = list(c.plan.glob("run/*/*/chains/0.timeline"))
         if not (chains and "begin" in chains[0].read_text()):
             return None
-        return _contained(slurm_cluster, f"^/usr/sbin/mariadbd .*hpcrun[.]{sub['job_id']}[.]", c.plan)
+        return _contained(slurm_cluster, f"^/usr/sbin/mariadbd .*hpcrun[.][0-9a-f]+[.]{sub['job_id']}[.]", c.plan)
     pid = slurm_cluster.wait_until(contained_server_during_chains, timeout=120,
                                    what="chains running against the contained server")
     os.kill(pid[0], signal.SIGKILL)
@@ -127,7 +134,7 @@ def test_time_limit_in_charliecloud_stops_db_cleanly(slurm_cluster, hpcrun_bin, 
                   inputs={"glob": str(example_root / "raw" / "run1000.h5")})
     [sub] = c.plan_and_submit()
     slurm_cluster.wait_until(
-        lambda: _contained(slurm_cluster, f"^/usr/sbin/mariadbd .*hpcrun[.]{sub['job_id']}[.]", c.plan),
+        lambda: _contained(slurm_cluster, f"^/usr/sbin/mariadbd .*hpcrun[.][0-9a-f]+[.]{sub['job_id']}[.]", c.plan),
         timeout=120, what="the MariaDB server inside ch-run")
     [row] = c.status(timeout=200)
     assert row["state"] in ("FAILED", "TIMEOUT"), row
@@ -136,6 +143,6 @@ def test_time_limit_in_charliecloud_stops_db_cleanly(slurm_cluster, hpcrun_bin, 
     node = slurm_cluster.nodes[0]
     assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
     assert "Shutdown complete" in (run / "db" / f"{node}.err").read_text()
-    assert not Path(f"/tmp/hpcrun.{run.name}.{node}").exists()
+    assert not Path(_node_dir(c, run, node)).exists()
     slurm_cluster.wait_until(lambda: "data_out" in _events(slurm_cluster, sub["job_id"]),
                              timeout=30, what="stage-out after the time limit")
