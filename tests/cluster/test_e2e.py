@@ -117,7 +117,8 @@ def test_db_killed_mid_job_is_restarted(slurm_cluster, hpcrun_bin, example_root)
     [sub] = c.plan_and_submit()
 
     def server_pid():
-        out = subprocess.run(["pgrep", "-u", slurm_cluster.user, "-f", f"mariadbd.*hpcrun.{sub['job_id']}."],
+        pattern = rf"mariadbd.*hpcrun\.[0-9a-f]+\.{sub['job_id']}\."   # /tmp/hpcrun.<key>.<job id>.<node>
+        out = subprocess.run(["pgrep", "-u", slurm_cluster.user, "-f", pattern],
                              capture_output=True, text=True).stdout.split()
         chains = list(c.plan.glob("run/*/*/chains/0.timeline"))
         return out and chains and "begin" in chains[0].read_text() and out
