@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,52 @@ def _names_from_plan(plan_dir: Path, cluster: Cluster) -> None:
     with open_plan_store(plan_dir) as store:
         c = store.get_campaign("test-campaign")
         cluster.names = {j.slurm_id: j.job_name for j in store.job_states(c.id) if j.slurm_id}
+
+
+def _figures_of_one_campaign(root: Path, spec_factory, monkeypatch, db) -> dict:
+    """The same scripted campaign (fake Slurm: one chain failure, one time limit, one QA failure)
+    driven to the end on one store; what report, status, the live page and the API say of it."""
+    import hpcrun
+    from hpcrun.report.web import summary
+
+    from .fake_slurm import FakeSlurm
+
+    root.mkdir()
+    fake = FakeSlurm(root)
+    monkeypatch.setenv("PATH", f"{fake.bin}:{os.environ['PATH']}")
+    if db:
+        monkeypatch.setenv("HPCRUN_STATE_DB", db)
+    else:
+        monkeypatch.delenv("HPCRUN_STATE_DB", raising=False)
+    plan_dir = _plan(root, spec_factory)
+    cluster = Cluster(fake, {"test-campaign.00001": [("FAILED", "7:0")], "test-campaign.00002": [("TIMEOUT", "0:0")],
+                             "test-campaign.00003": [("FAILED", "9:0")]})
+
+    def between(_rnd):
+        _names_from_plan(plan_dir, cluster)
+        cluster.after_round(_rnd)
+
+    assert run(plan_dir, interval=1, on_round=between, sleep=lambda s: None, max_rounds=20).outcome == "finished"
+    report = hpcrun.campaign_report(plan_dir).to_dict()
+    status = hpcrun.status(plan_dir).to_dict()
+    page = summary(plan_dir)
+    for volatile in ("generated_at", "store"):
+        report.pop(volatile, None)
+        status.pop(volatile, None)
+        page.pop(volatile, None)
+    page.pop("heartbeat", None)
+    page.pop("audit", None)
+    status.pop("supervisor", None)
+    return {"report": report, "status": status, "page": page}
+
+
+@pytest.mark.postgres
+def test_the_same_campaign_gives_the_same_figures_on_sqlite_and_postgresql(tmp_path, spec_factory, monkeypatch,
+                                                                            pg_server):
+    from tests.pg import fresh_database
+    on_sqlite = _figures_of_one_campaign(tmp_path / "sqlite", spec_factory, monkeypatch, None)
+    on_pg = _figures_of_one_campaign(tmp_path / "pg", spec_factory, monkeypatch, fresh_database(pg_server))
+    assert on_sqlite["report"]["attempts_by_class"] == {"chain": 1, "time_limit": 1, "qa": 1}
+    for what in ("report", "status", "page"):
+        assert json.loads(json.dumps(on_pg[what], default=str)) == json.loads(
+            json.dumps(on_sqlite[what], default=str)), what
