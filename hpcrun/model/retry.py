@@ -55,6 +55,9 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
     FailureClass("other", "any other failure"),
 )
 CLASS_NAMES: Tuple[str, ...] = tuple(c.name for c in FAILURE_CLASSES)
+# Signals that kill a chain from outside (the OOM killer, a health check, an operator): the chain
+# ends ``killed`` (exit 14, chain_killed); any other signal is the program's own crash (``chain``).
+KILL_SIGNALS: Dict[int, str] = {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM", 24: "SIGXCPU"}
 EXIT_CLASSES: Dict[int, str] = {3: "setup", 4: "payload", 5: "db_not_ready", 6: "db_died", 7: "chain", 8: "merge",
                                 9: "qa", 10: "time_limit", 11: "checksum",
                                 13: "transfer", 14: "chain_killed"}

@@ -33,7 +33,7 @@ from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
-from hpcrun.store.fence import Fenced
+from hpcrun.store.fence import Fenced, lost
 from hpcrun.store.lock import Held, LockTimeout, supervisor_lock
 from hpcrun.store.records import Campaign, SupervisorRecord
 from hpcrun.store.store import StateStore
@@ -314,10 +314,8 @@ def _disconnected(store: StateStore, exc: BaseException) -> bool:
 def _taken_over(store: StateStore, campaign: Campaign) -> Fenced:
     lease = store.lease(campaign.id, "supervisor")
     mine = store.fences.get("supervisor")
-    who = lease.holder if lease else "another process"
-    return Fenced(f"{store.location}: while this supervisor ({mine.holder if mine else _whoami()}) was cut off "
-                  f"from its database, {who} took campaign '{campaign.name}' over; this one stops here and has "
-                  "submitted and recorded nothing since. `hpcrun status` shows who drives it now.")
+    return lost(store.location, mine.holder if mine else _whoami(), "supervisor",
+                lease.holder if lease else "another process")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ import jinja2
 
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
-from hpcrun.model.retry import effective_rules
+from hpcrun.model.retry import KILL_SIGNALS, effective_rules
 from hpcrun.plan.commands import HDF5_HELPER
 from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Plan, ScriptPlan
@@ -133,6 +133,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
         "cleanup_workdir": plan.cleanup_workdir, "part": "whole",
+        "killed_statuses": Shell(" | ".join(str(128 + n) for n in sorted(KILL_SIGNALS))),
         "body_path": quote(f"{plan_dir}/{BODY_PATH}"),
         "checksum": _checksum_context(plan),
         "remote": _remote_context(plan),

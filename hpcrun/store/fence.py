@@ -42,8 +42,13 @@ def check_fence(conn: Connection, lease: Lease, location: str) -> None:
     if row is not None and row.epoch == lease.epoch:
         return
     holder = f"{row.holder} (since {row.taken_at:%Y-%m-%d %H:%M:%S} UTC)" if row is not None else "nobody"
-    raise Fenced(
-        f"{location}: this process ({lease.holder}) no longer holds the campaign's {lease.purpose} lock: "
-        f"it is now held by {holder}. Its database session was dropped while it ran, and another process "
-        f"took the lock over; this one stops here and has submitted and recorded nothing since. "
-        f"`hpcrun status` shows who drives the campaign now.")
+    raise lost(location, lease.holder, lease.purpose, holder)
+
+
+def lost(location: str, mine: str, purpose: str, holder: str) -> Fenced:
+    """The one paragraph a process that lost its lock stops with (from the store, or on reconnecting)."""
+    return Fenced(
+        f"{location}: this process ({mine}) no longer holds the campaign's {purpose} lock: it is now held "
+        f"by {holder}. Its database session was dropped while it ran, and another process took the lock "
+        f"over; this one stops here and has submitted and recorded nothing since. `hpcrun status` shows "
+        f"who drives the campaign now.")
