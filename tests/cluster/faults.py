@@ -154,9 +154,21 @@ class FaultCampaign:
                     pass
             stop.wait(0.5)
 
+    def _node_of(self, pid: int) -> Optional[str]:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        for item in env:
+            if item.startswith(b"SLURMD_NODENAME="):
+                return item.split(b"=", 1)[1].decode()
+        return None
+
     def _kill_chains(self, out: Outcome, stop: threading.Event) -> None:
-        """SIGKILL the chain programs of good inputs now and then, one input at most once."""
+        """SIGKILL the chain programs of good inputs now and then, one input at most once; never on the
+        node that is crashed (its jobs end NODE_FAIL, which would hide the chain_killed class)."""
         spared = set(self.once + self.hopeless + self.slow + self.corrupt)
+        crash_node = self.cluster.nodes[-1] if self.faults.kill_slurmd and len(self.cluster.nodes) >= 2 else None
         while not stop.is_set() and len(out.chains_killed) < self.faults.kill_chains:
             stop.wait(self.rng.uniform(1.0, 4.0))
             proc = subprocess.run(["pgrep", "-a", "-u", str(self.cluster.uid), "-f", f"chain.py --input {self.raw}/"],
@@ -165,6 +177,8 @@ class FaultCampaign:
                 pid, _, args = line.partition(" ")
                 name = os.path.basename(args.split("--input ", 1)[1].split(" ", 1)[0])
                 if name in spared or name in out.chains_killed:
+                    continue
+                if crash_node is not None and self._node_of(int(pid)) in (crash_node, None):
                     continue
                 try:
                     os.kill(int(pid), signal.SIGKILL)
