@@ -167,6 +167,9 @@ class SchedulerSettings(Strict):
     """The scheduler's settings table: which backend writes and follows the jobs."""
 
     kind: SchedulerKind = Field("slurm", description="one of the registered schedulers")
+    cluster: Optional[Name] = Field(None, description=(
+        "the cluster's name as the scheduler knows it (Slurm: ClusterName, reached with --clusters); "
+        "absent: the cluster this login node talks to"))
     min_poll_interval: Duration = Field(60, description=(
         "the shortest interval between two scheduler polls of one campaign that the site accepts "
         "(status --wait, submit --follow); a shorter --interval is raised to it"))

@@ -20,11 +20,37 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class SiteRef(Strict):
-    """Where the campaign runs: a site profile and the Slurm account settings."""
+def _profile_ref(value: str) -> str:
+    import re
+    if not (re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", value) or value.endswith((".yaml", ".yml"))):
+        raise ValueError(f"'{value}' is neither a profile name nor a path to a .yaml file")
+    return value
 
-    profile: Line = Field(description=(
-        "site profile name (see `hpcrun profiles list`) or a path to a profile .yaml file"))
+
+class ClusterRef(Strict):
+    """One of several clusters a campaign runs on: its profile and how much of the work it may take."""
+
+    profile: Line = Field(description="site profile name or path; its scheduler.cluster names the cluster")
+    share: float = Field(1.0, gt=0, description=(
+        "weight of this cluster when several have room: queued work is kept in proportion to the shares"))
+    max_queued_jobs: Optional[int] = Field(None, ge=1, description=(
+        "at most this many of the campaign's jobs queued or running here (the profile's own limit still holds)"))
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, value: str) -> str:
+        return _profile_ref(value)
+
+
+class SiteRef(Strict):
+    """Where the campaign runs: a site profile (or several clusters' profiles) and the Slurm account settings."""
+
+    profile: Union[Line, List[Union[Line, ClusterRef]]] = Field(description=(
+        "site profile name (see `hpcrun profiles list`) or a path to a profile .yaml file; or a list of them "
+        "(each a name, a path or {profile, share, max_queued_jobs}): one per cluster the campaign may use"))
+    move_pending_after: Optional[Duration] = Field(None, description=(
+        "with several clusters: a job pending this long on one cluster is cancelled there (confirmed gone) "
+        "and submitted to another; off by default"))
     partition: Optional[Name] = Field(None, description="partition; default: the profile's default")
     qos: Optional[Name] = Field(None, description="QOS; must be allowed on the partition")
     account: Optional[Name] = Field(None, description="account to charge")
@@ -34,11 +60,21 @@ class SiteRef(Strict):
 
     @field_validator("profile")
     @classmethod
-    def _profile(cls, value: str) -> str:
-        import re
-        if not (re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", value) or value.endswith((".yaml", ".yml"))):
-            raise ValueError(f"'{value}' is neither a profile name nor a path to a .yaml file")
+    def _profile(cls, value: Union[str, List[Union[str, ClusterRef]]]) -> Union[str, List[Union[str, ClusterRef]]]:
+        if isinstance(value, str):
+            return _profile_ref(value)
+        if not value:
+            raise ValueError("the list of profiles is empty; name at least one")
+        for item in value:
+            if isinstance(item, str):
+                _profile_ref(item)
         return value
+
+    @property
+    def clusters(self) -> List[ClusterRef]:
+        """Every cluster's reference, a single profile as a list of one."""
+        items = [self.profile] if isinstance(self.profile, str) else self.profile
+        return [ClusterRef(profile=i) if isinstance(i, str) else i for i in items]
 
     @field_validator("extra_sbatch")
     @classmethod

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hpcrun.backends.scheduler import DEFAULT, Scheduler, scheduler_for
 from hpcrun.errors import InputError, Problem
@@ -79,5 +80,39 @@ def next_interval(base: float, current: float, changed: bool) -> float:
 
 
 def scheduler_of(manifest: Dict[str, Any]) -> Scheduler:
-    """The scheduler the plan was written for (plans from before the registry: Slurm)."""
-    return scheduler_for(manifest.get("submit", {}).get("scheduler", DEFAULT))
+    """The scheduler the plan was written for, talking to its first cluster (plans from before the
+    registry: Slurm)."""
+    clusters = manifest.get("clusters") or [{}]
+    return scheduler_for(manifest.get("submit", {}).get("scheduler", DEFAULT), clusters[0].get("name"))
+
+
+@dataclass
+class ClusterInfo:
+    """One cluster of a plan, as submit and track use it (the manifest's ``clusters``; a plan for one
+    unnamed cluster has one of these made from its ``submit`` table)."""
+
+    name: Optional[str]
+    sched: Scheduler
+    accounting: bool
+    share: float = 1.0
+    max_queued_jobs: Optional[int] = None        # the campaign's cap on this cluster
+    site_max_queued_jobs: Optional[int] = None   # the site's per-user limit (MaxSubmitJobs)
+    run_prefix: str = ""
+    scripts: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.name or "(default)"
+
+
+def clusters_of(manifest: Dict[str, Any]) -> List[ClusterInfo]:
+    """Every cluster the plan may run on, the first one first."""
+    submit = manifest.get("submit", {})
+    kind = submit.get("scheduler", DEFAULT)
+    if not manifest.get("clusters"):
+        return [ClusterInfo(None, scheduler_for(kind), bool(submit.get("accounting", True)),
+                            site_max_queued_jobs=submit.get("max_queued_jobs"), scripts=manifest.get("scripts", []))]
+    return [ClusterInfo(c["name"], scheduler_for(c.get("scheduler", kind), c["name"]), bool(c.get("accounting", True)),
+                        float(c.get("share") or 1.0), c.get("max_queued_jobs"), c.get("site_max_queued_jobs"),
+                        c.get("run_prefix", ""), c.get("scripts", []))
+            for c in manifest["clusters"]]

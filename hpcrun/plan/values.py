@@ -107,6 +107,16 @@ class ContainerPlan:
 
 
 @dataclass(frozen=True)
+class ClusterSeat:
+    """Which cluster a plan's scripts are for, and its part of a campaign on several clusters."""
+
+    name: Optional[str] = None           # the profile's scheduler.cluster (None: the login node's own)
+    share: float = 1.0
+    max_queued_jobs: Optional[int] = None
+    subdir: str = ""                     # "" for the first cluster, clusters/<name>/ for the others
+
+
+@dataclass(frozen=True)
 class Plan:
     campaign: Campaign
     spec_file: str
@@ -135,6 +145,13 @@ class Plan:
     finalize_request: Optional[JobRequest] = None
     remote: Optional[RemotePlan] = None  # the inputs are URLs (root://): how jobs read them
     hdf5_helper: bool = False       # bin/hpcrun-hdf5.py is part of the plan (built-in HDF5 merge or QA)
+    seat: ClusterSeat = ClusterSeat()
+    others: Tuple[Plan, ...] = ()  # the same jobs planned for the campaign's other clusters
+    move_pending_after: Optional[int] = None  # seconds; None: jobs never move between clusters
+
+    @property
+    def all_clusters(self) -> Tuple[Plan, ...]:
+        return (self, *self.others)
 
     @property
     def cores_per_job(self) -> int:

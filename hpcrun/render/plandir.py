@@ -45,12 +45,14 @@ class WriteResult:
     previous: bool = False     # a plan was already in the directory (what --diff compares with)
 
 
-def _check_rendered(plan: Plan, files: List[RenderedFile]) -> None:
-    prefix = "#" + plan.profile.burst_buffer.directive
-    grammar = grammar_checked(plan.profile.burst_buffer.system)
-    directive = scheduler_for(plan.scheduler).directive
+def _check_rendered(first: Plan, files: List[RenderedFile]) -> None:
+    by_dir = {p.seat.subdir + "jobs": ("#" + p.profile.burst_buffer.directive,
+                                        grammar_checked(p.profile.burst_buffer.system),
+                                        scheduler_for(p.scheduler).directive) for p in first.all_clusters}
     for f in files:
-        if f.path.startswith("jobs/"):
+        rules = by_dir.get(f.path.rpartition("/")[0])
+        if rules is not None:
+            prefix, grammar, directive = rules
             problems = check_script(f.text.splitlines(), prefix, grammar, job_directive=directive)
             if problems:
                 raise InternalError(f"rendered {f.path} has invalid directives: {problems}; "

@@ -134,7 +134,10 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "out_dir_expr": Shell(plan.out_dir_expr),
         "cleanup_workdir": plan.cleanup_workdir, "part": "whole",
         "killed_statuses": Shell(" | ".join(str(128 + n) for n in sorted(KILL_SIGNALS))),
-        "body_path": quote(f"{plan_dir}/{BODY_PATH}"),
+        "body_path": quote(f"{plan_dir}/{plan.seat.subdir}{BODY_PATH}"),
+        # a campaign's other clusters: their own helpers, and run records that job ids cannot mix up
+        "cluster": plan.seat.name or "", "bin_rel": Shell(f"{plan.seat.subdir}bin"),
+        "run_prefix": Shell(run_prefix(plan.seat.name)),
         "checksum": _checksum_context(plan),
         "remote": _remote_context(plan),
     }
@@ -201,8 +204,15 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
 
 
 def script_path(plan: Plan, stem: str) -> str:
-    """Where a job script lives in the plan directory (the scheduler names the suffix)."""
-    return f"jobs/{stem}{scheduler_for(plan.scheduler).script_suffix}"
+    """Where a job script lives in the plan directory (the scheduler names the suffix); a campaign's
+    other clusters have theirs in clusters/<name>/jobs/."""
+    return f"{plan.seat.subdir}jobs/{stem}{scheduler_for(plan.scheduler).script_suffix}"
+
+
+def run_prefix(cluster: Optional[str]) -> str:
+    """What precedes the job id in run/<job>/<id>: job ids repeat across clusters, so a named
+    cluster's are ``<cluster>-<id>``."""
+    return f"{cluster}-" if cluster else ""
 
 
 def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:
@@ -238,6 +248,32 @@ def _file_digest(paths: Sequence[Path]) -> str:
 
 
 def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
+    data = _manifest(plan, plan_dir, digests)
+    if not plan.others and not plan.seat.name:
+        return data
+    # several clusters (or one named): each one's scripts and limits, before the (long, last) job list
+    jobs = data.pop("jobs")
+    data["digests"]["profile"] = _file_digest([f for p in plan.all_clusters for f in p.profile_files])
+    data["move_pending_after_s"] = plan.move_pending_after
+    data["clusters"] = [_cluster_entry(p, digests) for p in plan.all_clusters]
+    data["jobs"] = jobs
+    return data
+
+
+def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
+    """One cluster of the campaign as submit and track need it (the manifest's ``clusters``)."""
+    return {
+        "name": plan.seat.name, "profile": plan.profile.name, "share": plan.seat.share,
+        "max_queued_jobs": plan.seat.max_queued_jobs, "site_max_queued_jobs": plan.profile.max_queued_jobs,
+        "scheduler": plan.scheduler, "accounting": plan.accounting, "partition": plan.partition_name,
+        "min_poll_interval": plan.profile.scheduler.min_poll_interval, "run_prefix": run_prefix(plan.seat.name),
+        "scripts": [{"path": script_path(plan, s.name), "array": s.array,
+                     "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
+                    for s in plan.scripts],
+    }
+
+
+def _manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
     c = plan.campaign
     return {
         "hpcrun_version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
@@ -295,19 +331,30 @@ def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:
 
 
 def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
-    """render_all one file at a time, so a caller can write each and drop its text."""
+    """render_all one file at a time, so a caller can write each and drop its text: the first
+    cluster's files, then each other cluster's scripts and helpers (the shared ones once)."""
+    seen = set()
+    for p in plan.all_clusters:
+        for f in _iter_cluster(p, plan_dir):
+            if f.path not in seen:
+                seen.add(f.path)
+                yield f
+
+
+def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     env = environment(template_dirs(plan))
     common = common_context(plan, plan_dir)
     template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "job.sh.j2"
+    own = plan.seat.subdir
     if shared_body(plan):
-        yield RenderedFile(BODY_PATH, render_body(env, template, plan, common), True)
+        yield RenderedFile(own + BODY_PATH, render_body(env, template, plan, common), True)
     for s in plan.scripts:
         yield RenderedFile(script_path(plan, s.name), render_script(env, template, plan, s, common, plan_dir), True)
-    if plan.campaign.finalize is not None:
+    if plan.campaign.finalize is not None and not own:   # the finalize job runs on the first cluster
         yield RenderedFile(script_path(plan, "finalize"), render_finalize(env, plan, common, plan_dir), True)
-    yield RenderedFile("bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
+    yield RenderedFile(own + "bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
-        yield RenderedFile("bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)
+        yield RenderedFile(own + "bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)
     if plan.hdf5_helper:
         yield RenderedFile(HDF5_HELPER, env.get_template("hpcrun-hdf5.py.j2").render(common), True)
     if plan.checksum and plan.checksum.helper and common["checksum"]:

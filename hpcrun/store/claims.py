@@ -143,7 +143,7 @@ class Claims(StoreBase):
             rows = [{"campaign_id": campaign_id, "job_id": sub.job_id, "array_index": sub.array_index,
                      "script_path": sub.script_path, "script_digest": sub.script_digest,
                      "submitted_at": sub.submitted_at or now, "tag": sub.tag, "claim_token": sub.claim_token,
-                     "changes": sub.changes}
+                     "changes": sub.changes, "cluster": sub.cluster}
                     for sub in subs]
             ids = self._insert_claimed(conn, campaign_id, rows) or self._insert_ids(conn, s, rows)
             links = [{"submission_id": sid, "input_id": iid} for sid, sub in zip(ids, subs) for iid in sub.input_ids]

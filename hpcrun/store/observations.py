@@ -41,13 +41,13 @@ class Observations(StoreBase):
         """The latest submission of every job in flight (inputs submitted or running), for a status poll."""
         t, s = schema.input_file, schema.submission
         query = (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at,
-                        func.min(t.c.job_index), func.min(t.c.job_name))
+                        func.min(t.c.job_index), func.min(t.c.job_name), s.c.cluster)
                  .select_from(s.join(t, t.c.last_submission_id == s.c.id))
                  .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running")))
-                 .group_by(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at)
+                 .group_by(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at, s.c.cluster)
                  .order_by(s.c.id))
         with self._read() as conn:
-            return [ActiveSubmission(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6]) for r in conn.execute(query)]
+            return [ActiveSubmission(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in conn.execute(query)]
 
     def record_state_change(self, campaign_id: int, change: NewStateChange) -> bool:
         return self.record_state_changes(campaign_id, [change]) == 1
@@ -201,12 +201,14 @@ class Observations(StoreBase):
                                                                          **values))
         return True
 
-    def in_flight_job_ids(self, campaign_id: int) -> List[str]:
+    def in_flight_job_ids(self, campaign_id: int, cluster: Optional[str] = None) -> List[str]:
         """Slurm job ids (array ids for arrays) of the latest submission of every job the store
-        believes queued or running; the store may be behind the scheduler, so ask its queue before relying on them."""
+        believes queued or running on ``cluster``; the store may be behind the scheduler, so ask its queue
+        before relying on them."""
         t, s = schema.input_file, schema.submission
+        on = s.c.cluster.is_(None) if cluster is None else s.c.cluster == cluster
         query = (select(s.c.job_id).select_from(s.join(t, t.c.last_submission_id == s.c.id))
-                 .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running"))).distinct())
+                 .where(s.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running")), on).distinct())
         with self._read() as conn:
             ids = [str(j) for j in conn.scalars(query)]
         return sorted(ids, key=lambda j: (len(j), j))

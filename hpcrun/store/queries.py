@@ -160,7 +160,7 @@ class Queries(StoreBase):
         runs_q = (select(s.c.id, s.c.job_id, s.c.array_index, job_of.c.job_index, job_of.c.bytes, job_of.c.inputs,
                          s.c.submitted_at, sc.c.slurm_state, sc.c.exit_code, sc.c.signal, sc.c.elapsed_s, sc.c.cpu_s,
                          sc.c.alloc_cpus, sc.c.max_rss_bytes, sc.c.started_at, sc.c.ended_at, sc.c.node, sc.c.reason,
-                         sc.c.req_mem_bytes, s.c.failure_class, s.c.changes)
+                         sc.c.req_mem_bytes, s.c.failure_class, s.c.changes, s.c.cluster)
                   .select_from(s.outerjoin(latest, latest.c.submission_id == s.c.id)
                                .outerjoin(sc, sc.c.id == latest.c.change_id)
                                .outerjoin(job_of, job_of.c.submission_id == s.c.id))

@@ -80,6 +80,7 @@ class NewSubmission:
     claim_token: Optional[str] = None
     submitted_at: Optional[dt.datetime] = None
     changes: Optional[str] = None       # what a retry changed against the script (the retry policy's words)
+    cluster: Optional[str] = None       # the cluster that took it (None: the login node's own)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class RunRow:
     req_mem_bytes: Optional[int] = None
     failure_class: Optional[str] = None    # the retry policy's class of this attempt's failure
     changes: Optional[str] = None          # what this attempt changed against its script (a retry)
+    cluster: Optional[str] = None          # the cluster it ran on (None: the login node's own)
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ class ActiveSubmission:
     submitted_at: dt.datetime
     job_index: Optional[int]
     job_name: Optional[str] = None
+    cluster: Optional[str] = None   # job ids are per cluster: (cluster, job_id) is the key
 
     @cached_property
     def slurm_id(self) -> str:

@@ -315,11 +315,29 @@ def _v5_tables(md: MetaData) -> Tuple[Table, ...]:
     return lease, audit, pause
 
 
+def _v6_columns() -> Dict[str, Sequence[Column[Any]]]:
+    """Version 6: which cluster ran each submission (job ids repeat across clusters)."""
+    return {"hpcrun_submission": (Column("cluster", String(64), nullable=True),)}   # NULL: the login node's own
+
+
+def _v6_health(md: MetaData) -> Table:
+    """Version 6: each cluster's health as the supervisor last saw it (answering, in maintenance, since when)."""
+    return Table(
+        "hpcrun_cluster", md,
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), primary_key=True),
+        Column("name", String(64), primary_key=True),           # "" for the login node's own cluster
+        Column("state", String(16), nullable=False),            # up | down | maintenance
+        Column("detail", Text, nullable=True),                  # the scheduler's words, the reservation
+        Column("since", UTCDateTime, nullable=False),            # when it entered this state
+        Column("checked_at", UTCDateTime, nullable=False),
+    )
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
-    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md)):
+    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md)):
         tables[table.name] = table
-    for added in (_v2_columns(), _v4_columns()):
+    for added in (_v2_columns(), _v4_columns(), _v6_columns()):
         for name, columns in added.items():
             for column in columns:
                 tables[name].append_column(column)
@@ -343,6 +361,7 @@ supervisor = _tables["hpcrun_supervisor"]
 lease = _tables["hpcrun_lease"]
 audit = _tables["hpcrun_audit"]
 pause = _tables["hpcrun_pause"]
+cluster_health = _tables["hpcrun_cluster"]
 
 
 @dataclass(frozen=True)
@@ -399,12 +418,22 @@ def _v5(conn: Connection) -> None:
         table.create(conn)
 
 
+def _v6(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
+    _v6_health(md).create(conn)
+    for table, columns in _v6_columns().items():
+        for column in columns:
+            _add_column(conn, table, column)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
     Migration(3, "campaign-level finalize job (one row per round)", _v3),
     Migration(4, "supervisor heartbeat; failure class and changes of each attempt; requested memory", _v4),
     Migration(5, "leases (fencing epochs of the supervisor and submit locks), audit trail, pause switch", _v5),
+    Migration(6, "the cluster of each submission; each cluster's health", _v6),
 )
 
 

@@ -242,6 +242,14 @@ def write_if_changed(path: Path, content: str, mode: int = 0o644) -> bool:
 
 
 class Layout:
+    # a second cluster (twin.py) changes these; the first keeps the defaults
+    cluster = CLUSTER_NAME
+    ctld_port = PORT_SLURMCTLD
+    slurmd_port = PORT_SLURMD
+    node_prefix = "nid"
+    first_job_id: int | None = None
+    dbd_layout: "Layout | None" = None     # the cluster whose slurmdbd this one reports to
+
     def __init__(self, base: str | Path, nodes: int = 1, accounting: str = "slurmdbd"):
         self.dir = Path(base).resolve()
         self.nodes = nodes
@@ -267,7 +275,7 @@ class Layout:
     def node_names(self) -> list[str]:
         if self.nodes == 1:
             return ["localhost"]
-        return [f"nid{i:05d}" for i in range(1, self.nodes + 1)]
+        return [f"{self.node_prefix}{i:05d}" for i in range(1, self.nodes + 1)]
 
     def pidfile(self, name: str) -> Path:
         return self.run / f"{name}.harness.pid"
@@ -281,12 +289,12 @@ def render_slurm_conf(lay: Layout, private_munge: bool) -> str:
     d = lay.dir
     if lay.nodes == 1:
         node_line = (f"NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 "
-                     f"Port={PORT_SLURMD} CPUs={CPUS_PER_NODE} "
+                     f"Port={lay.slurmd_port} CPUs={CPUS_PER_NODE} "
                      f"RealMemory={REAL_MEMORY_MB} State=UNKNOWN")
     else:
-        last = PORT_SLURMD + lay.nodes - 1
-        node_line = (f"NodeName=nid[00001-{lay.nodes:05d}] NodeHostname=localhost "
-                     f"NodeAddr=127.0.0.1 Port={PORT_SLURMD}-{last} "
+        last = lay.slurmd_port + lay.nodes - 1
+        node_line = (f"NodeName={lay.node_prefix}[00001-{lay.nodes:05d}] NodeHostname=localhost "
+                     f"NodeAddr=127.0.0.1 Port={lay.slurmd_port}-{last} "
                      f"CPUs={CPUS_PER_NODE} RealMemory={REAL_MEMORY_MB} State=UNKNOWN")
     if lay.accounting == "slurmdbd":
         acct = (f"AccountingStorageType=accounting_storage/slurmdbd\n"
@@ -300,10 +308,10 @@ def render_slurm_conf(lay: Layout, private_munge: bool) -> str:
         acct = "AccountingStorageType=accounting_storage/none\n"
     return f"""\
 # Rendered by tests/cluster/harness.py -- do not edit, re-run `start`.
-ClusterName={CLUSTER_NAME}
+ClusterName={lay.cluster}
 SlurmctldHost={socket.gethostname()}(127.0.0.1)
-SlurmctldPort={PORT_SLURMCTLD}
-SlurmUser=root
+SlurmctldPort={lay.ctld_port}
+{f"FirstJobId={lay.first_job_id}" + chr(10) if lay.first_job_id else ""}SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo={munge_socket_setting(lay, private_munge)}cred_expire=10
@@ -414,7 +422,8 @@ max_connections=50
 
 
 def render_plugstack(lay: Layout) -> str:
-    return f"required {lay.lib}/shifter_stub.so\n"
+    lib = (lay.dbd_layout or lay).lib     # a second cluster uses the first one's SPANK stub
+    return f"required {lib}/shifter_stub.so\n"
 
 
 def render_configs(lay: Layout, private_munge: bool) -> dict[str, tuple[str, int]]:
@@ -1001,9 +1010,24 @@ def cancel_jobs(lay: Layout, timeout: float = 15) -> None:
     log(f"  cancelled {len(jobs)} queued/running job(s) in {time.monotonic() - t:.2f}s")
 
 
+def _twin():
+    """The second-cluster module (a sibling: imported as a package module or beside this script)."""
+    try:
+        from tests.cluster import twin
+    except ImportError:
+        import twin  # type: ignore[no-redef]
+    return twin
+
+
 def do_stop(lay: Layout) -> bool:
-    recorded = recorded_daemons(lay)
     stopped: list[int] = []
+    if lay.dbd_layout is None:     # the first cluster: a second one reporting to its slurmdbd goes first
+        twin = _twin()
+        twin_lay = twin.layout(lay)
+        if recorded_daemons(twin_lay):
+            log(f"stopping the second cluster {twin_lay.cluster}")
+            do_stop(twin_lay)
+    recorded = recorded_daemons(lay)
     cancel_jobs(lay)
     for wave in STOP_WAVES:
         names = [n for n in recorded if n.split("-", 1)[0] in wave]
@@ -1097,6 +1121,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accounting", choices=("slurmdbd", "filetxt"), default="slurmdbd")
     p.add_argument("--link-etc", action="store_true",
                    help="also symlink /etc/slurm/slurm.conf (restored by stop)")
+    p = sub.add_parser("twin", help="a second cluster reporting to the first one's slurmdbd")
+    p.add_argument("action", choices=("start", "stop", "stop-controller", "start-controller"))
+    p.add_argument("--dir", default=os.environ.get("HPCRUN_TEST_CLUSTER_DIR", DEFAULT_DIR))
+    p.add_argument("--first-job-id", type=int, default=None)
     for name in ("stop", "status", "restart-node"):
         p = sub.add_parser(name)
         p.add_argument("--dir", default=os.environ.get("HPCRUN_TEST_CLUSTER_DIR", DEFAULT_DIR))
@@ -1105,7 +1133,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return {"install": cmd_install, "start": cmd_start, "stop": cmd_stop,
-                "status": cmd_status, "restart-node": cmd_restart_node}[args.cmd](args)
+                "status": cmd_status, "restart-node": cmd_restart_node,
+                "twin": lambda a: _twin().main(a)}[args.cmd](args)
     except HarnessError as e:
         print(f"[harness] ERROR: {e}", file=sys.stderr)
         return 1

@@ -67,6 +67,10 @@ class SubmitUncertain(SchedulerError):
     """A submission timed out or lost the controller mid-call: the job may or may not exist."""
 
 
+class Unreachable(SchedulerError):
+    """The cluster's controller does not answer: nothing was submitted, nothing learnt about its jobs."""
+
+
 # ---- what goes in and what comes out -------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -160,6 +164,21 @@ class Queued:
 
 
 @dataclass(frozen=True)
+class Maintenance:
+    """A window in which the cluster runs nothing of ours (a maintenance reservation)."""
+
+    name: str
+    start: Optional[_dt.datetime]
+    end: Optional[_dt.datetime]
+
+    def overlaps(self, begin: _dt.datetime, seconds: float) -> bool:
+        """Would a job starting at ``begin`` and running ``seconds`` meet this window?"""
+        if self.end is not None and self.end <= begin:
+            return False
+        return self.start is None or self.start < begin + _dt.timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
 class Launch:
     """How the batch script starts tasks: the default command, and where its own output goes."""
 
@@ -180,6 +199,9 @@ class Scheduler(ABC):
     task_env_patterns: ClassVar[Tuple[str, ...]] = ()
     accounting: ClassVar[bool] = True              # keeps records of ended jobs (``records`` answers)
     cancel_command: ClassVar[str] = ""             # what an operator runs to cancel a job (for messages)
+
+    def __init__(self, cluster: Optional[str] = None) -> None:
+        self.cluster = cluster      # one of several clusters the scheduler reaches (None: its own)
 
     def cancel_hint(self, job_id: str) -> str:
         """How an operator cancels ``job_id``, for a message (the batch system's own command)."""
@@ -277,6 +299,14 @@ class Scheduler(ABC):
     @abstractmethod
     def state_of(self, job_id: str) -> Optional[str]:
         """One job's state by its id (None when the scheduler does not know it)."""
+
+    def maintenance(self) -> List[Maintenance]:
+        """The cluster's maintenance windows now and ahead (raises Unreachable when it does not answer)."""
+        return []
+
+    def known_clusters(self) -> Optional[List[str]]:
+        """The clusters this scheduler can reach by name (None: it cannot say)."""
+        return None
 
     @abstractmethod
     def submit_command(self, script: str) -> str:

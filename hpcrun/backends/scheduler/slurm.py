@@ -16,28 +16,42 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
     Adjust,
     JobRequest,
     Launch,
+    Maintenance,
     Queued,
     Record,
     Scheduler,
     SchedulerError,
     SubmitUncertain,
+    Unreachable,
     register,
-    unchanged,
+)
+from hpcrun.backends.scheduler.slurm_acct import (  # parse_*: re-exported, callers use slurm.*
+    ACCT_FIELDS,
+    AcctRecord,
+    parse_acct,
+    parse_cpu_time,
+    parse_req_mem,
+    parse_time,
+    since_text,
 )
 from hpcrun.units import format_duration
+
+__all__ = ["Slurm", "parse_acct", "parse_cpu_time", "parse_req_mem", "squeue_jobs"]
 
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm temporarily unable",
              "Resource temporarily unavailable", "Connection refused")
 # for sbatch only errors that prove the controller never took the job: after a timeout the job
 # may exist, and submitting again would duplicate it
 NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
+# -M NAME of a cluster slurmdbd knows but whose controller is down (deregistered): definite at once
+CLUSTER_DOWN = "can't be reached now"
 
 
 class SlurmError(SchedulerError):
@@ -46,6 +60,10 @@ class SlurmError(SchedulerError):
 
 class SbatchUncertain(SlurmError, SubmitUncertain):
     """sbatch timed out or lost the controller mid-call: the job may or may not exist."""
+
+
+class SlurmUnreachable(SlurmError, Unreachable):
+    """The cluster's controller did not answer (down, or in the middle of a restart)."""
 
 
 @dataclass
@@ -74,8 +92,21 @@ def _env() -> Optional[Dict[str, str]]:
 
 
 def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
-         transient: Sequence[str] = TRANSIENT) -> subprocess.CompletedProcess:
-    """Run a Slurm command, retrying transient controller errors with backoff."""
+         transient: Sequence[str] = TRANSIENT, cluster: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Run a Slurm command (on ``cluster`` with ``--clusters``), retrying transient controller errors
+    with backoff; a controller that still does not answer raises SlurmUnreachable."""
+    if cluster:
+        argv = [argv[0], f"--clusters={cluster}", *argv[1:]]
+    proc = _attempts(argv, retries, cwd, transient)
+    text = proc.stderr.strip() or proc.stdout.strip()
+    if proc.returncode != 0 and (CLUSTER_DOWN in text or any(t in text for t in NOT_REACHED)):
+        where = f"cluster {cluster}" if cluster else "the cluster"
+        raise SlurmUnreachable(f"{argv[0]}: the controller of {where} does not answer: {text}")
+    return proc
+
+
+def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
+              transient: Sequence[str]) -> subprocess.CompletedProcess:
     delay = 1.0
     for attempt in range(retries + 1):
         try:
@@ -92,13 +123,14 @@ def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
     raise AssertionError("unreachable")
 
 
-def sbatch(script: Path, extra: Iterable[str] = ()) -> str:
+def sbatch(script: Path, extra: Iterable[str] = (), cluster: Optional[str] = None) -> str:
     """Submit a script; return its job id. sbatch's rejection is shown verbatim.
 
     Raises SbatchUncertain when the outcome is unknown (timeout, controller lost after the
     request went out): the caller must look for the job under its tag before trying again.
     """
-    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED)
+    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED,
+                cluster=cluster)
     if proc.returncode != 0:
         text = proc.stderr.strip() or proc.stdout.strip()
         if proc.returncode == 124 or (any(t in text for t in TRANSIENT) and not any(t in text for t in NOT_REACHED)):
@@ -127,12 +159,12 @@ def parse_sacct(text: str) -> List[JobState]:
     return rows
 
 
-def sacct(job_ids: Sequence[str], since: str = "now-30days") -> List[JobState]:
+def sacct(job_ids: Sequence[str], since: str = "now-30days", cluster: Optional[str] = None) -> List[JobState]:
     """One sacct call for all jobs (allocation rows only)."""
     if not job_ids:
         return []
     proc = _run(["sacct", "-X", "-n", "-P", "-S", since, "-E", "now", "-j", ",".join(job_ids),
-                 "-o", SACCT_FIELDS.replace("%64", "")])
+                 "-o", SACCT_FIELDS.replace("%64", "")], cluster=cluster)
     if proc.returncode != 0:
         raise SlurmError(f"sacct failed: {proc.stderr.strip()}")
     return parse_sacct(proc.stdout)
@@ -140,130 +172,8 @@ def sacct(job_ids: Sequence[str], since: str = "now-30days") -> List[JobState]:
 
 # ---- campaign-level queries: tags, accounting records, queue size -------------------------
 
-ACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Reason", "ElapsedRaw", "TotalCPU",
-               "AllocCPUS", "NodeList", "Start", "End", "ReqMem", "MaxRSS")   # MaxRSS last: steps read it
-
-
-AcctRecord = Record   # the neutral record, filled from sacct
-
-
-_CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
-_MEM = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
-
-
-def parse_cpu_time(text: str) -> Optional[float]:
-    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]`` -> seconds."""
-    m = _CPU_TIME.match(text.strip())
-    if not m:
-        return None
-    days, hours, minutes, seconds = m.groups()
-    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
-
-
-def parse_mem(text: str) -> Optional[int]:
-    """sacct's MaxRSS (``1234K``, ``2.5G``, ``0``) -> bytes (called for every step of every job)."""
-    text = text.strip()
-    if not text:
-        return None
-    unit = text[-1]
-    factor = _MEM.get(unit) if unit.isalpha() else 1
-    number = text[:-1] if unit.isalpha() else text
-    if factor is None or not number or number.startswith(("+", "-")) or "_" in number:
-        return None
-    try:
-        return int(float(number) * factor)
-    except ValueError:
-        return None
-
-
-def parse_req_mem(text: str, cpus: Optional[int]) -> Optional[int]:
-    """sacct's ReqMem -> bytes for the whole job: ``16G`` (22.05: the job's memory TRES), or the older
-    ``4000Mc`` (per CPU: times the allocated CPUs) and ``16Gn`` (per node, taken as it is)."""
-    text = text.strip()
-    per_cpu = text.endswith("c")
-    mem = parse_mem(text[:-1] if text.endswith(("c", "n")) else text)
-    if mem is None or mem <= 0:
-        return None
-    return mem * (cpus or 1) if per_cpu else mem
-
-
-def _time_or_none(text: str) -> Optional[str]:
-    return None if text in ("", "Unknown", "None") else text
-
-
-def since_text(moment: _dt.datetime, slack_s: float = 300.0) -> str:
-    """A sacct -S value a little before ``moment`` (in local time, as sacct reads it; slack for clock skew)."""
-    return (moment - _dt.timedelta(seconds=slack_s)).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
-
-
-@functools.lru_cache(maxsize=65536)
-def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
-    """sacct's local ISO time -> an aware UTC datetime (None for Unknown); many jobs share a second."""
-    if not text:
-        return None
-    try:
-        return _dt.datetime.fromisoformat(text).astimezone(_dt.timezone.utc)
-    except ValueError:
-        return None
-
-
-def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str, AcctRecord]:
-    """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id.
-
-    A job whose state is the one ``known`` gives, and has not ended, gets the shared
-    :func:`unchanged` record: its line is not parsed further, nor are its steps.
-    """
-    jobs: Dict[str, AcctRecord] = {}
-    rss: Dict[str, int] = {}
-    width = len(ACCT_FIELDS)
-    known = known or {}
-    cpu_memo: Dict[str, Optional[float]] = {}
-    req_memo: Dict[Tuple[str, Optional[int]], Optional[int]] = {}
-    oom: Set[str] = set()
-    for line in text.splitlines():
-        head, _, rest = line.partition("|")
-        owner, dot, _step = head.partition(".")
-        if dot:  # a step: 123.batch, 123_4.0 - only its memory (the last field) and an OOM kill matter
-            mem = parse_mem(rest.rpartition("|")[2]) if rest.count("|") == width - 2 else None
-            if mem is not None and mem > rss.get(owner, -1):
-                rss[owner] = mem
-            if "|OUT_OF_MEMORY" in rest:
-                oom.add(owner)
-            continue
-        parts = line.split("|")
-        if len(parts) != width:
-            continue
-        job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, req, _rss = parts
-        state = state.split(" ")[0].rstrip("+")
-        if known.get(job_id) == state and state not in TERMINAL:
-            jobs[job_id] = unchanged(state)
-            continue
-        cpus = int(alloc) if alloc.isdigit() else None
-        cpu_s = cpu_memo[cpu] if cpu in cpu_memo else cpu_memo.setdefault(cpu, parse_cpu_time(cpu))
-        req_key = (req, cpus)
-        req_b = req_memo[req_key] if req_key in req_memo else req_memo.setdefault(req_key, parse_req_mem(req, cpus))
-        jobs[job_id] = AcctRecord(
-            job_id, raw, name, state, exit_code, reason, float(elapsed) if elapsed.isdigit() else None, cpu_s,
-            cpus, nodes, _time_or_none(start), _time_or_none(end), req_mem_bytes=req_b)
-    for owner, mem in rss.items():
-        rec = jobs.get(owner)
-        if rec is not None and rec.raw_id:   # never the shared unchanged record
-            rec.max_rss_bytes = mem
-    _fold_step_oom(jobs, oom)
-    return jobs
-
-
-def _fold_step_oom(jobs: Dict[str, AcctRecord], oom: Set[str]) -> None:
-    """A job that failed after the kernel killed one of its steps for memory (the step is
-    OUT_OF_MEMORY, the job often just FAILED with the chains' exit code) ran out of memory."""
-    for owner in oom:
-        rec = jobs.get(owner)
-        if rec is not None and rec.raw_id and rec.state == "FAILED":
-            rec.state = "OUT_OF_MEMORY"
-
-
 def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
-                  known: Optional[Mapping[str, str]] = None) -> Dict[str, AcctRecord]:
+                  known: Optional[Mapping[str, str]] = None, cluster: Optional[str] = None) -> Dict[str, AcctRecord]:
     """One sacct call over these jobs (arrays by their array id) or job names, since ``since``."""
     if not job_ids and not names:
         return {}
@@ -272,7 +182,7 @@ def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = 
         argv += ["-j", ",".join(job_ids)]
     if names:
         argv += ["--name", ",".join(names)]
-    proc = _run(argv)
+    proc = _run(argv, cluster=cluster)
     if proc.returncode != 0:
         raise SlurmError(f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return parse_acct(proc.stdout, known)
@@ -282,7 +192,7 @@ QueuedJob = Queued     # the neutral queue row, filled from squeue (%A gives raw
 
 
 def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
-                expand: bool = True, ended: bool = False) -> List[QueuedJob]:
+                expand: bool = True, ended: bool = False, cluster: Optional[str] = None) -> List[QueuedJob]:
     """Jobs in the queue, array tasks one per line (``-r``) unless ``expand`` is False.
 
     ``ended`` adds jobs that ended in the last MinJobAge seconds (``--states=all``).
@@ -298,7 +208,7 @@ def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user:
         argv += ["--name", ",".join(names)]
     if user:
         argv += ["-u", user]
-    proc = _run(argv)
+    proc = _run(argv, cluster=cluster)
     if proc.returncode != 0:
         text = proc.stderr.strip()
         if "Invalid job id" in text:  # every id already left the queue
@@ -317,9 +227,21 @@ def squeue_jobs(*, job_ids: Sequence[str] = (), names: Sequence[str] = (), user:
     return out
 
 
-def queued_count(user: str) -> int:
+def parse_maintenance(text: str) -> List[Maintenance]:
+    """``scontrol show reservation --oneliner`` -> the reservations flagged MAINT."""
+    out = []
+    for line in text.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "MAINT" not in fields.get("Flags", "").split(","):
+            continue
+        out.append(Maintenance(fields.get("ReservationName", "?"), parse_time(fields.get("StartTime")),
+                               parse_time(fields.get("EndTime"))))
+    return out
+
+
+def queued_count(user: str, cluster: Optional[str] = None) -> int:
     """How many jobs and array tasks this user has queued or running (what MaxSubmitJobs counts)."""
-    return len(squeue_jobs(user=user))
+    return len(squeue_jobs(user=user, cluster=cluster))
 
 
 # ---- the backend ------------------------------------------------------------------------
@@ -462,10 +384,10 @@ class Slurm(Scheduler):
             extra.append(f"--array={array}")
         if dependency:
             extra.append(f"--dependency={dependency}")
-        return sbatch(script, extra + adjust_options(adjust))
+        return sbatch(script, extra + adjust_options(adjust), self.cluster)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
-        proc = _run(["scancel", *job_ids])
+        proc = _run(["scancel", *job_ids], cluster=self.cluster)
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already complet" not in proc.stderr:
             raise SlurmError(f"scancel failed: {proc.stderr.strip()}")
 
@@ -474,11 +396,11 @@ class Slurm(Scheduler):
 
     def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
                 known: Optional[Mapping[str, str]] = None) -> Dict[str, Record]:
-        return sacct_records(job_ids, since, names=names, known=known)
+        return sacct_records(job_ids, since, names=names, known=known, cluster=self.cluster)
 
     def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
               expand: bool = True, ended: bool = False) -> List[Queued]:
-        return squeue_jobs(job_ids=job_ids, names=names, user=user, expand=expand, ended=ended)
+        return squeue_jobs(job_ids=job_ids, names=names, user=user, expand=expand, ended=ended, cluster=self.cluster)
 
     def since_text(self, moment: _dt.datetime) -> str:
         return since_text(moment)
@@ -487,11 +409,26 @@ class Slurm(Scheduler):
         return parse_time(text)
 
     def state_of(self, job_id: str) -> Optional[str]:
-        rows = sacct([job_id])
+        rows = sacct([job_id], cluster=self.cluster)
         return rows[0].state if rows else None
 
+    def maintenance(self) -> List[Maintenance]:
+        proc = _run(["scontrol", "show", "reservation", "--oneliner"], cluster=self.cluster)
+        if proc.returncode != 0:
+            raise SlurmError(f"scontrol show reservation failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return parse_maintenance(proc.stdout)
+
+    def known_clusters(self) -> Optional[List[str]]:
+        try:
+            proc = _run(["sacctmgr", "--noheader", "--parsable2", "list", "cluster", "format=cluster"], retries=0)
+        except SlurmError:
+            return None
+        if proc.returncode != 0:
+            return None
+        return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
     def submit_command(self, script: str) -> str:
-        return f"sbatch {script}"
+        return f"sbatch {script}" if not self.cluster else f"sbatch --clusters={self.cluster} {script}"
 
     def job_env(self) -> Optional[str]:
         return os.environ.get("SLURM_JOB_ID") or None

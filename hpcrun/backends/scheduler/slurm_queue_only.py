@@ -26,5 +26,6 @@ class SlurmQueueOnly(Slurm):
         return {}
 
     def state_of(self, job_id: str) -> Optional[str]:
-        rows = [q for q in squeue_jobs(job_ids=[job_id], expand=False, ended=True) if q.array_job_id == job_id]
+        rows = [q for q in squeue_jobs(job_ids=[job_id], expand=False, ended=True,
+                                          cluster=self.cluster) if q.array_job_id == job_id]
         return normalize_state(rows[0].state) if rows else None
