@@ -43,6 +43,12 @@ def _materialize(example: Path, tmp_path: Path) -> dict:
 def _own(example: Path, tmp_path: Path) -> Path:
     out = tmp_path / "own.yaml"
     data = _materialize(example, tmp_path)
+    refs = data["site"]["profile"]
+    if isinstance(refs, list):   # several clusters' profiles beside the example's spec
+        def absolute(ref: str) -> str:
+            return str(example.parent / ref) if ref.endswith(".yaml") else ref
+        data["site"]["profile"] = [absolute(r) if isinstance(r, str) else dict(r, profile=absolute(r["profile"]))
+                                   for r in refs]
     for key in ("list_file", "checksum_catalog"):
         if data.get("inputs", {}).get(key):
             data["inputs"][key] = str(example.parent / data["inputs"][key])

@@ -85,7 +85,8 @@ def _show_batch(dry_run: bool) -> Callable[[Any], None]:
     def show(batch: Any) -> None:
         what = f"array tasks {batch.array_spec}" if batch.array_spec else "job"
         word = "would submit" if dry_run else "submitted"
-        ident = f": {batch.job_id} (name {batch.tag})" if batch.job_id else ""
+        ident = (f": {batch.job_id} (name {batch.tag})" if batch.job_id else "") + (
+            f" on cluster {batch.cluster}" if batch.cluster else "")
         out.print(f"{word} {batch.script.path} {what}, {batch.tasks} plan job(s){ident}", highlight=False)
     return show
 
@@ -98,6 +99,10 @@ def _submit_summary(report: Any) -> None:
         out.print(f"released claim {tag}: Slurm never got it, its jobs are pending again", highlight=False)
     if report.queue:
         out.print(f"queue: {report.queue[0]} of at most {report.queue[1]} jobs queued for this user", highlight=False)
+    from hpcrun.cli.summary import cluster_submit_lines
+
+    for line in cluster_submit_lines(report.clusters):
+        out.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)
     if not report.batches:
         out.print("nothing to submit: every job of this plan is done, in flight or parked"
                   if not report.left_pending else "nothing submitted now", highlight=False)
@@ -161,6 +166,10 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     for state, n in report.counts.items():
         counts.add_row(state, str(n), str(report.inputs.get(state, 0)))
     out.print(counts)
+    if report.clusters:
+        from hpcrun.cli.summary import cluster_table
+
+        out.print(cluster_table(report.clusters))
     fin = report.finalize
     if fin is not None:
         what = f"job {fin['job_id']} {fin['state'] or fin['status']}" if fin["job_id"] else fin["status"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Dict, List
+
 from rich.table import Table
 
 from hpcrun.plan.values import Plan
@@ -33,8 +35,36 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
                           f"{format_size(plan.bb_total)} in all") if plan.bb_system and plan.pool else "none"),
         ("bytes to stage in / out", f"{format_size(plan.stage_in_bytes)} / {format_size(plan.stage_out_bytes)}"),
     ]
+    if plan.others:
+        rows.insert(1, ("clusters", "; ".join(
+            f"{p.seat.name} ({p.profile.name}, partition {p.partition_name}, share {p.seat.share:g}"
+            + (f", at most {p.seat.max_queued_jobs} queued" if p.seat.max_queued_jobs else "") + ")"
+            for p in plan.all_clusters)))
     for what, value in rows:
         table.add_row(what, value)
     for note in plan.notes:
         table.add_row("note", note)
     return table
+
+
+def cluster_table(clusters: Dict[str, Dict[str, Any]]) -> Table:
+    """Each cluster of a campaign on several: jobs per state and health (status)."""
+    table = Table("cluster", "health", "since", "pending", "submitted", "running", "done", "failed", "parked",
+                  "detail", title="clusters")
+    for name, row in clusters.items():
+        jobs = row.get("jobs", {})
+        table.add_row(name, row["state"], (row.get("since") or "")[:19].replace("T", " "),
+                      *(str(jobs.get(s, 0)) for s in ("pending", "submitted", "running", "done", "failed", "parked")),
+                      row.get("detail") or "")
+    return table
+
+
+def cluster_submit_lines(clusters: Dict[str, Dict[str, Any]]) -> List[str]:
+    """What a submit round found of each cluster and how many jobs it placed there."""
+    out = []
+    for name, row in clusters.items():
+        room = "no limit" if row["room"] is None else f"room for {row['room']}"
+        line = (f"cluster {name}: {row['state']}, {row['placed']} job(s) placed "
+                f"({room}, {row['pending_there']} pending there)")
+        out.append(line + (f" - {row['detail']}" if row["detail"] else ""))
+    return out

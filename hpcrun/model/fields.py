@@ -55,6 +55,8 @@ def _command(value: Any) -> List[str]:
         raise ValueError("a command is a string or a list of arguments (strings)")
     if not parts:
         raise ValueError("the command is empty")
+    if not parts[0].strip():
+        raise ValueError("the command's first word (the program) is empty; name the program to run")
     return parts
 
 

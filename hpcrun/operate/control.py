@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from hpcrun.backends.scheduler.base import task_id
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest, scheduler_of
+from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read_manifest
 from hpcrun.operate.retry import job_indices
 from hpcrun.operate.submit import register
 from hpcrun.operate.track import IN_FLIGHT
@@ -29,6 +29,7 @@ from hpcrun.store.store import StateStore
 class CancelReport:
     campaign: str
     cancelled: Dict[str, str] = field(default_factory=dict)   # plan job -> scheduler job id
+    clusters: Dict[str, Optional[str]] = field(default_factory=dict)   # plan job -> its cluster (several)
     not_in_flight: List[str] = field(default_factory=list)     # selected jobs with nothing to cancel
 
     def as_dict(self) -> Dict[str, object]:
@@ -78,10 +79,14 @@ def cancel(plan_dir: Union[str, Path], *, db: Optional[str] = None, jobs: Sequen
             name = names.get(job.job_index, f"#{job.job_index}")
             if job.state in IN_FLIGHT and job.slurm_job_id:
                 report.cancelled[name] = task_id(job.slurm_job_id, job.array_index)
+                report.clusters[name] = job.cluster
             elif wanted is not None:
                 report.not_in_flight.append(name)
         if report.cancelled:
-            scheduler_of(manifest).cancel(sorted(set(report.cancelled.values())))
+            for cluster in clusters_of(manifest):   # job ids are per cluster: each cancels its own
+                mine = {i for n, i in report.cancelled.items() if report.clusters[n] == cluster.name}
+                if mine:
+                    cluster.sched.cancel(sorted(mine))
             store.audit(campaign.id, "cancel", "cancelled " + ", ".join(
                 f"{n} ({i})" for n, i in sorted(report.cancelled.items())) + "; not retried unless asked "
                 "(`hpcrun retry --cancelled`)")

@@ -139,7 +139,7 @@ class Finalizer:
         return self._submit(last, rounds)
 
     def _dependency(self) -> Optional[str]:
-        ids = queued_job_ids(self.sched, self.store.in_flight_job_ids(self.campaign.id))
+        ids = queued_job_ids(self.sched, self.store.in_flight_job_ids(self.campaign.id, self.sched.cluster))
         return self.sched.dependency(self.after, ids)
 
     def _submit(self, row: FinalizeRecord, rounds: Sequence[FinalizeRecord]) -> FinalizeAction:

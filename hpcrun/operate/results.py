@@ -28,6 +28,7 @@ class Batch:
     tag: Optional[str] = None
     adjust: Optional[Adjust] = None     # a retry's changes to the script's request
     changes: Optional[str] = None       # the same in words, recorded with the submission
+    cluster: Optional[str] = None       # the cluster it went to (several clusters)
 
     @property
     def tasks(self) -> int:
@@ -61,6 +62,7 @@ class SubmitReport:
     dry_run: bool = False
     finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
     paused: Optional[str] = None                                     # "paused by ... at ...": nothing new went out
+    clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's standing
 
     @property
     def submitted_jobs(self) -> int:

@@ -14,49 +14,40 @@ array script, so a retry resubmits exactly the failed tasks of the same script.
 
 from __future__ import annotations
 
+import collections
 import getpass
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain
+from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain, Unreachable
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.plandir import has_store, open_plan_store, poll_interval, read_manifest, scheduler_of
-from hpcrun.operate.policy import adjust_of
+from hpcrun.operate.batches import (  # re-exported: callers and tests use submit.*
+    claim_groups,
+    compress_indices,
+    plan_batches,
+    plan_retry_batches,
+    scripts_of,
+    tag_of,
+)
+from hpcrun.operate.placement import DOWN, on_cluster, place, survey
+from hpcrun.operate.plandir import (
+    ClusterInfo,
+    clusters_of,
+    has_store,
+    open_plan_store,
+    poll_interval,
+    read_manifest,
+    scheduler_of,
+)
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
 from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
 from hpcrun.store.store import StateStore
 
 DEFAULT_LOCK_TIMEOUT = 600.0
-
-
-def tag_of(campaign: str, token: str) -> str:
-    """The Slurm job name that ties a job to its claim in the store."""
-    return f"{campaign}.{token[:12]}"
-
-
-def compress_indices(indices: Iterable[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (Slurm's --array syntax)."""
-    parts: List[str] = []
-    run: List[int] = []
-    for i in sorted(set(indices)):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [i]
-    if run:
-        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ",".join(parts)
-
-
-def scripts_of(manifest: Dict[str, Any]) -> List[ScriptInfo]:
-    return [ScriptInfo(s["path"], s["sha256"], s["jobs"][0], s["jobs"][1], s["array"] is not None)
-            for s in manifest["scripts"]]
 
 
 def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -89,81 +80,26 @@ def register(store: StateStore, manifest: Dict[str, Any]) -> Campaign:
     return campaign
 
 
-def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: Optional[int],
-                 throttle: Optional[int]) -> Tuple[List[Batch], int]:
-    """Group pending plan jobs by script, at most ``budget`` jobs in all; returns (batches, jobs left)."""
-    batches: List[Batch] = []
-    todo = sorted(pending)
-    left = budget if budget is not None else len(todo)
-    k = 0
-    for script in scripts:
-        jobs = []
-        while k < len(todo) and todo[k] <= script.last:
-            if todo[k] >= script.first:
-                jobs.append(todo[k])
-            k += 1
-        if not jobs or left <= 0:
-            continue
-        if script.is_array:
-            jobs = jobs[:left]
-            spec = compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
-            batches.append(Batch(script, jobs, spec))
-            left -= len(jobs)
-        else:
-            for j in jobs[:left]:
-                batches.append(Batch(script, [j]))
-            left -= min(left, len(jobs))
-    submitted = sum(b.tasks for b in batches)
-    return batches, len(todo) - submitted
-
-
-GROUP_SIZE = 64  # per-job scripts claimed and recorded together
-
-
-def plan_retry_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], adjustments: Dict[int, str],
-                       budget: Optional[int], throttle: Optional[int]) -> Tuple[List[Batch], int]:
-    """``plan_batches`` where retried jobs carry changes: one batch per script and change, retries first."""
-    by_change: Dict[str, List[int]] = {}
-    for j in pending:
-        by_change.setdefault(adjustments.get(j, ""), []).append(j)
-    batches: List[Batch] = []
-    left_total = 0
-    for text in sorted(by_change, key=lambda t: (t == "", t)):
-        room = None if budget is None else max(0, budget - sum(b.tasks for b in batches))
-        found, left = plan_batches(scripts, by_change[text], room, throttle)
-        adjust, changes = adjust_of(text)
-        for b in found:
-            b.adjust, b.changes = adjust, changes
-        batches += found
-        left_total += left
-    return batches, left_total
-
-
-def claim_groups(batches: Sequence[Batch]) -> List[List[Batch]]:
-    """An array batch alone; consecutive per-job batches with the same changes in groups of GROUP_SIZE."""
-    groups: List[List[Batch]] = []
-    for batch in batches:
-        if batch.array_spec is None and groups and groups[-1][0].array_spec is None \
-                and groups[-1][0].changes == batch.changes and len(groups[-1]) < GROUP_SIZE:
-            groups[-1].append(batch)
-        else:
-            groups.append([batch])
-    return groups
-
-
 class Submitter:
     """Claims, submits and records the batches of one plan; settles claims left by a stopped run."""
 
-    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign):
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Dict[str, Any], campaign: Campaign,
+                 cluster: Optional[ClusterInfo] = None):
         self.plan_dir = plan_dir
         self.store = store
         self.manifest = manifest
         self.campaign = campaign
-        self.scripts = scripts_of(manifest)
+        self.clusters = clusters_of(manifest)
+        self.cluster = cluster or self.clusters[0]     # where this submitter sends work
+        self.scripts = scripts_of({"scripts": self.cluster.scripts})
         self._script_by_job: Dict[int, ScriptInfo] = {}
-        self.accounting = bool(manifest["submit"].get("accounting", True))
-        self.sched = scheduler_of(manifest)
+        self.accounting = self.cluster.accounting
+        self.sched = self.cluster.sched
         self.changes: Dict[int, Optional[str]] = {}   # plan job -> a retry's changes, while one group submits
+
+    def on(self, cluster: ClusterInfo) -> Submitter:
+        """The same submitter sending work to another cluster of the plan."""
+        return Submitter(self.plan_dir, self.store, self.manifest, self.campaign, cluster)
 
     def script_of(self, job_index: int) -> ScriptInfo:
         hit = self._script_by_job.get(job_index)
@@ -233,7 +169,8 @@ class Submitter:
         return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
 
     def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
-        """Record the claimed plan jobs that got a Slurm job (``job_ids``: plan job -> Slurm job id)."""
+        """Record the claimed plan jobs that got a job on this submitter's cluster (``job_ids``: plan job ->
+        scheduler job id)."""
         by_job: Dict[int, List[int]] = {}
         for rec in claim.inputs:
             if rec.job_index is not None and rec.job_index in job_ids:
@@ -246,7 +183,7 @@ class Submitter:
             script = self.script_of(job_index)
             subs.append(NewSubmission(job_ids[job_index], script.path, script.sha256, tag, input_ids,
                                       job_index - script.first if script.is_array else None, claim.token,
-                                      changes=self.changes.get(job_index)))
+                                      changes=self.changes.get(job_index), cluster=self.cluster.name))
         self.store.record_submissions(self.campaign.id, subs)
 
     # -- claims left by a stopped submitter --------------------------------------------------
@@ -265,29 +202,34 @@ class Submitter:
             names[base] = (c, None)
             for j in {i.job_index for i in c.inputs if i.job_index is not None}:
                 names[f"{base}.{j}"] = (c, j)
+        # every cluster is asked: the claim's job may be on any (a cluster that cannot be asked
+        # raises Unreachable, and the claims wait for the next submit rather than risk a second job)
         ids: Dict[str, set] = {n: set() for n in names}
-        for q in self.sched.queue(names=list(names)):
-            if q.name in ids:
-                ids[q.name].add(q.array_job_id)
-        if self.accounting:
-            claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
-            since = self.sched.since_text(min(claimed)) if claimed else "now-7days"
-            for rec in self.sched.records((), since, names=list(names)).values():
-                if rec.name in ids:
-                    ids[rec.name].add(rec.job_id.split("_", 1)[0])
+        claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
+        for cl in self.clusters:
+            for q in cl.sched.queue(names=list(names)):
+                if q.name in ids:
+                    ids[q.name].add((cl.label, q.array_job_id))
+            if cl.accounting:
+                since = cl.sched.since_text(min(claimed)) if claimed else "now-7days"
+                for rec in cl.sched.records((), since, names=list(names)).values():
+                    if rec.name in ids:
+                        ids[rec.name].add((cl.label, rec.job_id.split("_", 1)[0]))
         found: List[Tuple[str, str]] = []
         released: List[str] = []
+        by_label = {cl.label: cl for cl in self.clusters}
         for c in claims:
-            job_ids: Dict[int, str] = {}
+            got: Dict[str, Dict[int, str]] = {}
             jobs = {i.job_index for i in c.inputs if i.job_index is not None}
             for name, (owner, job) in names.items():
                 if owner is not c or not ids[name]:
                     continue
-                job_id = min(ids[name], key=lambda j: int(j) if j.isdigit() else 0)
-                job_ids.update(dict.fromkeys(jobs if job is None else [job], job_id))
+                label, job_id = min(ids[name], key=lambda cj: int(cj[1]) if cj[1].isdigit() else 0)
+                got.setdefault(label, {}).update(dict.fromkeys(jobs if job is None else [job], job_id))
                 found.append((name, job_id))
-            self._record(c, job_ids)
-            if len(job_ids) < len(jobs):
+            for label, job_ids in got.items():
+                self.on(by_label[label])._record(c, job_ids)
+            if sum(len(j) for j in got.values()) < len(jobs):
                 tag = tag_of(self.campaign.name, c.token)
                 self.store.release_claim(c.token, reason=(
                     f"released: no job named {tag} (the submitter stopped before the scheduler took it)"))
@@ -372,21 +314,29 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
     with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait), \
             _lease(store, campaign.id, "submit"):
         submitter = Submitter(plan_dir, store, manifest, campaign)
-        report.recovered, report.released = submitter.reconcile()
+        try:
+            report.recovered, report.released = submitter.reconcile()
+        except Unreachable:
+            if len(submitter.clusters) < 2:
+                raise
+            # a claim's job may sit on the cluster that does not answer: settled once it does, never guessed
         held = store.paused(campaign.id)
         if held is not None:   # an operator's pause: settle what was half done, submit nothing new
             report.paused = held.text()
             report.left_pending = len(store.pending_jobs(campaign.id))
             return report
-        budget, report.queue = _queue_budget(manifest, limit)
-        batches, report.left_pending = plan_retry_batches(
-            submitter.scripts, store.pending_jobs(campaign.id), store.pending_adjustments(campaign.id), budget,
-            throttle)
-        for group in claim_groups(batches):
-            for done in submitter.submit_group(group):
-                report.batches.append(done)
-                if on_batch:
-                    on_batch(done)
+        if len(submitter.clusters) > 1:
+            _spread(submitter, limit, report, on_batch)
+        else:
+            budget, report.queue = _queue_budget(manifest, limit)
+            batches, report.left_pending = plan_retry_batches(
+                submitter.scripts, store.pending_jobs(campaign.id), store.pending_adjustments(campaign.id), budget,
+                throttle)
+            for group in claim_groups(batches):
+                for done in submitter.submit_group(group):
+                    report.batches.append(done)
+                    if on_batch:
+                        on_batch(done)
         if with_finalize:
             report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
         if report.batches:
@@ -394,6 +344,44 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
             store.audit(campaign.id, "submit", f"submitted {report.submitted_jobs} job(s) in "
                         f"{len(report.batches)} submission(s): {ids}")
     return report
+
+
+def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
+            on_batch: Optional[Callable[[Batch], None]]) -> None:
+    """A campaign on several clusters: ask each one, place the pending jobs, submit each cluster's share."""
+    store, campaign = submitter.store, submitter.campaign
+    pending = sorted(store.pending_jobs(campaign.id))
+    active = store.active_submissions(campaign.id)
+    in_flight = collections.Counter(a.cluster for a in active)
+    waiting = collections.Counter(a.cluster for a in active if a.last_state in (None, "PENDING"))
+    walltime = int(submitter.manifest.get("walltime_seconds") or 0)
+    seats = [survey(cl, in_flight[cl.name], waiting[cl.name], walltime) for cl in submitter.clusters]
+    todo = pending if limit is None else pending[:limit]
+    left = place(todo, seats)
+    report.left_pending = len(pending) - len(todo) + len(left)
+    adjustments = store.pending_adjustments(campaign.id)
+    last = store.last_clusters(campaign.id) if adjustments else {}
+    throttle = submitter.manifest["submit"].get("throttle")
+    for seat in seats:
+        if seat.given:
+            own = {j: on_cluster(adjustments[j], last.get(j), seat.cluster.name)
+                   for j in seat.given if j in adjustments}
+            sub = submitter.on(seat.cluster)
+            batches, _ = plan_retry_batches(sub.scripts, seat.given, own, None, throttle)
+            try:
+                for group in claim_groups(batches):
+                    for done in sub.submit_group(group):
+                        done.cluster = seat.cluster.name
+                        report.batches.append(done)
+                        if on_batch:
+                            on_batch(done)
+            except Unreachable as exc:   # it went away between the survey and now: the claim was released
+                seat.state, seat.detail = DOWN, str(exc).splitlines()[0]
+                report.left_pending += len(seat.given) - sum(b.tasks for b in report.batches
+                                                             if b.cluster == seat.cluster.name)
+        store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
+        report.clusters[seat.cluster.label] = {"state": seat.state, "detail": seat.detail, "room": seat.room,
+                                               "pending_there": seat.pending, "placed": len(seat.given)}
 
 
 @contextmanager

@@ -22,16 +22,19 @@ from hpcrun.backends.scheduler.base import (
     TERMINAL,
     Queued,
     Record,
+    Unreachable,
     normalize_state,
     parse_exit_code,
 )
+from hpcrun.operate.clusterview import cluster_figures
 from hpcrun.operate.plandir import (
+    ClusterInfo,
+    clusters_of,
     has_store,
     next_interval,
     open_plan_store,
     poll_interval,
     read_manifest,
-    scheduler_of,
 )
 from hpcrun.plan.inputs import stem_of
 from hpcrun.store.base import StateStoreError
@@ -81,6 +84,7 @@ class StatusReport:
     finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
     supervisor: Optional[Dict[str, Any]] = None                 # hpcrun run's heartbeat; None: never supervised
     paused: Optional[str] = None                                # "paused by USER@HOST at TIME": nothing new goes out
+    clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's jobs and health
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -99,7 +103,7 @@ class StatusReport:
     def as_dict(self) -> Dict[str, Any]:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
-                "supervisor": self.supervisor, "paused": self.paused,
+                "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
                 "jobs": [j.as_dict() for j in self.jobs]}
 
 
@@ -138,22 +142,49 @@ class Poller:
         self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (the queue's words, this poll)
         self.accounting = bool(manifest["submit"].get("accounting", True))
         self.records: Dict[str, Record] = {}  # this poll's accounting answer (the finalize job reads it)
-        self.sched = scheduler_of(manifest)
+        listed = clusters_of(manifest)
+        self.clusters = {c.name: c for c in listed}
+        self.first = listed[0]
+        self.sched = self.first.sched
+        self.unreachable: Dict[Optional[str], str] = {}   # clusters whose queue did not answer this poll
 
     def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
-        """run/<job>/<slurm id> (a plain string: this is called once per job per poll)."""
-        return f"{self.run_dir}/{sub.job_name or '?'}/{raw_id}"
+        """run/<job>/<slurm id> (a plain string: this is called once per job per poll); a named cluster's
+        ids are prefixed with its name (ids repeat across clusters)."""
+        prefix = self.clusters[sub.cluster].run_prefix if sub.cluster in self.clusters else ""
+        return f"{self.run_dir}/{sub.job_name or '?'}/{prefix}{raw_id}"
 
     def _lookup(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]]
-                ) -> Tuple[Dict[int, Record], Dict[str, Queued], float]:
-        """One accounting query for everything in flight, and one queue query for those it lacks."""
+                ) -> Tuple[Dict[int, Record], Dict[Tuple[Optional[str], str], Queued], float]:
+        """Each cluster's in-flight jobs asked of that cluster (ids are only unique within one)."""
+        by_cluster: Dict[Optional[str], List[ActiveSubmission]] = {}
+        for a in active:
+            by_cluster.setdefault(a.cluster if a.cluster in self.clusters else self.first.name, []).append(a)
+        if extra:
+            by_cluster.setdefault(self.first.name, [])
+        found: Dict[int, Record] = {}
+        queued: Dict[Tuple[Optional[str], str], Queued] = {}
+        acct_s = 0.0
+        for name, subs in by_cluster.items():
+            cluster = self.clusters.get(name, self.first)
+            f, q, secs = self._lookup_on(cluster, subs, extra if name == self.first.name else ())
+            found.update(f)
+            queued.update({(name, k): v for k, v in q.items()})
+            acct_s += secs
+        return found, queued, acct_s
+
+    def _lookup_on(self, cluster: ClusterInfo, active: Sequence[ActiveSubmission],
+                   extra: Sequence[Tuple[str, dt.datetime]]) -> Tuple[Dict[int, Record], Dict[str, Queued], float]:
+        """One accounting query for everything in flight on one cluster, and one queue query for those it lacks."""
+        sched = cluster.sched
         ids = sorted({a.job_id for a in active} | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
-        since = self.sched.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
+        since = sched.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
         t0 = time.monotonic()
         # what this poll already knows: unchanged jobs come back as one shared record (cheap)
         known = {a.slurm_id: a.last_state for a in active if a.last_state}
-        records: Dict[str, Record] = self.sched.records(ids, since, known=known) if self.accounting else {}
-        self.records = records
+        records: Dict[str, Record] = sched.records(ids, since, known=known) if cluster.accounting else {}
+        if cluster is self.first:
+            self.records = records
         acct_s = time.monotonic() - t0
         brackets: Dict[str, List[Tuple[str, Record]]] = {}
         for key, record in records.items():
@@ -170,8 +201,11 @@ class Poller:
         need_queue = [a for a in active if a.id not in found or found[a.id].state == "PENDING"]
         queued: Dict[str, Queued] = {}
         if need_queue:
-            for row in self.sched.queue(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
-                queued[row.job_id] = row
+            try:
+                for row in sched.queue(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
+                    queued[row.job_id] = row
+            except Unreachable as exc:   # its jobs stay as recorded; asked again at the next poll
+                self.unreachable[cluster.name] = str(exc).splitlines()[0]
         return found, queued, acct_s
 
     def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
@@ -185,9 +219,10 @@ class Poller:
         changes: List[NewStateChange] = []
         ended: List[Tuple[ActiveSubmission, str]] = []
         for a in active:
-            rec, q = found.get(a.id), queued.get(a.slurm_id)
+            rec = found.get(a.id)
+            q = queued.get((a.cluster if a.cluster in self.clusters else self.first.name, a.slurm_id))
             if rec is None and q is None:
-                seen = self._unseen(a, now)
+                seen = None if self._cluster_of(a) in self.unreachable else self._unseen(a, now)
             elif rec is None or (rec.state == "PENDING" and q is not None):
                 assert q is not None
                 seen = self._from_queue(a, q, now)
@@ -201,6 +236,9 @@ class Poller:
         return changes, ended, acct_s
 
     _Seen = Optional[Tuple[NewStateChange, Optional[str]]]   # the change, and the raw id if the job ended
+
+    def _cluster_of(self, a: ActiveSubmission) -> Optional[str]:
+        return a.cluster if a.cluster in self.clusters else self.first.name
 
     def _unseen(self, a: ActiveSubmission, now: dt.datetime) -> _Seen:
         """Neither accounting nor the queue lists the job."""
@@ -425,6 +463,7 @@ def poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_
     report.finalize = finalize_summary(manifest, store, campaign.id)
     report.observed = observed
     report.accounting_seconds = acct_s
+    report.clusters = cluster_figures(manifest, store, campaign.id, poller.unreachable)
     return report
 
 

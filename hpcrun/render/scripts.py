@@ -136,8 +136,11 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "killed_statuses": Shell(" | ".join(str(128 + n) for n in sorted(KILL_SIGNALS))),
         "body_path": quote(f"{plan_dir}/{plan.seat.subdir}{BODY_PATH}"),
         # a campaign's other clusters: their own helpers, and run records that job ids cannot mix up
-        "cluster": plan.seat.name or "", "bin_rel": Shell(f"{plan.seat.subdir}bin"),
-        "run_prefix": Shell(run_prefix(plan.seat.name)),
+        "cluster": plan.seat.name or "",
+        "db_helper": Shell(f'"$HPCRUN_PLAN_DIR/{plan.seat.subdir}bin/hpcrun-db.sh"'),
+        "chain_helper": Shell(f'"$HPCRUN_PLAN_DIR/{plan.seat.subdir}bin/hpcrun-chain.sh"'),
+        "rundir_expr": Shell(f'"$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/{run_prefix(plan.seat.name)}'
+                             '${HPCRUN_JOB_ID:-local}"'),
         "checksum": _checksum_context(plan),
         "remote": _remote_context(plan),
     }

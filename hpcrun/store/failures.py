@@ -82,6 +82,15 @@ class Failures(StoreBase):
         with self._read() as conn:
             return {int(j): a for j, a in conn.execute(query) if a}
 
+    def last_clusters(self, campaign_id: int) -> Dict[int, Optional[str]]:
+        """Plan job -> the cluster of its latest submission (a retry's excluded nodes are that cluster's)."""
+        t, s = schema.input_file, schema.submission
+        query = (select(t.c.job_index, func.max(s.c.cluster)).join(s, s.c.id == t.c.last_submission_id)
+                 .where(t.c.campaign_id == campaign_id, t.c.state == "pending", t.c.job_index.is_not(None))
+                 .group_by(t.c.job_index))
+        with self._read() as conn:
+            return {int(j): c for j, c in conn.execute(query)}
+
     def attempts_by_class(self, campaign_id: int) -> Dict[str, int]:
         """Failed submissions per failure class (each array task counts once)."""
         s = schema.submission

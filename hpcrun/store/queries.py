@@ -122,6 +122,20 @@ class Queries(StoreBase):
             found = {state: int(n) for state, n in conn.execute(query)}
         return {state: found.get(state, 0) for state in INPUT_STATES}
 
+    def cluster_counts(self, campaign_id: int) -> Dict[Optional[str], Dict[str, int]]:
+        """Plan jobs per state on each cluster (of their latest submission; never submitted: None)."""
+        t, s = schema.input_file, schema.submission
+        per_job = (select(t.c.job_index, func.min(t.c.state).label("state"), func.max(s.c.cluster).label("cluster"))
+                   .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id))
+                   .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None))
+                   .group_by(t.c.job_index).subquery())
+        query = select(per_job.c.cluster, per_job.c.state, func.count()).group_by(per_job.c.cluster, per_job.c.state)
+        out: Dict[Optional[str], Dict[str, int]] = {}
+        with self._read() as conn:
+            for cluster, state, n in conn.execute(query):
+                out.setdefault(cluster, {})[state] = int(n)
+        return out
+
     def job_states(self, campaign_id: int, states: Optional[Sequence[str]] = None) -> List[JobState]:
         """One row per plan job (or per job in ``states``): its state, attempts, last reason, latest
         submission and its last observation."""
@@ -133,7 +147,8 @@ class Queries(StoreBase):
         query = (select(t.c.job_index, func.min(t.c.state), func.max(t.c.attempts), func.max(t.c.last_reason),
                         func.max(s.c.job_id), func.max(s.c.array_index), func.max(s.c.last_state),
                         func.count(), _int_sum(t.c.size), func.max(last.c.exit_code), func.max(last.c.signal),
-                        func.max(last.c.elapsed_s), func.max(last.c.reason), func.min(t.c.job_name))
+                        func.max(last.c.elapsed_s), func.max(last.c.reason), func.min(t.c.job_name),
+                        func.max(s.c.cluster))
                  .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id)
                               .outerjoin(latest, latest.c.submission_id == s.c.id)
                               .outerjoin(last, last.c.id == latest.c.change_id))
@@ -143,7 +158,7 @@ class Queries(StoreBase):
             query = query.where(t.c.state.in_(list(states)))
         with self._read() as conn:
             return [JobState(int(r[0]), r[1], int(r[2] or 0), r[3], r[4], r[5], r[6], int(r[7]), r[8],
-                             r[9], r[10], r[11], r[12], r[13])
+                             r[9], r[10], r[11], r[12], r[13], r[14])
                     for r in conn.execute(query)]
 
     def report_rows(self, campaign_id: int) -> ReportData:

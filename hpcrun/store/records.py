@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import task_id
 
@@ -121,6 +121,7 @@ class JobState:
     elapsed_s: Optional[float] = None
     slurm_reason: Optional[str] = None
     job_name: Optional[str] = None
+    cluster: Optional[str] = None     # of the latest submission
 
     @property
     def slurm_id(self) -> Optional[str]:
@@ -247,6 +248,21 @@ class FinalizeRecord:
     started_at: Optional[dt.datetime]
     ended_at: Optional[dt.datetime]
     reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    """One cluster of a campaign as last seen: up, down (its controller does not answer) or in maintenance."""
+
+    name: Optional[str]
+    state: str
+    detail: str
+    since: dt.datetime
+    checked_at: dt.datetime
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "state": self.state, "detail": self.detail,
+                "since": self.since.isoformat(), "checked_at": self.checked_at.isoformat()}
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ the row (it lost the row to a takeover while it hung) knows to stop.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 from sqlalchemy import insert, select, update
 
 from hpcrun.store import schema
 from hpcrun.store.base import StoreBase, _now, _whoami
-from hpcrun.store.records import SupervisorRecord
+from hpcrun.store.records import ClusterHealth, SupervisorRecord
 
 _COLUMNS = ("holder", "started_at", "heartbeat_at", "rounds", "phase", "note", "poll_interval_s")
 
@@ -51,3 +51,27 @@ class Supervision(StoreBase):
                 heartbeat_at=_now(), rounds=rounds, phase=phase, note=note[:4000],
                 poll_interval_s=poll_interval_s))
         return bool(done.rowcount)
+
+    # -- the clusters of a campaign on several -------------------------------------------------
+    def record_cluster_health(self, campaign_id: int, name: Optional[str], state: str, detail: str = "") -> None:
+        """What a submit or poll found of one cluster; ``since`` moves only when the state changes."""
+        t = schema.cluster_health
+        key = name or ""
+        now = _now()
+        with self._write() as conn:
+            row = conn.execute(select(t.c.state).where(t.c.campaign_id == campaign_id, t.c.name == key)).first()
+            if row is None:
+                conn.execute(insert(t).values(campaign_id=campaign_id, name=key, state=state, detail=detail[:2000],
+                                              since=now, checked_at=now))
+                return
+            values = {"state": state, "detail": detail[:2000], "checked_at": now}
+            if row[0] != state:
+                values["since"] = now
+            conn.execute(update(t).where(t.c.campaign_id == campaign_id, t.c.name == key).values(**values))
+
+    def cluster_health(self, campaign_id: int) -> List[ClusterHealth]:
+        t = schema.cluster_health
+        with self._read() as conn:
+            rows = conn.execute(select(t.c.name, t.c.state, t.c.detail, t.c.since, t.c.checked_at)
+                                .where(t.c.campaign_id == campaign_id).order_by(t.c.name))
+            return [ClusterHealth(r[0] or None, r[1], r[2] or "", r[3], r[4]) for r in rows]

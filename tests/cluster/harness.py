@@ -248,7 +248,7 @@ class Layout:
     slurmd_port = PORT_SLURMD
     node_prefix = "nid"
     first_job_id: int | None = None
-    dbd_layout: "Layout | None" = None     # the cluster whose slurmdbd this one reports to
+    dbd_layout: Layout | None = None     # the cluster whose slurmdbd this one reports to
 
     def __init__(self, base: str | Path, nodes: int = 1, accounting: str = "slurmdbd"):
         self.dir = Path(base).resolve()

@@ -24,7 +24,7 @@ CTLD_PORT = 16900
 SLURMD_PORT = 16901
 
 
-def layout(first: "h.Layout", first_job_id: int | None = None) -> "h.Layout":
+def layout(first: h.Layout, first_job_id: int | None = None) -> h.Layout:
     """The second cluster's layout, in DIR/beta of the first one."""
     lay = h.Layout(first.dir / NAME, NODES, "slurmdbd")
     lay.cluster = NAME
@@ -37,14 +37,14 @@ def layout(first: "h.Layout", first_job_id: int | None = None) -> "h.Layout":
     return lay
 
 
-def _configs(lay: "h.Layout", private_munge: bool) -> dict[str, tuple[str, int]]:
+def _configs(lay: h.Layout, private_munge: bool) -> dict[str, tuple[str, int]]:
     files = h.render_configs(lay, private_munge)
     files.pop("slurmdbd.conf", None)
     files.pop("my.cnf", None)
     return files
 
 
-def _register(first: "h.Layout") -> None:
+def _register(first: h.Layout) -> None:
     """The cluster, its account and users in the shared slurmdbd (for this cluster)."""
     env = h.daemon_env(first)
     for argv in (["sacctmgr", "-i", "add", "cluster", NAME],
@@ -58,17 +58,17 @@ def _register(first: "h.Layout") -> None:
             raise h.HarnessError(f"{' '.join(argv)} failed:\n{text}")
 
 
-def start_controller(lay: "h.Layout") -> None:
+def start_controller(lay: h.Layout) -> None:
     h.spawn(lay, "slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], "slurmctld")
     h.wait_for(lambda: h.slurm_ok(lay, ["scontrol", "ping"]).stdout.count("UP") > 0, 60,
                f"slurmctld of {NAME}", hint=h.tail(lay.logdir / "slurmctld.log"))
 
 
-def stop_controller(lay: "h.Layout") -> None:
+def stop_controller(lay: h.Layout) -> None:
     h.kill_wave(lay, ["slurmctld"])
 
 
-def start(first_dir: str, first_job_id: int | None) -> "h.Layout":
+def start(first_dir: str, first_job_id: int | None) -> h.Layout:
     first = h.Layout(first_dir)
     state = h.load_state(first)
     if not h.read_pidfile(first, "slurmdbd"):
@@ -106,7 +106,7 @@ def start(first_dir: str, first_job_id: int | None) -> "h.Layout":
     return lay
 
 
-def twin_layout(first_dir: str) -> "h.Layout":
+def twin_layout(first_dir: str) -> h.Layout:
     lay = layout(h.Layout(first_dir))
     state = h.load_state(h.Layout(first_dir))
     if state.get("private_munge"):

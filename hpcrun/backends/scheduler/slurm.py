@@ -123,14 +123,13 @@ def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
     raise AssertionError("unreachable")
 
 
-def sbatch(script: Path, extra: Iterable[str] = (), cluster: Optional[str] = None) -> str:
+def sbatch(script: Path, extra: Iterable[str] = ()) -> str:
     """Submit a script; return its job id. sbatch's rejection is shown verbatim.
 
     Raises SbatchUncertain when the outcome is unknown (timeout, controller lost after the
     request went out): the caller must look for the job under its tag before trying again.
     """
-    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED,
-                cluster=cluster)
+    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED)
     if proc.returncode != 0:
         text = proc.stderr.strip() or proc.stdout.strip()
         if proc.returncode == 124 or (any(t in text for t in TRANSIENT) and not any(t in text for t in NOT_REACHED)):
@@ -379,12 +378,12 @@ class Slurm(Scheduler):
 
     def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "",
                adjust: Optional[Adjust] = None) -> str:
-        extra = [f"--job-name={name}"]
+        extra = [f"--job-name={name}"] + ([f"--clusters={self.cluster}"] if self.cluster else [])
         if array:
             extra.append(f"--array={array}")
         if dependency:
             extra.append(f"--dependency={dependency}")
-        return sbatch(script, extra + adjust_options(adjust), self.cluster)
+        return sbatch(script, extra + adjust_options(adjust))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         proc = _run(["scancel", *job_ids], cluster=self.cluster)

@@ -1,0 +1,146 @@
+"""examples/two-clusters-local on the test set-up's two Slurm clusters (one slurmdbd): `hpcrun run`
+places jobs on both, rides out the second cluster's controller being stopped mid-campaign and
+started again, and loses or duplicates nothing, although the two clusters' job ids overlap.
+
+The second cluster (beta: bet00001-bet00002) is started here with its first job id set to the
+first cluster's next one, so the campaign's jobs get the same ids on both clusters on purpose.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .campaigns import REPO
+from .pytest_cluster import HARNESS
+from .test_campaign_state import make_raw
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLE = REPO / "examples" / "two-clusters-local"
+
+
+def _harness(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(HARNESS), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def beta(slurm_cluster):
+    """The second cluster, its job ids starting at the first cluster's next one."""
+    probe = slurm_cluster.run_as_user(["sbatch", "--parsable", "--hold", "--wrap", "true"])
+    assert probe.returncode == 0, probe.stderr
+    first_id = int(probe.stdout.strip().split(";")[0])
+    slurm_cluster.run(["scancel", str(first_id)])
+    _harness("twin", "start", "--dir", str(slurm_cluster.dir), "--first-job-id", str(first_id + 1))
+    yield "beta"
+    _harness("twin", "stop", "--dir", str(slurm_cluster.dir))
+
+
+def _campaign(cluster, example_root: Path, files: int, name: str) -> Path:
+    """The example's spec and profiles in a fresh directory of the test user, over ``files`` inputs."""
+    glob = make_raw(cluster, example_root, cluster.pfs / f"raw-{name}", files)
+    work = cluster.workdir
+    for profile in ("alpha.yaml", "beta.yaml"):
+        shutil.copy(EXAMPLE / profile, work / profile)
+    data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text())
+    data["name"] = name
+    data["inputs"]["glob"] = glob
+    out = cluster.pfs / f"out-{name}"
+    out.mkdir(parents=True, exist_ok=True)
+    cluster.chown(out)
+    data["outputs"]["location"] = str(out)
+    cluster.write(work / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
+    cluster.chown(work)
+    return work
+
+
+def _hp(cluster, hpcrun: str, work: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return cluster.run_as_user([hpcrun, *args], cwd=str(work), timeout=timeout, env={"COLUMNS": "200"})
+
+
+def _tasks(cluster, name: str) -> list:
+    """Every job of this campaign that either cluster ran: (cluster, job id, state), from sacct -M."""
+    proc = cluster.run(["sacct", "-M", "hpcrun,beta", "-X", "-n", "-P", "-S", "now-1days", "-E", "now",
+                        "-o", "Cluster,JobID,JobName%80,State"])
+    rows = []
+    for line in proc.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and parts[2].startswith(name + "."):
+            rows.append((parts[0], parts[1], parts[3].split(" ")[0]))
+    return rows
+
+
+def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, beta, hpcrun_bin, example_root):
+    name = "two-clusters"
+    files = int(os.environ.get("HPCRUN_TWO_CLUSTER_FILES", "12"))
+    work = _campaign(slurm_cluster, example_root, files, name)
+    plan = work / "plan"
+    proc = _hp(slurm_cluster, hpcrun_bin, work, "plan", str(work / "campaign.yaml"), "--out", str(plan))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "clusters" in proc.stdout and "beta" in proc.stdout, proc.stdout
+
+    env = dict(slurm_cluster.user_env, COLUMNS="200")
+    run = subprocess.Popen([hpcrun_bin, "run", str(plan), "--interval", "2"], cwd=str(work), env=env,
+                           user=slurm_cluster.uid, group=slurm_cluster.gid, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        # once beta runs some of the campaign, its controller goes away for a while
+        slurm_cluster.wait_until(lambda: any(c == "beta" for c, _j, _s in _tasks(slurm_cluster, name)),
+                                 timeout=120, interval=1)
+        _harness("twin", "stop-controller", "--dir", str(slurm_cluster.dir))
+        stopped_at = time.monotonic()
+        down_seen = False
+        while time.monotonic() - stopped_at < 25:
+            st = _hp(slurm_cluster, hpcrun_bin, work, "status", str(plan), "--json")
+            if st.returncode == 0 and json.loads(st.stdout)["clusters"].get("beta", {}).get("state") == "down":
+                down_seen = True
+            time.sleep(2)
+        _harness("twin", "start-controller", "--dir", str(slurm_cluster.dir))
+        out, _ = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out
+    assert down_seen, "status never showed cluster beta down while its controller was stopped"
+
+    st = _hp(slurm_cluster, hpcrun_bin, work, "status", str(plan), "--json", "--all")
+    assert st.returncode == 0, st.stderr
+    status = json.loads(st.stdout)
+    states = collections.Counter(j["status"] for j in status["jobs"])
+    assert states == {"done": files}, (states, out)                         # 0 lost
+    tasks = _tasks(slurm_cluster, name)
+    completed = collections.Counter()
+    manifest = json.loads((plan / "manifest.json").read_text())
+    per_cluster = collections.Counter(c for c, _j, s in tasks if s == "COMPLETED")
+    for c, job_id, state in tasks:
+        if state == "COMPLETED":
+            completed[(c, job_id)] += 1
+    assert sum(per_cluster.values()) == files, (tasks, out)                 # 0 duplicated: one completed run each
+    assert set(per_cluster) == {"hpcrun", "beta"}, per_cluster              # both clusters used
+    ids = collections.defaultdict(set)
+    for c, job_id, _s in tasks:
+        ids[job_id].add(c)
+    overlapping = [j for j, cs in ids.items() if len(cs) == 2]
+    assert overlapping, f"no job id was used on both clusters: {tasks}"   # the store kept them apart anyway
+    # the run records of both clusters are apart: run/<job>/<cluster>-<id>
+    runs = sorted(p.name for p in plan.glob("run/*/*") if p.is_dir() and p.name != "finalize")
+    assert any(r.startswith("beta-") for r in runs) and any(r.startswith("hpcrun-") for r in runs), runs
+    figures = status["clusters"]
+    assert figures["hpcrun"]["jobs"].get("done", 0) + figures["beta"]["jobs"].get("done", 0) == files, figures
+    assert figures["beta"]["state"] == "up", figures
+    assert len(manifest["clusters"]) == 2
+    report = _hp(slurm_cluster, hpcrun_bin, work, "report", str(plan), "--json")
+    assert report.returncode == 0, report.stderr
+    print(f"\n{files} inputs: completed per cluster {dict(per_cluster)}, job ids on both clusters "
+          f"{sorted(overlapping)[:10]}, runs {len(tasks)}")
