@@ -31,6 +31,7 @@ class Seat:
     detail: str = ""
     room: Optional[int] = None      # jobs it may still take (None: no limit)
     pending: int = 0                # the campaign's jobs waiting in its queue
+    slow: bool = False              # its jobs wait longer than move_pending_after (or were moved off it)
     given: List[int] = field(default_factory=list)
 
     @property
@@ -74,14 +75,15 @@ def survey(cluster: ClusterInfo, in_flight: int, pending: int, walltime_s: int,
 
 
 def place(jobs: Sequence[int], seats: Sequence[Seat]) -> List[int]:
-    """Give each job to the open cluster with the lowest load; returns the jobs nobody took."""
+    """Give each job to the open cluster with the lowest load (a slow one only when no other has room);
+    returns the jobs nobody took."""
     left: List[int] = []
     for job in jobs:
         candidates = [s for s in seats if s.open]
         if not candidates:
             left.append(job)
             continue
-        best = min(candidates, key=lambda s: (s.load(), -s.cluster.share))
+        best = min(candidates, key=lambda s: (s.slow, s.load(), -s.cluster.share))
         best.given.append(job)
     return left
 

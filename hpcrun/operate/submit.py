@@ -15,6 +15,7 @@ array script, so a retry resubmits exactly the failed tasks of the same script.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import getpass
 import os
 import time
@@ -32,7 +33,7 @@ from hpcrun.operate.batches import (  # re-exported: callers and tests use submi
     scripts_of,
     tag_of,
 )
-from hpcrun.operate.placement import DOWN, on_cluster, place, survey
+from hpcrun.operate.placement import DOWN, Seat, on_cluster, place, survey
 from hpcrun.operate.plandir import (
     ClusterInfo,
     clusters_of,
@@ -44,7 +45,7 @@ from hpcrun.operate.plandir import (
 )
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
-from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
+from hpcrun.store.records import ActiveSubmission, Campaign, Claim, NewInput, NewSubmission
 from hpcrun.store.store import StateStore
 
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -356,6 +357,7 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
     waiting = collections.Counter(a.cluster for a in active if a.last_state in (None, "PENDING"))
     walltime = int(submitter.manifest.get("walltime_seconds") or 0)
     seats = [survey(cl, in_flight[cl.name], waiting[cl.name], walltime) for cl in submitter.clusters]
+    _mark_slow(seats, store, campaign.id, active, submitter.manifest.get("move_pending_after_s"))
     todo = pending if limit is None else pending[:limit]
     left = place(todo, seats)
     report.left_pending = len(pending) - len(todo) + len(left)
@@ -382,6 +384,20 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
         store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
         report.clusters[seat.cluster.label] = {"state": seat.state, "detail": seat.detail, "room": seat.room,
                                                "pending_there": seat.pending, "placed": len(seat.given)}
+
+
+def _mark_slow(seats: Sequence[Seat], store: StateStore, campaign_id: int, active: Sequence[ActiveSubmission],
+               after: Optional[float]) -> None:
+    """With moves on: a cluster where the campaign's work waits longer than the limit, or that work was
+    moved off lately, gets new work only when no other cluster has room (no back and forth)."""
+    if not after:
+        return
+    now = dt.datetime.now(dt.timezone.utc)
+    moved = store.recent_moves(campaign_id, now - dt.timedelta(seconds=3 * after))
+    for seat in seats:
+        waits = [(now - a.submitted_at).total_seconds() for a in active
+                 if a.cluster == seat.cluster.name and a.last_state in (None, "PENDING")]
+        seat.slow = bool(moved.get(seat.cluster.name)) or any(w > after for w in waits)
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from hpcrun.errors import HpcrunError
 from hpcrun.operate import events as campaign_events
 from hpcrun.operate.metrics import Family, render, write_atomically
+from hpcrun.operate.moves import move_stuck
 from hpcrun.operate.plandir import has_store, next_interval, open_plan_store, poll_interval, read_manifest
 from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
@@ -64,13 +65,15 @@ class Round:
     requeued: List[str] = field(default_factory=list)
     parked: List[str] = field(default_factory=list)
     held: int = 0
+    moved: List[str] = field(default_factory=list)   # jobs taken off a cluster where they waited too long
+    clusters: Dict[str, str] = field(default_factory=dict)  # several clusters: each one's health this round
     finalize: Optional[str] = None          # the finalize job's state or what was done about it
     finished: bool = False
     pause: float = 0.0
 
     @property
     def changed(self) -> bool:
-        return bool(self.observed or self.submitted or self.requeued or self.parked)
+        return bool(self.observed or self.submitted or self.requeued or self.parked or self.moved)
 
     def summary(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.jobs.items() if n) or "no jobs"
@@ -83,6 +86,10 @@ class Round:
             parts.append(f"parked {len(self.parked)}")
         if self.held:
             parts.append(f"{self.held} held for a human")
+        if self.moved:
+            parts.append(f"moved {len(self.moved)} to another cluster")
+        if self.clusters:
+            parts.append("clusters " + ", ".join(f"{n} {s}" for n, s in self.clusters.items()))
         if self.finalize:
             parts.append(f"finalize {self.finalize}")
         parts.append("finished" if self.finished else f"next poll in {self.pause:.0f} s")
@@ -131,6 +138,7 @@ class Supervisor:
     def round(self, number: int) -> Round:
         status = poll_store(self.plan_dir, self.manifest, self.store)
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
+        moved = move_stuck(self.manifest, self.store, self.campaign)
         jobs = self.store.job_counts(self.campaign.id)
         settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
         sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
@@ -138,7 +146,9 @@ class Supervisor:
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
                     self.store.job_counts(self.campaign.id), observed=status.observed,
                     submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
-                    parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held)
+                    parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held,
+                    moved=[f"{m.job} off {m.cluster}" for m in moved],
+                    clusters={n: c["state"] for n, c in sub.clusters.items()})
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
         rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled
         for key in self.totals:
@@ -182,6 +192,15 @@ class Supervisor:
                        "round (Unix time).").add(beat_at),
                 Family("hpcrun_supervisor_rounds_total", "Rounds of this supervisor.", "counter").add(rnd.number),
                 Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause)]
+        if rnd.clusters:   # several clusters: each one's health and jobs
+            up = Family("hpcrun_cluster_up", "1 while the cluster answers and is not in maintenance.")
+            for name, state in rnd.clusters.items():
+                up.add(int(state == "up"), cluster=name)
+            per = Family("hpcrun_cluster_plan_jobs", "Plan jobs per state on each cluster (latest submission).")
+            for cluster, counts in self.store.cluster_counts(self.campaign.id).items():
+                for state, n in counts.items():
+                    per.add(n, cluster=cluster or "", state=state)
+            fams += [up, per]
         for key, text in (("submitted", "Jobs and array tasks submitted by this supervisor."),
                           ("requeued", "Failed plan jobs this supervisor sent back to pending."),
                           ("parked", "Plan jobs this supervisor parked for a human.")):

@@ -9,9 +9,10 @@ failed submission, so later decisions and the report count attempts by class.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Dict, List, Optional, Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 
 from hpcrun.store import schema
 from hpcrun.store.base import StoreBase, _now
@@ -81,6 +82,33 @@ class Failures(StoreBase):
                         t.c.job_index.is_not(None)).group_by(t.c.job_index))
         with self._read() as conn:
             return {int(j): a for j, a in conn.execute(query) if a}
+
+    def record_move(self, campaign_id: int, submission_id: int, reason: str) -> int:
+        """A job taken off one cluster's queue (cancelled there, confirmed gone) to go to another: its
+        inputs back to pending, not counted as an attempt, the submission classed ``moved``. Returns how
+        many inputs moved (0: they were no longer waiting on this submission)."""
+        t, s, sc = schema.input_file, schema.submission, schema.state_change
+        now = _now()
+        with self._write() as conn:
+            moved = conn.execute(update(t).where(
+                t.c.campaign_id == campaign_id, t.c.last_submission_id == submission_id,
+                t.c.state == "submitted").values(
+                state="pending", attempts=t.c.attempts - 1, last_reason=reason, claim_token=None, claimed_by=None,
+                claimed_at=None, updated_at=now)).rowcount
+            if moved:
+                conn.execute(update(s).where(s.c.id == submission_id).values(
+                    failure_class="moved", last_state="CANCELLED", last_observed_at=now))
+                conn.execute(insert(sc).values(submission_id=submission_id, observed_at=now, slurm_state="CANCELLED",
+                                               reason=reason[:2000]))
+        return int(moved or 0)
+
+    def recent_moves(self, campaign_id: int, since: dt.datetime) -> Dict[Optional[str], int]:
+        """Jobs moved off each cluster since ``since`` (a cluster that made work wait is not given more)."""
+        s = schema.submission
+        query = (select(s.c.cluster, func.count()).where(s.c.campaign_id == campaign_id, s.c.failure_class == "moved",
+                                                        s.c.last_observed_at >= since).group_by(s.c.cluster))
+        with self._read() as conn:
+            return {c: int(n) for c, n in conn.execute(query)}
 
     def last_clusters(self, campaign_id: int) -> Dict[int, Optional[str]]:
         """Plan job -> the cluster of its latest submission (a retry's excluded nodes are that cluster's)."""

@@ -50,7 +50,9 @@ def beta(slurm_cluster):
 def _campaign(cluster, example_root: Path, files: int, name: str) -> Path:
     """The example's spec and profiles in a fresh directory of the test user, over ``files`` inputs."""
     glob = make_raw(cluster, example_root, cluster.pfs / f"raw-{name}", files)
-    work = cluster.workdir
+    work = cluster.workdir / name
+    work.mkdir(exist_ok=True)
+    cluster.chown(work)
     for profile in ("alpha.yaml", "beta.yaml"):
         shutil.copy(EXAMPLE / profile, work / profile)
     data = yaml.safe_load((EXAMPLE / "campaign.yaml").read_text())
@@ -69,9 +71,10 @@ def _hp(cluster, hpcrun: str, work: Path, *args: str, timeout: float = 300) -> s
     return cluster.run_as_user([hpcrun, *args], cwd=str(work), timeout=timeout, env={"COLUMNS": "200"})
 
 
-def _tasks(cluster, name: str) -> list:
-    """Every job of this campaign that either cluster ran: (cluster, job id, state), from sacct -M."""
-    proc = cluster.run(["sacct", "-M", "hpcrun,beta", "-X", "-n", "-P", "-S", "now-1days", "-E", "now",
+def _tasks(cluster, name: str, since: str) -> list:
+    """Every job of this campaign that either cluster ran since ``since``: (cluster, job id, state), from
+    sacct -M."""
+    proc = cluster.run(["sacct", "-M", "hpcrun,beta", "-X", "-n", "-P", "-S", since, "-E", "now",
                         "-o", "Cluster,JobID,JobName%80,State"])
     rows = []
     for line in proc.stdout.splitlines():
@@ -83,6 +86,7 @@ def _tasks(cluster, name: str) -> list:
 
 def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, beta, hpcrun_bin, example_root):
     name = "two-clusters"
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
     files = int(os.environ.get("HPCRUN_TWO_CLUSTER_FILES", "12"))
     work = _campaign(slurm_cluster, example_root, files, name)
     plan = work / "plan"
@@ -96,7 +100,7 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
                            stderr=subprocess.STDOUT, text=True)
     try:
         # once beta runs some of the campaign, its controller goes away for a while
-        slurm_cluster.wait_until(lambda: any(c == "beta" for c, _j, _s in _tasks(slurm_cluster, name)),
+        slurm_cluster.wait_until(lambda: any(c == "beta" for c, _j, _s in _tasks(slurm_cluster, name, since)),
                                  timeout=120, interval=1)
         _harness("twin", "stop-controller", "--dir", str(slurm_cluster.dir))
         stopped_at = time.monotonic()
@@ -119,7 +123,7 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     status = json.loads(st.stdout)
     states = collections.Counter(j["status"] for j in status["jobs"])
     assert states == {"done": files}, (states, out)                         # 0 lost
-    tasks = _tasks(slurm_cluster, name)
+    tasks = _tasks(slurm_cluster, name, since)
     completed = collections.Counter()
     manifest = json.loads((plan / "manifest.json").read_text())
     per_cluster = collections.Counter(c for c, _j, s in tasks if s == "COMPLETED")
@@ -144,3 +148,57 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     assert report.returncode == 0, report.stderr
     print(f"\n{files} inputs: completed per cluster {dict(per_cluster)}, job ids on both clusters "
           f"{sorted(overlapping)[:10]}, runs {len(tasks)}")
+
+
+def test_jobs_waiting_on_a_drained_cluster_move_and_maintenance_gets_no_work(slurm_cluster, beta, hpcrun_bin,
+                                                                             example_root):
+    """beta is preferred (share 100) but its nodes are drained: the jobs placed there wait, are moved
+    after move_pending_after (cancelled there, confirmed gone) and run on the first cluster; a
+    maintenance reservation on beta then keeps new work off it."""
+    name, files = "moves", 4
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    work = _campaign(slurm_cluster, example_root, files, name)
+    data = yaml.safe_load((work / "campaign.yaml").read_text())
+    data["site"]["profile"] = ["alpha.yaml", {"profile": "beta.yaml", "share": 100}]
+    data["site"]["move_pending_after"] = "15s"
+    slurm_cluster.write(work / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
+    plan = work / "plan"
+    assert _hp(slurm_cluster, hpcrun_bin, work, "plan", str(work / "campaign.yaml"), "--out", str(plan)).returncode == 0
+    nodes = "bet[00001-00002]"
+    slurm_cluster.run(["scontrol", "-M", "beta", "update", f"nodename={nodes}", "state=drain", "reason=hpcrun-test"])
+    try:
+        proc = _hp(slurm_cluster, hpcrun_bin, work, "run", str(plan), "--interval", "2", timeout=600)
+    finally:
+        slurm_cluster.run(["scontrol", "-M", "beta", "update", f"nodename={nodes}", "state=resume"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "moved" in proc.stdout, proc.stdout
+    tasks = _tasks(slurm_cluster, name, since)
+    on_beta = [t for t in tasks if t[0] == "beta"]
+    assert on_beta and all(s == "CANCELLED" for _c, _j, s in on_beta), tasks    # placed there, never ran there
+    done = [t for t in tasks if t[2] == "COMPLETED"]
+    assert len(done) == files and {c for c, _j, _s in done} == {"hpcrun"}, tasks
+    report = json.loads(_hp(slurm_cluster, hpcrun_bin, work, "report", str(plan), "--json").stdout)
+    assert report["attempts_by_class"].get("moved") == len(on_beta), report["attempts_by_class"]
+    assert report["succeeded"] == files
+    log = _hp(slurm_cluster, hpcrun_bin, work, "log", str(plan)).stdout
+    assert "off beta after" in log, log
+
+    # maintenance: a reservation flagged MAINT over the walltime keeps every new job off beta
+    slurm_cluster.run(["scontrol", "-M", "beta", "create", "reservation", "reservationname=hpcrun-maint",
+                       "starttime=now", "duration=30", "flags=maint,ignore_jobs", "nodes=ALL", "users=root"])
+    try:
+        work2 = _campaign(slurm_cluster, example_root, 2, "maint")
+        plan2 = work2 / "plan"
+        assert _hp(slurm_cluster, hpcrun_bin, work2, "plan", str(work2 / "campaign.yaml"), "--out",
+                   str(plan2)).returncode == 0
+        sub = _hp(slurm_cluster, hpcrun_bin, work2, "submit", str(plan2))
+        assert sub.returncode == 0, sub.stdout + sub.stderr
+        assert "cluster beta: maintenance, 0 job(s) placed" in sub.stdout, sub.stdout
+        assert "maintenance reservation hpcrun-maint" in sub.stdout, sub.stdout
+        st = json.loads(_hp(slurm_cluster, hpcrun_bin, work2, "status", str(plan2), "--json").stdout)
+        assert st["clusters"]["beta"]["state"] == "maintenance", st["clusters"]
+        slurm_cluster.wait_until(lambda: len(_tasks(slurm_cluster, "maint", since)) == 2, timeout=30, interval=1)
+        assert {c for c, _j, _s in _tasks(slurm_cluster, "maint", since)} == {"hpcrun"}
+        _hp(slurm_cluster, hpcrun_bin, work2, "cancel", str(plan2), "--all")
+    finally:
+        slurm_cluster.run(["scontrol", "-M", "beta", "delete", "reservation=hpcrun-maint"])

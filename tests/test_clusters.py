@@ -1,0 +1,205 @@
+"""A campaign on several clusters, without a cluster: the spec and profile checks, the rendered
+plan directory, placement and the retry changes that follow it, the maintenance windows Slurm
+prints. The campaign on two real clusters is tests/cluster/test_two_clusters.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcrun.backends.scheduler import scheduler_for
+from hpcrun.backends.scheduler.base import Maintenance
+from hpcrun.backends.scheduler.slurm import Slurm, parse_maintenance
+from hpcrun.errors import InputError
+from hpcrun.operate.placement import DOWN, MAINTENANCE, Seat, on_cluster, place
+from hpcrun.operate.plandir import ClusterInfo, clusters_of
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
+
+# what `scontrol -M beta show reservation --oneliner` printed on the test set-up
+RESERVATIONS = (
+    "ReservationName=maint1 StartTime=2026-11-25T23:44:41 EndTime=2026-11-26T00:14:41 Duration=00:30:00 "
+    "Nodes=bet[00001-00002] NodeCnt=2 CoreCnt=16 Features=(null) PartitionName=(null) "
+    "Flags=MAINT,IGNORE_JOBS,SPEC_NODES,ALL_NODES TRES=cpu=16 Users=root State=INACTIVE\n"
+    "ReservationName=course StartTime=2026-11-25T23:00:00 EndTime=2026-11-26T01:00:00 Duration=02:00:00 "
+    "Nodes=bet00001 NodeCnt=1 Flags=SPEC_NODES Users=hpcuser State=ACTIVE\n")
+
+
+def _profile(tmp_path: Path, name: str, cluster: str | None, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    text = f"name: {name}\nextends: local-test\n" + (f"scheduler:\n  cluster: {cluster}\n" if cluster else "")
+    path.write_text(text + extra)
+    return path
+
+
+def _spec(spec_factory, tmp_path: Path, profiles: list, **site) -> Path:
+    return spec_factory({"site": {"profile": profiles, **site}})
+
+
+@pytest.fixture(autouse=True)
+def no_scheduler_to_ask(monkeypatch):
+    """Planning asks the scheduler which clusters it knows; here it cannot say (as on a laptop)."""
+    monkeypatch.setattr(Slurm, "known_clusters", lambda self: None)
+
+
+def test_two_profiles_plan_one_directory_with_each_clusters_scripts(spec_factory, tmp_path):
+    a = _profile(tmp_path, "alpha", "alpha")
+    b = _profile(tmp_path, "beta", "beta", "partitions:\n  debug:\n    nodes: 2\n")
+    spec = _spec(spec_factory, tmp_path, [str(a), {"profile": str(b), "share": 2, "max_queued_jobs": 5}],
+                 move_pending_after="15m")
+    plan = load_plan(spec)
+    assert [p.seat.name for p in plan.all_clusters] == ["alpha", "beta"]
+    out = write_plan(plan, tmp_path / "plan").out_dir
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["move_pending_after_s"] == 900
+    first, second = manifest["clusters"]
+    assert (first["name"], first["share"], first["max_queued_jobs"]) == ("alpha", 1.0, None)
+    assert (second["name"], second["share"], second["max_queued_jobs"]) == ("beta", 2.0, 5)
+    assert [s["path"] for s in second["scripts"]] == ["clusters/beta/jobs/array001.sbatch"]
+    body = (out / "clusters/beta/jobs/array001.sbatch").read_text()
+    assert 'bash "$HPCRUN_PLAN_DIR/clusters/beta/bin/hpcrun-chain.sh"' in body
+    assert 'HPCRUN_RUNDIR="$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/beta-${HPCRUN_JOB_ID:-local}"' in body
+    assert "export HPCRUN_CLUSTER=beta" in body
+    assert 'bash "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh"' in (out / "jobs/array001.sbatch").read_text()
+    infos = clusters_of(manifest)
+    assert [(c.name, c.sched.cluster, c.run_prefix) for c in infos] == [("alpha", "alpha", "alpha-"),
+                                                                          ("beta", "beta", "beta-")]
+
+
+def test_one_unnamed_profile_plans_as_before(spec_factory, tmp_path):
+    out = write_plan(load_plan(spec_factory()), tmp_path / "plan").out_dir
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "clusters" not in manifest and not (out / "clusters").exists()
+    [only] = clusters_of(manifest)
+    assert only.name is None and only.sched.cluster is None
+
+
+def test_two_profiles_naming_the_same_cluster_are_refused(spec_factory, tmp_path, cli):
+    a, b = _profile(tmp_path, "a", "same"), _profile(tmp_path, "b", "same")
+    result = cli("plan", str(_spec(spec_factory, tmp_path, [str(a), str(b)])), "--out", str(tmp_path / "p"))
+    assert result.exit_code == 2
+    assert "key 'scheduler.cluster'" in result.output and "both name cluster 'same'" in result.output
+    assert str(b) in result.output and not (tmp_path / "p").exists()
+
+
+def test_a_listed_profile_must_name_its_cluster(spec_factory, tmp_path):
+    a, b = _profile(tmp_path, "a", "alpha"), _profile(tmp_path, "b", None)
+    with pytest.raises(InputError) as exc:
+        load_plan(_spec(spec_factory, tmp_path, [str(a), str(b)]))
+    [problem] = exc.value.problems
+    assert problem.key == "scheduler.cluster" and "names no cluster" in problem.message
+
+
+def test_a_cluster_the_scheduler_does_not_know_is_refused_with_those_it_knows(spec_factory, tmp_path, monkeypatch):
+    monkeypatch.setattr(Slurm, "known_clusters", lambda self: ["hpcrun", "beta"])
+    a, b = _profile(tmp_path, "a", "hpcrun"), _profile(tmp_path, "b", "betta")
+    with pytest.raises(InputError) as exc:
+        load_plan(_spec(spec_factory, tmp_path, [str(a), str(b)]))
+    [problem] = exc.value.problems
+    assert problem.file == str(b) and problem.line == 4 and problem.key == "scheduler.cluster"
+    assert "knows no cluster 'betta'" in problem.message and "beta, hpcrun" in problem.message
+
+
+def test_problems_are_reported_per_cluster(spec_factory, tmp_path):
+    a = _profile(tmp_path, "a", "alpha")
+    b = _profile(tmp_path, "b", "beta", "partitions:\n  debug:\n    max_walltime: '00:10:00'\n")
+    with pytest.raises(InputError) as exc:
+        load_plan(_spec(spec_factory, tmp_path, [str(a), str(b)]))
+    text = "\n".join(p.render() for p in exc.value.problems)
+    assert "on cluster 'beta' (profile b)" in text and "walltime" in text and "'alpha'" not in text
+
+
+def test_clusters_may_script_the_same_jobs_differently(spec_factory, tmp_path):
+    """One cluster allows arrays, the other none: each has its own scripts over the same plan jobs."""
+    a = _profile(tmp_path, "a", "alpha")
+    b = _profile(tmp_path, "b", "beta", "max_array_size: 0\n")
+    out = write_plan(load_plan(_spec(spec_factory, tmp_path, [str(a), str(b)])), tmp_path / "plan").out_dir
+    first, second = json.loads((out / "manifest.json").read_text())["clusters"]
+    assert [(s["path"], s["jobs"]) for s in first["scripts"]] == [("jobs/array001.sbatch", [0, 2])]
+    assert [(s["path"], s["jobs"]) for s in second["scripts"]] == [
+        (f"clusters/beta/jobs/job0000{i + 1}.sbatch", [i, i]) for i in range(3)]
+
+
+def test_clusters_that_cut_the_inputs_into_other_jobs_are_refused(spec_factory, tmp_path):
+    import dataclasses
+
+    from hpcrun.model.yamlsrc import load_yaml
+    from hpcrun.plan.load import _same_jobs
+    spec = _spec(spec_factory, tmp_path, [str(_profile(tmp_path, "a", "alpha")), str(_profile(tmp_path, "b", "beta"))])
+    plan = load_plan(spec)
+    other = dataclasses.replace(plan.others[0], jobs=plan.others[0].jobs[:2])
+    [problem] = _same_jobs([plan, other], load_yaml(spec))
+    assert problem.key == "jobs" and "cluster 'beta' cuts the inputs into 2 jobs" in problem.message
+    assert _same_jobs([plan, plan.others[0]], load_yaml(spec)) == []
+
+
+def test_an_empty_profile_list_is_refused(spec_factory, tmp_path):
+    with pytest.raises(InputError) as exc:
+        load_plan(_spec(spec_factory, tmp_path, []))
+    assert "empty" in exc.value.problems[0].message
+
+
+def _seat(name, share=1.0, room=None, pending=0, state="up", slow=False):
+    info = ClusterInfo(name, scheduler_for("slurm", name), True, share=share)
+    return Seat(info, state=state, room=room, pending=pending, slow=slow)
+
+
+def test_placement_fills_by_share_and_room():
+    a, b = _seat("a"), _seat("b", share=3.0)
+    assert place(list(range(8)), [a, b]) == []
+    assert (len(a.given), len(b.given)) == (2, 6)
+    c, d = _seat("c", room=1), _seat("d", room=2)
+    assert place(list(range(5)), [c, d]) == [3, 4] and (c.given, d.given) == ([0], [1, 2])
+
+
+def test_placement_prefers_the_shorter_queue_and_skips_down_maintenance_and_slow_clusters():
+    busy, idle = _seat("busy", pending=10), _seat("idle")
+    place([1, 2, 3], [busy, idle])
+    assert busy.given == [] and idle.given == [1, 2, 3]
+    down, maint, up = _seat("x", state=DOWN), _seat("y", state=MAINTENANCE), _seat("z", room=1)
+    assert place([1, 2], [down, maint, up]) == [2] and up.given == [1] and not down.given and not maint.given
+    slow, fast = _seat("slow", slow=True), _seat("fast", room=1, pending=5)
+    place([1, 2], [slow, fast])
+    assert fast.given == [1] and slow.given == [2]      # the slow one only once the other is full
+
+
+def test_a_retry_avoids_its_nodes_only_on_the_cluster_they_belong_to():
+    adjust = json.dumps({"exclude": ["nid00003"], "changes": "not on nid00003"})
+    assert on_cluster(adjust, "hpcrun", "hpcrun") == adjust
+    moved = json.loads(on_cluster(adjust, "hpcrun", "beta"))
+    assert "exclude" not in moved and moved["changes"] == "not on nid00003"
+    plain = json.dumps({"walltime_s": 600})
+    assert on_cluster(plain, "hpcrun", "beta") == plain
+
+
+def test_maintenance_reservations_are_read_and_meet_a_walltime():
+    [window] = parse_maintenance(RESERVATIONS)          # the course reservation is not maintenance
+    assert window.name == "maint1" and window.start is not None and window.end is not None
+    before = window.start - dt.timedelta(hours=1)
+    assert window.overlaps(before, 2 * 3600) and not window.overlaps(before, 1800)
+    assert not window.overlaps(window.end, 3600) and window.overlaps(window.start, 1)
+    assert Maintenance("open", None, None).overlaps(before, 1)
+
+
+def test_commands_go_to_the_named_cluster(tmp_path, monkeypatch):
+    """Every command a cluster's scheduler runs carries --clusters; an unreachable one raises Unreachable."""
+    from hpcrun.backends.scheduler.base import Unreachable
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for cmd in ("squeue", "scancel", "scontrol"):
+        (bin_dir / cmd).write_text(
+            f'#!/bin/sh\necho "{cmd} $*" >> {calls}\n'
+            "echo \"{cmd}: error: 'beta' can't be reached now, or it is an invalid entry for --cluster.\" >&2\nexit 1\n"
+            .replace("{cmd}", cmd))
+        (bin_dir / cmd).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    beta = scheduler_for("slurm", "beta")
+    for call in (lambda: beta.queue(user="me"), lambda: beta.cancel(["5"]), beta.maintenance):
+        with pytest.raises(Unreachable, match="cluster beta does not answer"):
+            call()
+    assert [line.split()[1] for line in calls.read_text().splitlines()] == ["--clusters=beta"] * 3
+    assert "--clusters=beta" in beta.submit_command("x.sbatch")
