@@ -203,3 +203,58 @@ def test_commands_go_to_the_named_cluster(tmp_path, monkeypatch):
             call()
     assert [line.split()[1] for line in calls.read_text().splitlines()] == ["--clusters=beta"] * 3
     assert "--clusters=beta" in beta.submit_command("x.sbatch")
+
+
+# what the test set-up's first cluster printed (scontrol show partition --oneliner, sinfo, scontrol show burst)
+PARTITIONS = ("PartitionName=debug AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A "
+              "DefaultTime=NONE MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 Nodes=nid[00001-00003] "
+              "OverSubscribe=NO State=UP TotalCPUs=24 TotalNodes=3 DefMemPerNode=UNLIMITED\n"
+              "PartitionName=long AllowQos=normal,long Default=NO MaxTime=2-00:00:00 Nodes=nid00003 "
+              "OverSubscribe=EXCLUSIVE TotalCPUs=8 TotalNodes=1\n")
+SINFO = "debug*|8|16000|3\nlong|8|16000|1\n"
+BURST = ("Name=lua DefaultPool=(null) Granularity=1 TotalSpace=0 FreeSpace=0 UsedSpace=0\n"
+         "  PoolName[0]=wlm_pool Granularity=1GiB TotalSpace=100GiB FreeSpace=100GiB UsedSpace=0\n"
+         "  Flags=TeardownFailure\n")
+
+
+def _facts():
+    from hpcrun.backends.scheduler.base import ClusterFacts
+    from hpcrun.backends.scheduler.slurm_describe import parse_partitions, parse_pools
+    plugin, pools = parse_pools(BURST)
+    return ClusterFacts("hpcrun", parse_partitions(PARTITIONS, SINFO), 1001, 40, (("normal", None),), plugin, pools)
+
+
+def test_the_live_cluster_is_read_from_what_slurm_prints():
+    from hpcrun.backends.scheduler.slurm_describe import parse_config, parse_max_submit, slurm_time_s
+    debug, long = _facts().partitions
+    assert (debug.name, debug.nodes, debug.cpus_per_node, debug.memory_per_node_mb, debug.max_time_s,
+            debug.default, debug.exclusive, debug.qos) == ("debug", 3, 8, 16000, None, True, False, ())
+    assert (long.max_time_s, long.exclusive, long.qos) == (2 * 86400, True, ("normal", "long"))
+    assert _facts().pools[0].granularity_bytes == 2 ** 30 and _facts().burst_buffer == "lua"
+    assert parse_config("ClusterName             = beta\nMaxArraySize            = 1001\n") == {
+        "ClusterName": "beta", "MaxArraySize": "1001"}
+    assert (slurm_time_s("30"), slurm_time_s("infinite"), slurm_time_s("01:00:00")) == (1800, None, 3600)
+    assert parse_max_submit("\n40\n\n") == 40 and parse_max_submit("\n\n") is None
+
+
+def test_a_draft_validates_and_agrees_with_its_cluster_until_the_cluster_changes(tmp_path):
+    import dataclasses
+
+    from hpcrun.model.live import draft_profile, live_differences
+    from hpcrun.model.profiles import load_profile
+    path = tmp_path / "drafted.yaml"
+    path.write_text(draft_profile(_facts(), "drafted", "hpcrun"))
+    profile = load_profile(str(path)).profile
+    assert profile.scheduler.cluster == "hpcrun" and profile.max_queued_jobs == 40
+    assert profile.partitions["long"].exclusive and profile.partitions["long"].max_walltime == 2 * 86400
+    assert profile.burst_buffer.system == "slurm-lua" and profile.burst_buffer.pools[0].granularity == 2 ** 30
+    assert live_differences(profile, _facts()) == []
+    facts = _facts()
+    lowered = dataclasses.replace(facts, partitions=(facts.partitions[0], dataclasses.replace(
+        facts.partitions[1], max_time_s=3600)), pools=(), max_array_size=100, name="other")
+    found = live_differences(profile, lowered)
+    assert any(f.startswith("partitions.long.max_walltime: the profile allows 2-00:00:00") for f in found), found
+    assert any(f.startswith("burst_buffer.pools.0: pool 'wlm_pool' is gone") for f in found), found
+    assert any(f.startswith("max_array_size:") for f in found) and any(f.startswith("scheduler.cluster") for f in found)
+    gone = dataclasses.replace(facts, partitions=facts.partitions[:1])
+    assert live_differences(profile, gone) == ["partitions.long: partition 'long' is gone (the cluster has debug)"]

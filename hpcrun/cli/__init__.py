@@ -8,10 +8,9 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 import click
-import yaml
 from rich.console import Console
 
 from hpcrun import __version__
@@ -317,79 +316,6 @@ def report_cmd(plan_dir: Path, db: Optional[str], out_dir: Optional[Path], poll:
     out.print(f"report: {index}", highlight=False)
 
 
-@main.group()
-def profiles() -> None:
-    """List, show and validate site profiles."""
-
-
-@profiles.command("list")
-@click.option("--json", "as_json", is_flag=True, help="print a JSON list instead of a table")
-@reported
-def profiles_list(as_json: bool) -> None:
-    """Profiles on the search path (HPCRUN_PROFILE_PATH, ~/.config/hpcrun, shipped)."""
-    from rich.table import Table
-
-    from hpcrun.model.profiles import available, load_profile
-
-    rows: List[Dict[str, Any]] = []
-    for name, ref in sorted(available().items()):
-        try:
-            p = load_profile(str(ref.path)).profile
-            rows.append({"name": name, "extends": p.extends, "description": p.description, "file": str(ref.path),
-                         "valid": True, "partitions": sorted(p.partitions), "default_partition": p.default_partition,
-                         "containers": p.containers.offered(), "burst_buffer": p.burst_buffer.system,
-                         "scheduler": p.scheduler.kind})
-        except HpcrunError as exc:
-            rows.append({"name": name, "file": str(ref.path), "valid": False, "error": str(exc)})
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-        return
-    table = Table("name", "extends", "description", "file")
-    for r in rows:
-        if r["valid"]:
-            table.add_row(str(r["name"]), str(r["extends"] or ""), str(r["description"] or ""), str(r["file"]))
-        else:
-            table.add_row(str(r["name"]), "?", "[red]invalid: run hpcrun profiles validate[/]", str(r["file"]))
-    out.print(table)
-
-
-@profiles.command("show")
-@click.argument("name")
-@click.option("--resolved", is_flag=True, help="print the merged profile after extends layering")
-@reported
-def profiles_show(name: str, resolved: bool) -> None:
-    """Print a profile as written, or --resolved after layering."""
-    from hpcrun.model.profiles import load_profile, locate
-
-    if not resolved:
-        click.echo(locate(name).read_text(encoding="utf-8"), nl=False)
-        return
-    loaded = load_profile(name)  # validates the merged result
-    click.echo(f"# {name} resolved from: " + " <- ".join(str(p) for p in loaded.files))
-    click.echo("# values as written (sizes and durations keep their units)")
-    click.echo(yaml.safe_dump(loaded.source.data, sort_keys=False), nl=False)
-
-
-@profiles.command("validate")
-@click.argument("names", nargs=-1)
-@reported
-def profiles_validate(names: tuple) -> None:
-    """Validate profiles (all on the search path when no NAME is given)."""
-    from hpcrun.errors import InputError
-    from hpcrun.model.profiles import available, load_profile
-
-    targets = list(names) or sorted(available())
-    problems = []
-    for name in targets:
-        try:
-            load_profile(name)
-            out.print(f"[green]ok[/] {name}")
-        except InputError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise InputError(problems)
-
-
 @main.command("schema")
 @click.argument("kind", type=click.Choice(["campaign", "profile"]))
 @reported
@@ -476,11 +402,13 @@ def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: flo
 def _register_iotune() -> None:
     from hpcrun.cli.campaign import register as register_campaign
     from hpcrun.cli.iotune import register
+    from hpcrun.cli.profiles import register as register_profiles
     from hpcrun.cli.team import register as register_team
 
     register(iotune_group)
     register_campaign(main, DB_OPTION, reported, out)
     register_team(main, DB_OPTION, reported, out)
+    register_profiles(main, reported, out)
 
 
 _register_iotune()

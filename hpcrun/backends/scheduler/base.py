@@ -179,6 +179,40 @@ class Maintenance:
 
 
 @dataclass(frozen=True)
+class PartitionFacts:
+    """A partition as the live scheduler describes it (for drafting and checking a site profile)."""
+
+    name: str
+    nodes: int
+    cpus_per_node: int
+    memory_per_node_mb: int
+    max_time_s: Optional[int]           # None: no limit
+    default: bool = False
+    exclusive: bool = False             # whole nodes only (OverSubscribe=EXCLUSIVE)
+    qos: Tuple[str, ...] = ()           # QOS allowed ("ALL": empty)
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    name: str
+    total_bytes: Optional[int]
+    granularity_bytes: Optional[int]
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What a cluster says of itself: partitions, limits, QOS, burst-buffer pools."""
+
+    name: str
+    partitions: Tuple[PartitionFacts, ...]
+    max_array_size: Optional[int] = None
+    max_submit_jobs: Optional[int] = None       # per user (the association's MaxSubmitJobs)
+    qos_max_wall_s: Tuple[Tuple[str, Optional[int]], ...] = ()
+    burst_buffer: str = ""                      # the plugin, e.g. "lua" or "datawarp" ("" none)
+    pools: Tuple[PoolFacts, ...] = ()
+
+
+@dataclass(frozen=True)
 class Launch:
     """How the batch script starts tasks: the default command, and where its own output goes."""
 
@@ -303,6 +337,10 @@ class Scheduler(ABC):
     def maintenance(self) -> List[Maintenance]:
         """The cluster's maintenance windows now and ahead (raises Unreachable when it does not answer)."""
         return []
+
+    def describe(self) -> ClusterFacts:
+        """The cluster as the scheduler describes it now (raises SchedulerError when it cannot)."""
+        raise SchedulerError(f"the {self.name} backend cannot describe its cluster")
 
     def known_clusters(self) -> Optional[List[str]]:
         """The clusters this scheduler can reach by name (None: it cannot say)."""

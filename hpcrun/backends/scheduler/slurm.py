@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from hpcrun.backends.scheduler import slurm_describe
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
     Adjust,
+    ClusterFacts,
     JobRequest,
     Launch,
     Maintenance,
@@ -416,6 +418,14 @@ class Slurm(Scheduler):
         if proc.returncode != 0:
             raise SlurmError(f"scontrol show reservation failed: {proc.stderr.strip() or proc.stdout.strip()}")
         return parse_maintenance(proc.stdout)
+
+    def describe(self) -> ClusterFacts:
+        def run(argv: List[str]) -> str:
+            proc = _run(argv, cluster=None if argv[0] == "sacctmgr" else self.cluster)   # sacctmgr: cluster=
+            if proc.returncode != 0:
+                raise SlurmError(f"{' '.join(argv)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+            return proc.stdout
+        return slurm_describe.describe(run, self.cluster)
 
     def known_clusters(self) -> Optional[List[str]]:
         try:
