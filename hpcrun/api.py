@@ -134,6 +134,9 @@ class PlanResult(_Result):
                                  "notes")}
         out["plan_dir"] = self.plan_dir
         out["scripts"] = [s["path"] for s in m["scripts"]]
+        if m.get("clusters"):
+            out["clusters"] = [{"name": c["name"], "profile": c["profile"], "share": c["share"],
+                                "max_queued_jobs": c["max_queued_jobs"]} for c in m["clusters"]]
         if self.diff is not None:
             out["diff"] = self.diff
         return out
@@ -173,11 +176,11 @@ class SubmitResult(_Result):
         return {"campaign": r.campaign, "store": r.store, "dry_run": r.dry_run,
                 "submitted": self.rows(), "recovered": [{"tag": t, "job_id": j} for t, j in r.recovered],
                 "released": r.released, "left_pending": r.left_pending,
-                "finalize": r.finalize.as_dict() if r.finalize is not None else None}
+                "finalize": r.finalize.as_dict() if r.finalize is not None else None, "clusters": r.clusters}
 
     def rows(self) -> List[Dict[str, Any]]:
-        return [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec, "tag": b.tag, "jobs": b.jobs}
-                for b in self.raw.batches]
+        return [{"script": b.script.path, "job_id": b.job_id, "array": b.array_spec, "tag": b.tag, "jobs": b.jobs,
+                 "cluster": b.cluster} for b in self.raw.batches]
 
     def summary(self) -> Dict[str, Any]:
         r = self.raw

@@ -105,6 +105,7 @@ class CampaignReport:
     transfers: Optional[Transfers] = None       # None: no job copied remote inputs
     chain_endings: Dict[str, int] = field(default_factory=dict)   # chains.tsv: ok, failed, crashed, killed
     reclaimed: Dict[str, int] = field(default_factory=dict)  # leftovers removed by later jobs: dirs, bytes
+    clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's figures
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -208,7 +209,32 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
         runs=runs, mb_per_s_per_core=_ratio(total_bytes / 1e6, core_s),
         events_per_s_per_core=_ratio(total_events, core_s) if total_events else None)
     _add_history(report, data, ended, latest_qa, job_names)
+    report.clusters = per_cluster(ended)
     return report
+
+
+def per_cluster(ended: List[RunRow]) -> Dict[str, Dict[str, Any]]:
+    """Runs, success rate (completed runs / ended runs), CPU efficiency and throughput of each cluster,
+    when the runs went to more than one (or a named) cluster; moves are not counted as runs."""
+    by: Dict[str, List[RunRow]] = {}
+    for r in ended:
+        if r.failure_class != "moved":
+            by.setdefault(r.cluster or "", []).append(r)
+    if not by or list(by) == [""]:
+        return {}
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, rows in sorted(by.items()):
+        done = [r for r in rows if r.slurm_state == "COMPLETED"]
+        cpu = sum(r.cpu_s or 0.0 for r in rows)
+        alloc = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 0) for r in rows)
+        starts = [r.started_at for r in rows if r.started_at]
+        ends = [r.ended_at for r in rows if r.ended_at]
+        span = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+        out[name or "(default)"] = {
+            "runs_ended": len(rows), "runs_completed": len(done), "success_rate": _ratio(len(done), len(rows)),
+            "cpu_efficiency": _ratio(cpu, alloc), "cpu_hours": cpu / 3600,
+            "throughput_mb_per_s": _ratio(sum(r.input_bytes or 0 for r in done) / 1e6, span)}
+    return out
 
 
 def _cumulative(times: List[dt.datetime]) -> List[Tuple[str, int]]:

@@ -54,7 +54,15 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
       + ([("chains by ending (ok, failed, crashed, killed)", ", ".join(f"{k} {n}" for k, n in r.chain_endings.items()))]
          if r.chain_endings else []) \
       + ([("node-local leftovers reclaimed: directories, GB",
-           f"{r.reclaimed['dirs']}, {r.reclaimed['bytes'] / 1e9:.3g}")] if r.reclaimed else [])
+           f"{r.reclaimed['dirs']}, {r.reclaimed['bytes'] / 1e9:.3g}")] if r.reclaimed else []) \
+      + cluster_rows(r)
+
+
+def cluster_rows(r: CampaignReport) -> List[Tuple[str, str]]:
+    """One row per cluster of a campaign on several: runs, success rate, CPU efficiency, throughput."""
+    return [(f"cluster {name}: runs completed / ended, success rate, CPU efficiency, MB/s",
+             f"{c['runs_completed']} / {c['runs_ended']}, {_pct(c['success_rate'])}, {_pct(c['cpu_efficiency'])}, "
+             f"{_num(c['throughput_mb_per_s'])}") for name, c in r.clusters.items()]
 
 
 def _transfer_rows(r: CampaignReport) -> List[Tuple[str, str]]:

@@ -72,9 +72,13 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
         held = store.paused(campaign.id)
         log = [{"at": e.at.isoformat(timespec="seconds"), "who": e.who, "command": e.command, "detail": e.detail}
                for e in store.audit_log(campaign.id, limit=AUDIT_ROWS)]
+        health = [(f"cluster {h.name or '(default)'} health", f"{h.state} since {h.since:%Y-%m-%d %H:%M:%S} UTC"
+                   + (f": {h.detail}" if h.detail and h.state != "up" else ""))
+                  for h in store.cluster_health(campaign.id)]
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
-            "succeeded": report.succeeded, "merit": merit_rows(report),
+            "succeeded": report.succeeded, "merit": merit_rows(report) + health,
+            "clusters": report.clusters,
             "failures": [{"reason": f.reason, "count": f.count, "example": f.example} for f in report.failures],
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
             "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,

@@ -146,6 +146,14 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     assert len(manifest["clusters"]) == 2
     report = _hp(slurm_cluster, hpcrun_bin, work, "report", str(plan), "--json")
     assert report.returncode == 0, report.stderr
+    figures = json.loads(report.stdout)["clusters"]
+    assert set(figures) == {"hpcrun", "beta"}, figures
+    assert sum(f["runs_completed"] for f in figures.values()) == files, figures
+    assert all(0 < f["cpu_efficiency"] <= 1 for f in figures.values()), figures
+    metrics = (plan / "metrics.prom").read_text()
+    assert 'hpcrun_cluster_up{campaign="two-clusters",cluster="beta"} 1' in metrics, metrics
+    assert 'hpcrun_cluster_plan_jobs{campaign="two-clusters",cluster="beta",state="done"}' in metrics
+    _live_page(slurm_cluster, hpcrun_bin, work, plan, figures)
     print(f"\n{files} inputs: completed per cluster {dict(per_cluster)}, job ids on both clusters "
           f"{sorted(overlapping)[:10]}, runs {len(tasks)}")
 
@@ -202,3 +210,31 @@ def test_jobs_waiting_on_a_drained_cluster_move_and_maintenance_gets_no_work(slu
         _hp(slurm_cluster, hpcrun_bin, work2, "cancel", str(plan2), "--all")
     finally:
         slurm_cluster.run(["scontrol", "-M", "beta", "delete", "reservation=hpcrun-maint"])
+
+
+def _live_page(cluster, hpcrun_bin: str, work: Path, plan: Path, figures: dict) -> None:
+    """`hpcrun serve` of the campaign in headless Chromium: a row per cluster, and each one's health."""
+    from tests import browser
+
+    reason = browser.why_not()
+    if reason:
+        pytest.skip(f"no headless browser for the live page: {reason}")
+    proc = subprocess.Popen([hpcrun_bin, "serve", str(plan), "--port", "0"], cwd=str(work), env=dict(cluster.user_env),
+                            user=cluster.uid, group=cluster.gid, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, line
+        url = line.split("on ", 1)[1].split(" ", 1)[0]
+
+        def check(page):
+            text = page.text_content("#merit")
+            for name, f in figures.items():
+                assert f"cluster {name}: runs completed / ended" in text, text
+                assert f"{f['runs_completed']} / {f['runs_ended']}" in text, text
+            assert "cluster beta health" in text and "up since" in text, text
+
+        browser.open_page(url, "dashboard-two-clusters.png", check)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
