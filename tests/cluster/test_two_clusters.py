@@ -20,13 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .campaigns import REPO
+from .campaigns import PY, REPO
 from .pytest_cluster import HARNESS
 from .test_campaign_state import make_raw
 
 pytestmark = pytest.mark.cluster
 
 EXAMPLE = REPO / "examples" / "two-clusters-local"
+CPU_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+               "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+               "print(f'SUPERVISOR-CPU {r.ru_utime + r.ru_stime:.2f}', flush=True); sys.exit(rc)")
 
 
 def _harness(*args: str) -> subprocess.CompletedProcess:
@@ -88,6 +91,7 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     name = "two-clusters"
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
     files = int(os.environ.get("HPCRUN_TWO_CLUSTER_FILES", "12"))
+    down_s = float(os.environ.get("HPCRUN_TWO_CLUSTER_DOWN_S", "25"))
     work = _campaign(slurm_cluster, example_root, files, name)
     plan = work / "plan"
     proc = _hp(slurm_cluster, hpcrun_bin, work, "plan", str(work / "campaign.yaml"), "--out", str(plan))
@@ -95,7 +99,10 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     assert "clusters" in proc.stdout and "beta" in proc.stdout, proc.stdout
 
     env = dict(slurm_cluster.user_env, COLUMNS="200")
-    run = subprocess.Popen([hpcrun_bin, "run", str(plan), "--interval", "2"], cwd=str(work), env=env,
+    # the supervisor under a wrapper that reports its CPU time (its own and the commands it ran)
+    timed = [PY, "-c", CPU_WRAPPER, hpcrun_bin, "run", str(plan), "--interval", "2"]
+    started = time.monotonic()
+    run = subprocess.Popen(timed, cwd=str(work), env=env,
                            user=slurm_cluster.uid, group=slurm_cluster.gid, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     try:
@@ -105,13 +112,14 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
         _harness("twin", "stop-controller", "--dir", str(slurm_cluster.dir))
         stopped_at = time.monotonic()
         down_seen = False
-        while time.monotonic() - stopped_at < 25:
+        while time.monotonic() - stopped_at < down_s:
             st = _hp(slurm_cluster, hpcrun_bin, work, "status", str(plan), "--json")
             if st.returncode == 0 and json.loads(st.stdout)["clusters"].get("beta", {}).get("state") == "down":
                 down_seen = True
             time.sleep(2)
         _harness("twin", "start-controller", "--dir", str(slurm_cluster.dir))
-        out, _ = run.communicate(timeout=600)
+        out, _ = run.communicate(timeout=600 + 10 * files)
+        wall = time.monotonic() - started
     finally:
         if run.poll() is None:
             run.kill()
@@ -154,8 +162,12 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     assert 'hpcrun_cluster_up{campaign="two-clusters",cluster="beta"} 1' in metrics, metrics
     assert 'hpcrun_cluster_plan_jobs{campaign="two-clusters",cluster="beta",state="done"}' in metrics
     _live_page(slurm_cluster, hpcrun_bin, work, plan, figures)
-    print(f"\n{files} inputs: completed per cluster {dict(per_cluster)}, job ids on both clusters "
-          f"{sorted(overlapping)[:10]}, runs {len(tasks)}")
+    cpu = float(out.rsplit("SUPERVISOR-CPU ", 1)[1].split()[0])
+    print(f"\n{files} inputs, cluster beta's controller down {down_s:.0f} s: lost {files - states['done']}, "
+          f"duplicated {sum(per_cluster.values()) - files}; completed per cluster {dict(per_cluster)}; runs "
+          f"{len(tasks)} (by state {dict(collections.Counter(s for _c, _j, s in tasks))}); job ids used on both "
+          f"clusters {len(overlapping)}; supervisor wall {wall:.0f} s, CPU {cpu:.1f} s ({100 * cpu / wall:.1f}% of "
+          f"one core)")
 
 
 def test_jobs_waiting_on_a_drained_cluster_move_and_maintenance_gets_no_work(slurm_cluster, beta, hpcrun_bin,
