@@ -269,7 +269,21 @@ def _finalize_step(plan_dir: Path, store: StateStore, manifest: Dict[str, Any], 
     if refused is not None:
         return refused
     room = None if report.queue is None else report.queue[1] - report.queue[0] - report.submitted_jobs
+    elsewhere = _in_flight_elsewhere(manifest, store, campaign)
+    if elsewhere:   # a dependency cannot reach another cluster's jobs: wait for them to end
+        return FinalizeAction("waiting", f"plan jobs are still in flight on {elsewhere}; the finalize job (on the "
+                                         "first cluster) goes out once they have ended")
     return finalizer.step(report, room)
+
+
+def _in_flight_elsewhere(manifest: Dict[str, Any], store: StateStore, campaign: Campaign) -> str:
+    """The other clusters (not the first) with plan jobs queued or running, in words ('' for none)."""
+    clusters = clusters_of(manifest)
+    if len(clusters) < 2:
+        return ""
+    counts = store.cluster_counts(campaign.id)
+    busy = [c.label for c in clusters[1:] if any(counts.get(c.name, {}).get(s, 0) for s in ("submitted", "running"))]
+    return ", ".join(f"cluster {b}" for b in busy)
 
 
 def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: bool = False,

@@ -402,13 +402,20 @@ def _v3(conn: Connection) -> None:
     _v3_finalize(md).create(conn)
 
 
-def _v4(conn: Connection) -> None:
+def _tables_and_columns(conn: Connection, tables: Callable[[MetaData], Sequence[Table]],
+                        columns: Dict[str, Sequence[Column[Any]]]) -> None:
+    """A migration that creates tables (referring to the campaign table) and adds columns."""
     md = MetaData(naming_convention=NAMING)
     Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
-    _v4_supervisor(md).create(conn)
-    for table, columns in _v4_columns().items():
-        for column in columns:
-            _add_column(conn, table, column)
+    for table in tables(md):
+        table.create(conn)
+    for name, added in columns.items():
+        for column in added:
+            _add_column(conn, name, column)
+
+
+def _v4(conn: Connection) -> None:
+    _tables_and_columns(conn, lambda md: [_v4_supervisor(md)], _v4_columns())
 
 
 def _v5(conn: Connection) -> None:
@@ -419,12 +426,7 @@ def _v5(conn: Connection) -> None:
 
 
 def _v6(conn: Connection) -> None:
-    md = MetaData(naming_convention=NAMING)
-    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
-    _v6_health(md).create(conn)
-    for table, columns in _v6_columns().items():
-        for column in columns:
-            _add_column(conn, table, column)
+    _tables_and_columns(conn, lambda md: [_v6_health(md)], _v6_columns())
 
 
 MIGRATIONS: Sequence[Migration] = (
