@@ -258,3 +258,15 @@ def test_a_draft_validates_and_agrees_with_its_cluster_until_the_cluster_changes
     assert any(f.startswith("max_array_size:") for f in found) and any(f.startswith("scheduler.cluster") for f in found)
     gone = dataclasses.replace(facts, partitions=facts.partitions[:1])
     assert live_differences(profile, gone) == ["partitions.long: partition 'long' is gone (the cluster has debug)"]
+
+
+def test_a_cluster_that_cannot_be_checked_is_noted_and_an_unknown_one_refused_with_one_profile(
+        spec_factory, tmp_path, monkeypatch, cli):
+    a = _profile(tmp_path, "a", "alpha")
+    plan = load_plan(spec_factory({"site": {"profile": str(a)}}))          # known_clusters: None (autouse)
+    assert plan.seat.name == "alpha"
+    assert any("could not check that cluster 'alpha' exists" in n for n in plan.notes), plan.notes
+    monkeypatch.setattr(Slurm, "known_clusters", lambda self: ["hpcrun"])
+    result = cli("plan", str(spec_factory({"site": {"profile": str(a)}})), "--out", str(tmp_path / "p"))
+    assert result.exit_code == 2 and "knows no cluster 'alpha'; it knows: hpcrun" in result.output
+    assert f"{a}, line 4, key 'scheduler.cluster'" in result.output and not (tmp_path / "p").exists()

@@ -49,8 +49,12 @@ def load_plan(spec_path: Path) -> Plan:
     if isinstance(campaign.site.profile, str):
         file, line = src.where(("site", "profile"))
         loaded = load_profile(campaign.site.profile, (file, line, "site.profile"), relative_to=relative_to)
+        problems, notes = _known_clusters([(refs[0], loaded)])
         made = plan(campaign, src, loaded.profile, loaded.source, loaded.files)
-        return dataclasses.replace(made, seat=ClusterSeat(loaded.profile.scheduler.cluster))
+        if problems:
+            raise InputError(problems)
+        return dataclasses.replace(made, seat=ClusterSeat(loaded.profile.scheduler.cluster),
+                                   notes=made.notes + tuple(notes))
     return _several(campaign, src, refs, relative_to)
 
 
@@ -81,14 +85,16 @@ def _several(campaign: Campaign, src: Located, refs: List[ClusterRef], relative_
                                              f"{p.message}") for p in exc.problems]
             continue
         plans.append(dataclasses.replace(made, seat=seat))
-    problems += _known_clusters(loaded)
+    unknown, notes = _known_clusters(loaded)
+    problems += unknown
     if problems:
         raise InputError(problems)
     problems += _same_jobs(plans, src)
     if problems:
         raise InputError(problems)
     moves = campaign.site.move_pending_after
-    return dataclasses.replace(plans[0], others=tuple(plans[1:]), move_pending_after=moves)
+    return dataclasses.replace(plans[0], others=tuple(plans[1:]), move_pending_after=moves,
+                               notes=plans[0].notes + tuple(notes))
 
 
 def _cluster_names(loaded: List[Tuple[ClusterRef, LoadedProfile]]) -> List[Problem]:
@@ -110,17 +116,22 @@ def _cluster_names(loaded: List[Tuple[ClusterRef, LoadedProfile]]) -> List[Probl
     return problems
 
 
-def _known_clusters(loaded: List[Tuple[ClusterRef, LoadedProfile]]) -> List[Problem]:
-    """Each named cluster is one the scheduler knows (when it can be asked at all)."""
-    problems = []
+def _known_clusters(loaded: List[Tuple[ClusterRef, LoadedProfile]]) -> Tuple[List[Problem], List[str]]:
+    """Each named cluster is one the scheduler knows; a note for each it could not be asked about."""
+    problems, notes = [], []
     for _ref, lp in loaded:
         name = lp.profile.scheduler.cluster
-        known = scheduler_for(lp.profile.scheduler.kind).known_clusters() if name else None
-        if name and known is not None and name not in known:
+        if not name:
+            continue
+        known = scheduler_for(lp.profile.scheduler.kind).known_clusters()
+        if known is None:
+            notes.append(f"could not check that cluster '{name}' exists: the scheduler could not be asked "
+                         "(the plan is written; submit will tell)")
+        elif name not in known:
             file, line = lp.source.where(("scheduler", "cluster"))
             problems.append(Problem(file, line, "scheduler.cluster", (
                 f"the scheduler knows no cluster '{name}'; it knows: {', '.join(sorted(known)) or '(none)'}")))
-    return problems
+    return problems, notes
 
 
 def _same_jobs(plans: List[Plan], src: Located) -> List[Problem]:
