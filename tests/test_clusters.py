@@ -270,3 +270,33 @@ def test_a_cluster_that_cannot_be_checked_is_noted_and_an_unknown_one_refused_wi
     result = cli("plan", str(spec_factory({"site": {"profile": str(a)}})), "--out", str(tmp_path / "p"))
     assert result.exit_code == 2 and "knows no cluster 'alpha'; it knows: hpcrun" in result.output
     assert f"{a}, line 4, key 'scheduler.cluster'" in result.output and not (tmp_path / "p").exists()
+
+
+class _Answering:
+    """A scheduler that answers: no maintenance, ``queued`` jobs of this user in its queue."""
+
+    cluster = "x"
+
+    def __init__(self, queued: int = 0, windows=()):
+        self.queued, self.windows = queued, list(windows)
+
+    def maintenance(self):
+        return self.windows
+
+    def queued_count(self, user):
+        return self.queued
+
+
+def test_a_cluster_takes_a_backlog_of_two_waves_within_its_limits():
+    from hpcrun.operate.placement import survey
+    info = ClusterInfo("x", _Answering(queued=95), True, max_queued_jobs=50, site_max_queued_jobs=100,
+                       capacity_jobs=6)
+    assert survey(info, in_flight=10, pending=4, walltime_s=600).room == 5          # the site: 100 - 95
+    info.site_max_queued_jobs = None
+    assert survey(info, in_flight=10, pending=4, walltime_s=600).room == 8          # 2 waves of 6, 4 waiting
+    assert survey(info, in_flight=48, pending=0, walltime_s=600).room == 2          # the campaign's cap: 50 - 48
+    now = dt.datetime.now(dt.timezone.utc)
+    info.sched = _Answering(windows=[Maintenance("m", now + dt.timedelta(minutes=5), None)])
+    seat = survey(info, in_flight=0, pending=0, walltime_s=600, now=now)
+    assert seat.state == MAINTENANCE and "maintenance reservation m" in seat.detail and not seat.open
+    assert survey(info, in_flight=0, pending=0, walltime_s=60, now=now).state == "up"   # ends before it starts

@@ -2,7 +2,9 @@
 
 A cluster gets new work only when its controller answers and no maintenance reservation meets
 the job's walltime; then up to its room (the campaign's ``max_queued_jobs`` for it, the site's
-per-user limit). Among clusters with room a job goes where the campaign's queue is shortest
+per-user limit, and a backlog of two waves: no more of the campaign's jobs waiting in its queue
+than twice what its partition runs at once; the rest stays pending here, free to go to whichever
+cluster has room next). Among clusters with room a job goes where the campaign's queue is shortest
 for its share: pending jobs there (work that has not started) plus what this round already
 sent, divided by the share. Work that waits less starts sooner, and the shares hold when
 every cluster is equally busy.
@@ -20,6 +22,7 @@ from hpcrun.backends.scheduler.base import SchedulerError, Unreachable
 from hpcrun.operate.plandir import ClusterInfo
 
 DOWN, MAINTENANCE, UP = "down", "maintenance", "up"
+BACKLOG_WAVES = 2   # jobs waiting in a cluster's queue: at most this many times what it runs at once
 
 
 @dataclass
@@ -69,6 +72,8 @@ def survey(cluster: ClusterInfo, in_flight: int, pending: int, walltime_s: int,
         return seat
     if cluster.max_queued_jobs:
         seat.room = max(0, cluster.max_queued_jobs - in_flight)
+    if cluster.capacity_jobs:   # a backlog of two waves: the rest waits here, free to go where room opens
+        seat.room = _smaller(seat.room, max(0, BACKLOG_WAVES * cluster.capacity_jobs - pending))
     if cluster.site_max_queued_jobs:
         seat.room = _smaller(seat.room, max(0, cluster.site_max_queued_jobs - queued))
     return seat

@@ -99,6 +99,7 @@ class ClusterInfo:
     site_max_queued_jobs: Optional[int] = None   # the site's per-user limit (MaxSubmitJobs)
     run_prefix: str = ""
     scripts: List[Dict[str, Any]] = field(default_factory=list)
+    capacity_jobs: Optional[int] = None          # plan jobs its partition runs at once
 
     @property
     def label(self) -> str:
@@ -114,5 +115,5 @@ def clusters_of(manifest: Dict[str, Any]) -> List[ClusterInfo]:
                             site_max_queued_jobs=submit.get("max_queued_jobs"), scripts=manifest.get("scripts", []))]
     return [ClusterInfo(c["name"], scheduler_for(c.get("scheduler", kind), c["name"]), bool(c.get("accounting", True)),
                         float(c.get("share") or 1.0), c.get("max_queued_jobs"), c.get("site_max_queued_jobs"),
-                        c.get("run_prefix", ""), c.get("scripts", []))
+                        c.get("run_prefix", ""), c.get("scripts", []), c.get("capacity_jobs"))
             for c in manifest["clusters"]]

@@ -154,6 +154,13 @@ class Plan:
         return (self, *self.others)
 
     @property
+    def capacity_jobs(self) -> int:
+        """Plan jobs the partition runs at once (whole nodes, or chains' CPUs side by side on a node)."""
+        per_node = 1 if self.partition.exclusive else max(
+            1, self.partition.cpus // max(1, max((j.chains_per_node for j in self.jobs), default=1)))
+        return max(1, self.partition.nodes // max(1, self.campaign.jobs.nodes) * per_node)
+
+    @property
     def cores_per_job(self) -> int:
         return self.campaign.jobs.nodes * self.partition.cores_per_node
 

@@ -270,6 +270,7 @@ def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
         "max_queued_jobs": plan.seat.max_queued_jobs, "site_max_queued_jobs": plan.profile.max_queued_jobs,
         "scheduler": plan.scheduler, "accounting": plan.accounting, "partition": plan.partition_name,
         "min_poll_interval": plan.profile.scheduler.min_poll_interval, "run_prefix": run_prefix(plan.seat.name),
+        "capacity_jobs": plan.capacity_jobs,
         "scripts": [{"path": script_path(plan, s.name), "array": s.array,
                      "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
                     for s in plan.scripts],
