@@ -29,6 +29,10 @@ launcher:
 """
 
 
+# fio, named: with a real IOR on PATH, --engine auto would pick IOR (tests never depend on what is installed)
+FIO_RUN = ("iotune", "run", "--engine", "fio")
+
+
 def test_real_fio_sweep_disk_vs_tmpfs(cli, tmp_path, monkeypatch):
     history = tmp_path / "history.jsonl"
     monkeypatch.setenv("HPCRUN_IOTUNE_HISTORY", str(history))
@@ -38,7 +42,7 @@ def test_real_fio_sweep_disk_vs_tmpfs(cli, tmp_path, monkeypatch):
     profile.write_text(PROFILE)
     out = tmp_path / "sweep"
     started = time.monotonic()
-    res = cli("iotune", "run", "--local", "--name", "ci", "--transfer-size", "64k,256k,1m", "--writers", "1,2",
+    res = cli(*FIO_RUN, "--local", "--name", "ci", "--transfer-size", "64k,256k,1m", "--writers", "1,2",
               "--block-size", "4m", "--target", str(disk), "--target", "/dev/shm", "--out", str(out),
               "--apply", str(profile), "--json")
     elapsed = time.monotonic() - started

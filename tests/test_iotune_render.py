@@ -15,6 +15,9 @@ from hpcrun.backends.burstbuffer.grammar import check_line, check_script
 
 from .conftest import shellcheck_cmd
 
+# fio, named: with a real IOR on PATH, --engine auto would pick IOR (tests never depend on what is installed)
+FIO_RUN = ("iotune", "run", "--engine", "fio")
+
 
 @pytest.fixture(autouse=True)
 def _private_history(tmp_path, monkeypatch):
@@ -32,7 +35,7 @@ def _lint(script: Path) -> None:
 
 
 def _render(cli, out: Path, *args: str) -> str:
-    res = cli("iotune", "run", *args, "--out", str(out), "--json")
+    res = cli(*FIO_RUN, *args, "--out", str(out), "--json")
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
     assert summary["dir"] == str(out)
@@ -125,11 +128,11 @@ def test_darshan_through_shifter_env_and_plain_env(cli, tmp_path):
 
 
 def test_darshan_without_library_is_refused(cli, tmp_path):
-    res = cli("iotune", "run", "quick", "--darshan", "--profile", "local-test", "--out", str(tmp_path / "o"))
+    res = cli(*FIO_RUN, "quick", "--darshan", "--profile", "local-test", "--out", str(tmp_path / "o"))
     assert res.exit_code == 2
     assert "tools.darshan_lib" in res.output and "local-test.yaml" in res.output
     assert not (tmp_path / "o").exists()
-    res = cli("iotune", "run", "quick", "--darshan", "--local", "--profile", str(_darshan_profile(
+    res = cli(*FIO_RUN, "quick", "--darshan", "--local", "--profile", str(_darshan_profile(
         tmp_path, "/nonexistent/libdarshan.so")), "--target", str(tmp_path), "--out", str(tmp_path / "o"))
     assert res.exit_code == 2 and "does not exist on this node" in res.output
     assert not (tmp_path / "o").exists()
@@ -137,21 +140,21 @@ def test_darshan_without_library_is_refused(cli, tmp_path):
 
 def test_refusals_write_nothing(cli, tmp_path):
     out = tmp_path / "o"
-    res = cli("iotune", "run", "quick", "--local", "--target", "bb", "--out", str(out))
+    res = cli(*FIO_RUN, "quick", "--local", "--target", "bb", "--out", str(out))
     assert res.exit_code == 2 and "burst buffer exists only inside a batch job" in res.output
-    res = cli("iotune", "run", "quick", "--profile", "generic-apptainer", "--target", "bb", "--out", str(out))
+    res = cli(*FIO_RUN, "quick", "--profile", "generic-apptainer", "--target", "bb", "--out", str(out))
     assert res.exit_code == 2 and "burst_buffer.system" in res.output and "no burst" in res.output
-    res = cli("iotune", "run", "quick", "--out", str(out))
+    res = cli(*FIO_RUN, "quick", "--out", str(out))
     assert res.exit_code == 2 and "--profile" in res.output
-    res = cli("iotune", "run", "quick", "--profile", "local-test", "--walltime", "3h", "--out", str(out))
+    res = cli(*FIO_RUN, "quick", "--profile", "local-test", "--walltime", "3h", "--out", str(out))
     assert res.exit_code == 2 and "--walltime" in res.output and "exceeds" in res.output
-    res = cli("iotune", "run", "quick", "--profile", "local-test", "--target", "/a:b", "--out", str(out))
+    res = cli(*FIO_RUN, "quick", "--profile", "local-test", "--target", "/a:b", "--out", str(out))
     assert res.exit_code == 2 and "':'" in res.output
     assert not out.exists()
     assert "Traceback" not in res.output
     out.mkdir()
     (out / "precious.txt").write_text("x")
-    res = cli("iotune", "run", "quick", "--profile", "local-test", "--out", str(out))
+    res = cli(*FIO_RUN, "quick", "--profile", "local-test", "--out", str(out))
     assert res.exit_code == 2 and "holds no hpcrun sweep" in res.output
     assert [p.name for p in out.iterdir()] == ["precious.txt"]
 
@@ -226,7 +229,7 @@ def test_job_records_a_failing_point_and_goes_on(cli, tmp_path):
 def test_the_short_form_is_a_sweep_exactly_like_iotune_run(cli, tmp_path):
     """`hpcrun iotune --transfer-size ...` (the documented usage) renders what `iotune run` renders."""
     args = ["--transfer-size", "1m,4m", "--block-size", "16m", "--writers", "1,2", "--profile", "local-test",
-            "--target", "scratch", "--name", "short", "--json"]
+            "--target", "scratch", "--name", "short", "--json", "--engine", "fio"]
     long = cli("iotune", "run", *args, "--out", str(tmp_path / "long"))
     short = cli("iotune", *args, "--out", str(tmp_path / "short"))
     assert long.exit_code == 0 and short.exit_code == 0, short.output
