@@ -177,7 +177,8 @@ def test_ior_engine_lines_pass_iors_grammar(cli, tmp_path):
                    "--api", "mpiio", "--engine", "ior", "--target", "/scratch/x", "--profile", "local-test")
     _lint(tmp_path / "s" / "iotune.sbatch")
     step = next(ln for ln in text.splitlines() if ln.startswith("run_step p0001 "))
-    assert step.startswith("run_step p0001 p0001.json.log srun --nodes=1 --ntasks=4 --ntasks-per-node=4 ")
+    # the profile's MPI launch option (local-test: PMIx, how Debian's Open MPI starts under srun) first
+    assert step.startswith("run_step p0001 p0001.json.log srun --mpi=pmix --nodes=1 --ntasks=4 --ntasks-per-node=4 ")
     words = shlex.split(step.replace('"$POINT_DIR"', "/pd").replace('"$RAW"', "/raw"))
     ior_argv = words[words.index("--ntasks-per-node=4") + 1:]
     args = check_ior_argv(ior_argv)  # raises with every problem when IOR would refuse the line

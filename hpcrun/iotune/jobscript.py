@@ -64,6 +64,7 @@ def step_words(plan: SweepPlan, step: Step) -> Shell:
     if step.ranks is not None:
         nodes, per_node = step.ranks
         parts += [quote(w) for w in launcher(plan.profile)]
+        parts += [quote(w) for w in plan.profile.iotune.mpi_launch_options]
         parts += scheduler_for(plan.profile.scheduler.kind).launch_options(
             str(nodes), str(nodes * per_node), str(per_node), step=False,
             overcommit=bool(plan.partition and per_node > plan.partition.cpus))

@@ -9,6 +9,7 @@ changes).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,30 @@ def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):
     assert list(scratch.iterdir()) == [], "the sweep left files on scratch"
     assert (out / "results.json").is_file() and (out / "bandwidth.png").stat().st_size > 1000
     assert results["recommendation"]["overall"]["recommended"]["target"] in ("bb", str(scratch))
+
+
+@pytest.mark.skipif(shutil.which("ior", path="/usr/local/bin:/usr/bin:/bin") is None,
+                    reason="IOR is not installed: build hpc/ior 4.0.0 from source into /usr/local/bin "
+                           "(Debian's libopenmpi-dev, autoconf, automake) to run the IOR sweep job")
+def test_ior_sweep_job_reports_its_points(slurm_cluster, hpcrun_bin):
+    """A real IOR as a job step on the test cluster (srun launches its ranks): every point measured."""
+    work = slurm_cluster.workdir
+    scratch = slurm_cluster.pfs
+    out = work / "ior-sweep"
+    env = {"COLUMNS": "200", "HPCRUN_IOTUNE_HISTORY": str(work / "history.jsonl")}
+    proc = slurm_cluster.run_as_user(
+        [hpcrun_bin, "iotune", "run", "--engine", "ior", "--transfer-size", "64k,1m", "--writers", "1,2",
+         "--block-size", "4m", "--target", str(scratch), "--profile", "local-test", "--out", str(out),
+         "--submit", "--json"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = json.loads(proc.stdout)["job_id"]
+    result = slurm_cluster.wait_job(job_id, timeout=300)
+    errors = {p.name: p.read_text()[-400:] for p in (out / "raw").glob("*.err") if p.stat().st_size}
+    assert result.state == "COMPLETED" and result.exit_code == "0:0", (result, errors)
+    proc = slurm_cluster.run_as_user([hpcrun_bin, "iotune", "collect", str(out), "--json"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout)
+    assert results["engine"] == {"name": "ior", "version": "IOR-4.0.0", "binary": "ior"}, results["engine"]
+    rows = results["results"]
+    assert len(rows) == 2 * 2 * 2, rows                 # transfer sizes x writers x (write, read)
+    assert all(r["error"] is None and r["bw_mib_mean"] > 0 for r in rows), (rows, errors)

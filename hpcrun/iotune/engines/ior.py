@@ -78,7 +78,12 @@ def parse(path: Path, operations: Sequence[str]) -> Tuple[Dict[str, Measurement]
 
 
 def version(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "unknown"
+    """IOR 4.0 has no version option (``--version`` is "invalid argument"): its banner, ``IOR-4.0.0: ...``,
+    is the version where a run printed one; the results take it from each run's JSON summary."""
+    for line in text.splitlines():
+        if line.startswith("IOR-"):
+            return line.split(":", 1)[0].strip()
+    return "unknown (IOR prints its version only in a run's output)"
 
 
 @register
