@@ -17,18 +17,21 @@ import pytest
 pytestmark = pytest.mark.cluster
 
 
-def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):
-    work = slurm_cluster.workdir
-    scratch = slurm_cluster.pfs
-    out = work / "sweep"
-    env = {"COLUMNS": "200", "HPCRUN_IOTUNE_HISTORY": str(work / "history.jsonl")}
-
-    proc = slurm_cluster.run_as_user(
-        [hpcrun_bin, "iotune", "run", "--engine", "fio", "--transfer-size", "64k,1m", "--writers", "1,2",
-         "--block-size", "4m", "--reps", "2", "--target", "bb", "--target", str(scratch),
+def _submit(cluster, hpcrun_bin: str, out: Path, engine: str, *targets: str) -> tuple:
+    """`iotune run --submit` as the test user: (the summary it printed, the environment it ran with)."""
+    env = {"COLUMNS": "200", "HPCRUN_IOTUNE_HISTORY": str(out.parent / "history.jsonl")}
+    proc = cluster.run_as_user(
+        [hpcrun_bin, "iotune", "run", "--engine", engine, "--transfer-size", "64k,1m", "--writers", "1,2",
+         "--block-size", "4m", "--reps", "2", *(w for t in targets for w in ("--target", t)),
          "--profile", "local-test", "--out", str(out), "--submit", "--json"], env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads(proc.stdout)
+    return json.loads(proc.stdout), env
+
+
+def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):
+    scratch = slurm_cluster.pfs
+    out = slurm_cluster.workdir / "sweep"
+    summary, env = _submit(slurm_cluster, hpcrun_bin, out, "fio", "bb", str(scratch))
     job_id = summary["job_id"]
     assert job_id and summary["targets"] == ["bb", str(scratch)]
     script = (out / "iotune.sbatch").read_text()
@@ -75,16 +78,9 @@ def test_fio_sweep_on_burst_buffer_and_scratch(slurm_cluster, hpcrun_bin):
                            "(Debian's libopenmpi-dev, autoconf, automake) to run the IOR sweep job")
 def test_ior_sweep_job_reports_its_points(slurm_cluster, hpcrun_bin):
     """A real IOR as a job step on the test cluster (srun launches its ranks): every point measured."""
-    work = slurm_cluster.workdir
-    scratch = slurm_cluster.pfs
-    out = work / "ior-sweep"
-    env = {"COLUMNS": "200", "HPCRUN_IOTUNE_HISTORY": str(work / "history.jsonl")}
-    proc = slurm_cluster.run_as_user(
-        [hpcrun_bin, "iotune", "run", "--engine", "ior", "--transfer-size", "64k,1m", "--writers", "1,2",
-         "--block-size", "4m", "--target", str(scratch), "--profile", "local-test", "--out", str(out),
-         "--submit", "--json"], env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    job_id = json.loads(proc.stdout)["job_id"]
+    out = slurm_cluster.workdir / "ior-sweep"
+    summary, env = _submit(slurm_cluster, hpcrun_bin, out, "ior", str(slurm_cluster.pfs))
+    job_id = summary["job_id"]
     result = slurm_cluster.wait_job(job_id, timeout=300)
     errors = {p.name: p.read_text()[-400:] for p in (out / "raw").glob("*.err") if p.stat().st_size}
     assert result.state == "COMPLETED" and result.exit_code == "0:0", (result, errors)
