@@ -88,3 +88,21 @@ def test_default_block_is_a_common_multiple():
     assert default_block([65536, 2**20]) == 16 * 2**20
     assert default_block([3 * 2**20, 2**20]) == 18 * 2**20      # >= 16 MiB, multiple of 3 MiB
     assert default_block([64 * 2**20]) == 256 * 2**20
+
+
+def test_auto_prefers_an_installed_ior_and_a_named_engine_never_looks(tmp_path, monkeypatch):
+    """What --engine auto does depends on the machine, so the tests that mean fio say fio."""
+    from hpcrun.iotune.plan import choose_engine
+    from hpcrun.iotune.sweep import Sweep
+    from hpcrun.model.profiles import load_profile
+    profile = load_profile("local-test").profile
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "ior").write_text("#!/bin/sh\nexit 1\n")
+    (stand_in / "ior").chmod(0o755)
+    (stand_in / "fio").symlink_to("/bin/true")
+    monkeypatch.setenv("PATH", str(stand_in))
+    assert choose_engine(Sweep(transfer_sizes=[2 ** 20]), profile) == ("ior", "ior")
+    assert choose_engine(Sweep(transfer_sizes=[2 ** 20], engine="fio"), profile) == ("fio", "fio")
+    (stand_in / "ior").unlink()
+    assert choose_engine(Sweep(transfer_sizes=[2 ** 20]), profile) == ("fio", "fio")
