@@ -224,7 +224,7 @@ class IotuneSettings(Strict):
         "MPI launcher for IOR with --local (argv; batch jobs use launcher)"), json_schema_extra=TRUSTED)
     mpi_launch_options: List[Line] = Field(default_factory=list, description=(
         "added to the batch job's launcher for MPI programs (IOR), e.g. --mpi=pmix where the site's "
-        "MPI is launched by srun through PMIx"), json_schema_extra=TRUSTED)
+        "MPI starts under the launcher through PMIx"), json_schema_extra=TRUSTED)
     recommended: Optional[IotuneRecommended] = None
 
 
