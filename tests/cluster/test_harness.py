@@ -239,15 +239,16 @@ def test_stop_then_start_again(slurm_cluster):
     c = slurm_cluster
     start_args = _start_args(c)
     marker = c.workdir / "running"
+    # the sleep carries a name of its own: another `sleep 300` on the machine is not this job's
     long_job = c.sbatch(c.write("long.sh", f"#!/bin/bash\n#SBATCH -o /dev/null\n"
-                                f"touch {marker}\nsleep 300\n"))
+                                f"touch {marker}\nexec -a hpcrun-harness-long-job sleep 300\n"))
     c.wait_until(marker.exists, timeout=30, what="long job running")
     p, t_stop = _harness("stop", "--dir", str(c.dir))
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cancelled 1 queued/running job" in p.stdout
     assert not list((c.dir / "run").glob("*.harness.pid"))
     assert _our_processes(c) == []
-    pg = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
+    pg = subprocess.run(["pgrep", "-f", "hpcrun-harness-long-job"], capture_output=True, text=True)
     assert pg.stdout == "", pg.stdout
     p2, _ = _harness("stop", "--dir", str(c.dir))  # no-op when nothing runs
     assert p2.returncode == 0 and "nothing was running" in p2.stdout
