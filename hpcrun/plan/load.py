@@ -58,7 +58,7 @@ def load_plan(spec_path: Path) -> Plan:
     return _several(campaign, src, refs, relative_to)
 
 
-def _where(src: Located, refs: List[ClusterRef], n: int, campaign: Campaign) -> Tuple[str, Optional[int], str]:
+def _where(src: Located, n: int, campaign: Campaign) -> Tuple[str, Optional[int], str]:
     item = campaign.site.profile[n] if isinstance(campaign.site.profile, list) else None
     path: Tuple = ("site", "profile", n) if isinstance(item, str) else ("site", "profile", n, "profile")
     file, line = src.where(path)
@@ -70,7 +70,7 @@ def _several(campaign: Campaign, src: Located, refs: List[ClusterRef], relative_
     loaded: List[Tuple[ClusterRef, LoadedProfile]] = []
     for n, ref in enumerate(refs):
         try:
-            loaded.append((ref, load_profile(ref.profile, _where(src, refs, n, campaign), relative_to=relative_to)))
+            loaded.append((ref, load_profile(ref.profile, _where(src, n, campaign), relative_to=relative_to)))
         except InputError as exc:
             problems.extend(exc.problems)
     problems += _cluster_names(loaded)

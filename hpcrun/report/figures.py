@@ -154,8 +154,7 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
             planned_events[i.job_index] = planned_events.get(i.job_index, 0) + i.events
 
     ended = [r for r in data.runs if r.slurm_state in TERMINAL or r.slurm_state == "LOST"]
-    cpu = sum(r.cpu_s or 0.0 for r in ended)
-    alloc = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 0) for r in ended)
+    cpu, alloc, span = _usage(ended)
     runs: List[RunMetrics] = []
     for r in ended:
         if r.slurm_state != "COMPLETED" or not r.elapsed_s:
@@ -174,9 +173,6 @@ def build(campaign: str, data: ReportData, job_names: Dict[int, str]) -> Campaig
             _ratio(r.max_rss_bytes or 0, r.req_mem_bytes or 0) if r.max_rss_bytes else None,
             _ratio(nbytes / 1e6, r.elapsed_s * (r.alloc_cpus or 0)),
             _ratio(events, r.elapsed_s * (r.alloc_cpus or 0)) if events else None))
-    starts = [r.started_at for r in ended if r.started_at]
-    ends = [r.ended_at for r in ended if r.ended_at]
-    span = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     total_bytes = sum(m.input_bytes for m in runs)
     total_events = sum(m.events or 0 for m in runs)
     core_s = sum(m.elapsed_s * m.cpus for m in runs)
@@ -225,16 +221,21 @@ def per_cluster(ended: List[RunRow]) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
     for name, rows in sorted(by.items()):
         done = [r for r in rows if r.slurm_state == "COMPLETED"]
-        cpu = sum(r.cpu_s or 0.0 for r in rows)
-        alloc = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 0) for r in rows)
-        starts = [r.started_at for r in rows if r.started_at]
-        ends = [r.ended_at for r in rows if r.ended_at]
-        span = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+        cpu, alloc, span = _usage(rows)
         out[name or "(default)"] = {
             "runs_ended": len(rows), "runs_completed": len(done), "success_rate": _ratio(len(done), len(rows)),
             "cpu_efficiency": _ratio(cpu, alloc), "cpu_hours": cpu / 3600,
-            "throughput_mb_per_s": _ratio(sum(r.input_bytes or 0 for r in done) / 1e6, span)}
+            "throughput_mb_per_s": _ratio(sum(r.input_bytes or 0 for r in done) / 1e6, span or 0.0)}
     return out
+
+
+def _usage(ended: List[RunRow]) -> Tuple[float, float, Optional[float]]:
+    """CPU seconds used, core seconds allocated, and first start to last end (None: no times) of runs."""
+    cpu = sum(r.cpu_s or 0.0 for r in ended)
+    alloc = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 0) for r in ended)
+    starts = [r.started_at for r in ended if r.started_at]
+    ends = [r.ended_at for r in ended if r.ended_at]
+    return cpu, alloc, (max(ends) - min(starts)).total_seconds() if starts and ends else None
 
 
 def _cumulative(times: List[dt.datetime]) -> List[Tuple[str, int]]:
