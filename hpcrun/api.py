@@ -337,6 +337,17 @@ def retry(plan_dir: PathLike, *, dry_run: bool = False, max_attempts: Optional[i
                                 finalize_again=finalize_again))
 
 
+def rearm_exports(plan_dir: PathLike, *, db: Optional[str] = None) -> int:
+    """Given-up exports (outputs.export) back to waiting with a fresh set of attempts; how many."""
+    from hpcrun.operate.plandir import open_plan_store, read_manifest
+    from hpcrun.operate.submit import register
+    with open_plan_store(Path(plan_dir), db) as store:
+        campaign = register(store, read_manifest(Path(plan_dir)))
+        count = store.rearm_exports(campaign.id)
+        store.audit(campaign.id, "retry", f"re-armed {count} given-up export(s)")
+        return count
+
+
 def campaign_report(plan_dir: PathLike, *, db: Optional[str] = None, poll: bool = False) -> Report:
     """The campaign's figures from its store (``poll``: one scheduler poll first)."""
     from hpcrun.report.gather import campaign_report

@@ -164,7 +164,14 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     counts = Table("state", "jobs", "inputs", title=f"campaign {report.campaign}")
     for state, n in report.counts.items():
         counts.add_row(state, str(n), str(report.inputs.get(state, 0)))
+    for state in ("exporting", "export_failed"):
+        if state in report.inputs:
+            counts.add_row(state, "", str(report.inputs[state]))
     out.print(counts)
+    if report.exports:
+        from hpcrun.cli.summary import export_line
+
+        out.print(export_line(report.exports), highlight=False, markup=False, emoji=False, soft_wrap=True)
     if report.clusters:
         from hpcrun.cli.summary import cluster_table
 
@@ -244,14 +251,18 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
 @click.option("--job", "jobs", multiple=True, help="only this plan job (repeatable)")
 @click.option("--unpark", is_flag=True, help="give parked jobs (all, or --job) a fresh set of attempts")
 @click.option("--dry-run", is_flag=True, help="show what would be retried or parked; change nothing")
+@click.option("--exports", is_flag=True, help="only give the given-up exports (outputs.export) new attempts")
 @FINALIZE_AGAIN
 @click.option("--json", "as_json", is_flag=True)
 @reported
 def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], cancelled: Optional[bool],
-              jobs: tuple, unpark: bool, dry_run: bool, finalize_again: bool, as_json: bool) -> None:
+              jobs: tuple, unpark: bool, dry_run: bool, exports: bool, finalize_again: bool, as_json: bool) -> None:
     """Resubmit failed, timed-out and node-failed jobs of PLAN_DIR; park those out of attempts."""
     from hpcrun import api
 
+    if exports:
+        out.print(f"{api.rearm_exports(plan_dir, db=db)} given-up export(s) will be tried again by the supervisor")
+        return
     report = api.retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
                        dry_run=dry_run, on_batch=None if as_json else _show_batch(False),
                        finalize_again=finalize_again).raw

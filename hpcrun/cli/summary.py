@@ -68,3 +68,16 @@ def cluster_submit_lines(clusters: Dict[str, Dict[str, Any]]) -> List[str]:
                 f"({room}, {row['pending_there']} pending there)")
         out.append(line + (f" - {row['detail']}" if row["detail"] else ""))
     return out
+
+
+def export_line(e: Dict[str, Any]) -> str:
+    """The exports in one line: verified, waiting, given up (their outputs stay), the last error."""
+    f = e["files"]
+    text = (f"exports: {f['verified']} verified ({e['bytes'] / 1e9:.3g} GB, {e['mb_per_s']:.1f} MB/s), "
+            f"{e['backlog']} waiting, {f['failed']} given up, {e['failed_attempts']} failed attempt(s)")
+    if f["failed"]:
+        text += ("; the outputs of those given up are kept in outputs.location (`hpcrun retry --exports` "
+                 "tries them again)")
+    if e["last_error"] and (f["failed"] or e["backlog"]):
+        text += f"; last error: {e['last_error']}"
+    return text

@@ -46,6 +46,8 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
     FailureClass("checksum", "exit 11: an input's checksum did not match", max_attempts=2, restage=True),
     FailureClass("transfer", "exit 13: an input could not be copied from its server (unreachable, timed "
                  "out) after the job's own retries", max_attempts=3),
+    FailureClass("export", "an output could not be copied to outputs.export or verified there: the supervisor "
+                 "copies it again (the job is not rerun); the output stays where it is", max_attempts=8),
     FailureClass("out_of_memory", "OUT_OF_MEMORY", more_memory=1.5),
     FailureClass("node_fail", "NODE_FAIL: a node died under the job", exclude_node=True),
     FailureClass("boot_fail", "BOOT_FAIL: a node did not boot", exclude_node=True),

@@ -228,6 +228,27 @@ class IotuneSettings(Strict):
     recommended: Optional[IotuneRecommended] = None
 
 
+class NodeCache(Strict):
+    """Staged URL inputs kept on each node for later jobs (docs/xrootd.md#node-caches)."""
+
+    path: AbsPath = Field(description=(
+        "node-local directory the user's cache lives under (hpcrun.cache.<user>, 0700); {node} is the "
+        "node's name, for nodes that share a filesystem"))
+    max_size: Size = Field(description="the user's cache on one node is trimmed to this, least recently used first")
+    index: Optional[AbsPath] = Field(None, description=(
+        "directory on a filesystem the login and compute nodes share where each node's job writes what the "
+        "cache holds (default: ~/.hpcrun/node-caches/<cluster or profile>)"))
+
+
+class ExportSettings(Strict):
+    """How the supervisor sends outputs to ``outputs.export`` from here (docs/xrootd.md#exports)."""
+
+    streams: int = Field(4, ge=1, le=64, description="copies the supervisor runs at once")
+    backoff: Duration = Field(30, description="wait before the second attempt; doubled each time")
+    max_backoff: Duration = Field(600, description="the longest wait between two attempts")
+    timeout: Duration = Field(6 * 3600, description="one copy is stopped after this long")
+
+
 class XrootdSettings(Strict):
     """How jobs read ``root://`` inputs here (docs/xrootd.md)."""
 
@@ -248,6 +269,8 @@ class XrootdSettings(Strict):
     xrdcp: Line = Field("xrdcp", description="the xrdcp program on the nodes", json_schema_extra=TRUSTED)
     xrdfs: Line = Field("xrdfs", description="the xrdfs program where hpcrun plan runs",
                         json_schema_extra=TRUSTED)
+    node_cache: Optional[NodeCache] = Field(None, description=(
+        "keep staged inputs on the nodes (private, LRU-bounded, verified before reuse) instead of deleting them"))
 
     @field_validator("cache")
     @classmethod
@@ -278,6 +301,8 @@ class SiteProfile(Strict):
     iotune: IotuneSettings = Field(default_factory=IotuneSettings)
     xrootd: XrootdSettings = Field(default_factory=XrootdSettings, description=(
         "how jobs read root:// inputs (stream or stage, an XCache endpoint, client timeouts)"))
+    exports: ExportSettings = Field(default_factory=ExportSettings, description=(
+        "how the supervisor copies outputs to outputs.export (parallel streams, backoff)"))
     max_array_size: int = Field(1001, ge=0, description="Slurm MaxArraySize (0: no arrays)")
     array_throttle: Optional[int] = Field(None, ge=1, description="default array %N")
     max_queued_jobs: Optional[int] = Field(None, ge=1, description=(

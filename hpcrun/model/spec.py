@@ -179,6 +179,11 @@ class JobsSpec(Strict):
     array: Literal["auto", "always", "never"] = Field("auto", description=(
         "auto: job arrays unless each job needs its own #DW stage lines"))
     throttle: Optional[int] = Field(None, ge=1, description="array %N: max tasks running at once")
+    locality: Literal["any", "prefer"] = Field("any", description=(
+        "prefer: group inputs by the node whose cache holds them and ask for that node (the site's "
+        "xrootd.node_cache); any: every node alike"))
+    locality_wait: Duration = Field(600, description=(
+        "with locality: prefer, a job still waiting for its node after this long is sent to any node"))
 
     @field_validator("chains_per_node")
     @classmethod
@@ -320,6 +325,9 @@ class OutputsSpec(Strict):
         "(default: <location>/.hpcrun-work)"))
     pattern: Line = Field("{stem}.out", description="merged output name per input: {stem} {name}")
     size_ratio: float = Field(1.0, gt=0, description="expected output bytes per input byte")
+    export: Optional[Line] = Field(None, description=(
+        "where each output is sent once it passed QA, root://HOST[:PORT]//PATH or a directory on another "
+        "filesystem; copied by the supervisor and verified (size and adler32 asked of the destination)"))
 
 
 class TargetsSpec(Strict):

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from hpcrun.errors import HpcrunError
 from hpcrun.operate import events as campaign_events
+from hpcrun.operate.exports import Exporter, export_families, exported_counts
 from hpcrun.operate.metrics import Family, render, write_atomically
 from hpcrun.operate.moves import move_stuck
 from hpcrun.operate.plandir import has_store, next_interval, open_plan_store, poll_interval, read_manifest
@@ -36,7 +37,7 @@ from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.fence import Fenced, lost
 from hpcrun.store.lock import Held, LockTimeout, supervisor_lock
-from hpcrun.store.records import Campaign, SupervisorRecord
+from hpcrun.store.records import Campaign, ExportSummary, SupervisorRecord
 from hpcrun.store.store import StateStore
 
 STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead supervisor's
@@ -68,12 +69,14 @@ class Round:
     moved: List[str] = field(default_factory=list)   # jobs taken off a cluster where they waited too long
     clusters: Dict[str, str] = field(default_factory=dict)  # several clusters: each one's health this round
     finalize: Optional[str] = None          # the finalize job's state or what was done about it
+    exports: Optional[Dict[str, Any]] = None  # outputs.export: this round's copies and the campaign's figures
     finished: bool = False
     pause: float = 0.0
 
     @property
     def changed(self) -> bool:
-        return bool(self.observed or self.submitted or self.requeued or self.parked or self.moved)
+        return bool(self.observed or self.submitted or self.requeued or self.parked or self.moved
+                    or (self.exports and (self.exports["verified_now"] or self.exports["failed_now"])))
 
     def summary(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.jobs.items() if n) or "no jobs"
@@ -92,6 +95,10 @@ class Round:
             parts.append("clusters " + ", ".join(f"{n} {s}" for n, s in self.clusters.items()))
         if self.finalize:
             parts.append(f"finalize {self.finalize}")
+        if self.exports:
+            e = self.exports
+            parts.append(f"exports {e['files']['verified']} verified, {e['backlog']} waiting, "
+                         f"{e['files']['failed']} given up")
         parts.append("finished" if self.finished else f"next poll in {self.pause:.0f} s")
         return "; ".join(parts)
 
@@ -133,6 +140,7 @@ class Supervisor:
         self.policy = RetryPolicy.from_manifest(manifest)
         self.events = campaign_events.Hook.from_manifest(manifest, plan_dir)
         self.totals = {"submitted": 0, "requeued": 0, "parked": 0}
+        self.exporter = Exporter(manifest, store, campaign.id)
         self.last_change = time.monotonic()
 
     def round(self, number: int) -> Round:
@@ -150,10 +158,24 @@ class Supervisor:
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()})
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
-        rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled
+        rnd.exports = self._exports()
+        if rnd.exports:   # an input counts as done once its output is verified at the destination
+            rnd.inputs = exported_counts(self.store, self.campaign.id, rnd.inputs)[0]
+        rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled and self.exporter.settled()
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
+
+    def _exports(self) -> Optional[Dict[str, Any]]:
+        """Send on what became done, record what ended (outputs.export)."""
+        if not self.exporter.active:
+            return None
+        step = self.exporter.step()
+        summary = self.store.export_summary(self.campaign.id) or ExportSummary(
+            {"pending": 0, "verified": 0, "failed": 0}, 0, 0.0, 0)
+        figures = summary.as_dict()
+        return {**figures, "verified_now": len(step.verified), "failed_now": step.failed[:5],
+                "given_up_now": step.given_up, "in_flight": step.in_flight}
 
     def _finalize(self, action: Optional[str]) -> tuple[Optional[str], bool]:
         """The finalize job's word for the round summary, and whether it is settled (ended, skipped, none)."""
@@ -201,6 +223,8 @@ class Supervisor:
                 for state, n in counts.items():
                     per.add(n, cluster=cluster or "", state=state)
             fams += [up, per]
+        if rnd.exports:
+            fams += export_families(rnd.exports)
         for key, text in (("submitted", "Jobs and array tasks submitted by this supervisor."),
                           ("requeued", "Failed plan jobs this supervisor sent back to pending."),
                           ("parked", "Plan jobs this supervisor parked for a human.")):
@@ -245,12 +269,15 @@ class _Stop:
         for sig, old in self._old.items():
             signal.signal(sig, old)
 
-    def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
+    def sleep(self, seconds: float, sleep: Callable[[float], None],
+              between: Optional[Callable[[], None]] = None) -> None:
         left = seconds
         while not self.asked and left > 0:   # in slices, so a stop is seen within a second
             step = min(1.0, left)
             sleep(step)
             left -= step
+            if between is not None:
+                between()
 
 
 def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = False, follow: bool = False,
@@ -281,6 +308,7 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
                     sup, report = started
                     _loop(sup, report, holder, held, once=once, follow=follow, interval=interval,
                           max_rounds=max_rounds, on_round=on_round, sleep=sleep)
+                    sup.exporter.close(wait=once)   # one round from cron: record its copies before leaving
                 return report
             except LockTimeout as exc:
                 if started is None:
@@ -373,7 +401,7 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
             if last:
                 report.outcome = "once" if once else "stopped" if stop.asked else "rounds"
                 return
-            stop.sleep(rnd.pause, sleep)
+            stop.sleep(rnd.pause, sleep, sup.exporter.pump)
             if stop.asked:   # stopped while waiting: no new round, say so in the heartbeat
                 sup.store.beat(sup.campaign.id, holder, rounds=rnd.number, phase="stopped", note=rnd.summary(),
                                poll_interval_s=rnd.pause)

@@ -27,6 +27,7 @@ from hpcrun.backends.scheduler.base import (
     parse_exit_code,
 )
 from hpcrun.operate.clusterview import cluster_figures
+from hpcrun.operate.exports import exported_counts
 from hpcrun.operate.plandir import (
     ClusterInfo,
     clusters_of,
@@ -85,6 +86,7 @@ class StatusReport:
     supervisor: Optional[Dict[str, Any]] = None                 # hpcrun run's heartbeat; None: never supervised
     paused: Optional[str] = None                                # "paused by USER@HOST at TIME": nothing new goes out
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's jobs and health
+    exports: Optional[Dict[str, Any]] = None                    # outputs.export figures (ExportSummary.as_dict)
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -104,7 +106,7 @@ class StatusReport:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
-                "jobs": [j.as_dict() for j in self.jobs]}
+                "exports": self.exports, "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def _in_bracket(spec: str, index: int) -> bool:
@@ -408,7 +410,7 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     """Counts of every state; rows for the jobs worth following (all of them with ``all_jobs``)."""
     report = StatusReport(campaign, store.location)
     report.counts = store.job_counts(campaign_id)
-    report.inputs = store.counts_by_state(campaign_id)
+    report.inputs, report.exports = exported_counts(store, campaign_id, store.counts_by_state(campaign_id))
     report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
     held = store.paused(campaign_id)
     report.paused = held.text() if held else None

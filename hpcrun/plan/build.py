@@ -21,6 +21,7 @@ from hpcrun.plan.checksums import assign as assign_checksums
 from hpcrun.plan.commands import commands_of
 from hpcrun.plan.container import check_runtime, container_plan
 from hpcrun.plan.database import database_and_runtime
+from hpcrun.plan.exports import export_plan
 from hpcrun.plan.inputs import expand
 from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
 from hpcrun.plan.reads import remote_plan, stage_dir_expr
@@ -53,6 +54,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     helper_python = "python3" if campaign.container.runtime != "none" else profile.tools.python
     commands = commands_of(campaign, items, site, profile.name, checks, helper_python)
     remote_reads = remote_plan(campaign, profile, [i.path for i in items], inputs_key, checks, notes)
+    exports = export_plan(campaign, profile, checks)
     buffer = choose_buffer(campaign, profile, items, inputs_key, checks)
     db_plan, runtime = database_and_runtime(campaign, profile, checks)
     check_runtime(campaign, profile, runtime, db_plan, checks)
@@ -81,7 +83,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 scheduler=profile.scheduler.kind, launcher=launcher(profile),
                 accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
-                remote=remote_reads,
+                remote=remote_reads, export=exports,
                 hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5))
 
 

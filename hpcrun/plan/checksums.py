@@ -9,15 +9,14 @@ the planner lists it in a note.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.storage import StorageError
+from hpcrun.backends.storage.base import file_checksum as compute
 from hpcrun.errors import Problem, dotted
 from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
@@ -25,7 +24,6 @@ from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.inputs import read_listed
 from hpcrun.plan.remote import Remote, is_url
 
-CHUNK = 8 * 1024 * 1024
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
 
 
@@ -33,20 +31,6 @@ _HEX = re.compile(r"^[0-9A-Fa-f]+$")
 def normalize(algo: str, hexdigits: str) -> str:
     """``adler32:0A1B2C3D`` -> ``adler32:0a1b2c3d``."""
     return f"{algo}:{hexdigits.lower()}"
-
-
-def compute(path: str, algo: str) -> str:
-    """The checksum value of a file, read in 8 MiB chunks. Raises OSError."""
-    with open(path, "rb") as f:
-        if algo == "adler32":
-            value = 1
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                value = zlib.adler32(chunk, value)
-            return f"adler32:{value & 0xFFFFFFFF:08x}"
-        digest = hashlib.md5(usedforsecurity=False)
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-        return f"md5:{digest.hexdigest()}"
 
 
 @dataclass

@@ -96,6 +96,21 @@ class RemotePlan:
 
 
 @dataclass(frozen=True)
+class ExportPlan:
+    """Where outputs go once they passed QA, and how the supervisor sends them (``outputs.export``)."""
+
+    to: str                        # root://HOST[:PORT]//PATH or an absolute directory
+    streams: int                   # copies at once
+    max_attempts: int              # the failure class 'export': attempts before an output is given up
+    backoff_s: float               # first wait, doubled per attempt up to max_backoff_s
+    max_backoff_s: float
+    timeout_s: float               # one copy
+    copy: Tuple[str, ...] = ()     # the XRootD client's argv (profile, trusted); () for a directory
+    ask: Tuple[str, ...] = ()
+    client_env: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class ContainerPlan:
     """What the container runtime answered at plan time."""
 
@@ -144,6 +159,7 @@ class Plan:
     launcher: Tuple[str, ...] = ()  # the task launcher and its site options (argv words)
     finalize_request: Optional[JobRequest] = None
     remote: Optional[RemotePlan] = None  # the inputs are URLs (root://): how jobs read them
+    export: Optional[ExportPlan] = None  # outputs are sent on to outputs.export by the supervisor
     hdf5_helper: bool = False       # bin/hpcrun-hdf5.py is part of the plan (built-in HDF5 merge or QA)
     seat: ClusterSeat = ClusterSeat()
     others: Tuple[Plan, ...] = ()  # the same jobs planned for the campaign's other clusters
@@ -197,3 +213,4 @@ class Plan:
     @property
     def bb_max(self) -> int:
         return max((j.bb_capacity or 0 for j in self.jobs), default=0)
+

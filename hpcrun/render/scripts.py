@@ -311,6 +311,7 @@ def _manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, A
             "timeout_s": c.events.timeout},
         "targets": {} if c.targets is None else c.targets.model_dump(exclude_none=True),
         "inputs_remote": None if plan.remote is None else {"access": plan.remote.access, "cache": plan.remote.cache},
+        "export": _export_entry(plan),
         "finalize": None if c.finalize is None else {
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
             "job_name": finalize_name(c.name),
@@ -327,6 +328,17 @@ def _manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, A
              "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
             for j in plan.jobs],
     }
+
+
+def _export_entry(plan: Plan) -> Optional[Dict[str, Any]]:
+    """What the supervisor needs to send outputs on: from where, to where, how (absent: no export)."""
+    e = plan.export
+    if e is None:
+        return None
+    return {"to": e.to, "location": plan.campaign.outputs.location, "streams": e.streams,
+            "max_attempts": e.max_attempts, "backoff_s": e.backoff_s, "max_backoff_s": e.max_backoff_s,
+            "timeout_s": e.timeout_s, "copy": list(e.copy), "ask": list(e.ask),
+            "client_env": [list(kv) for kv in e.client_env]}
 
 
 def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:

@@ -103,6 +103,7 @@ class CampaignReport:
     events_per_s_per_core: Optional[float] = None
     targets: Dict[str, float] = field(default_factory=dict)   # the spec's targets (mb_per_s_per_core ...)
     transfers: Optional[Transfers] = None       # None: no job copied remote inputs
+    exports: Optional[Dict[str, Any]] = None    # outputs.export: files per state, bytes, MB/s, backlog, failures
     chain_endings: Dict[str, int] = field(default_factory=dict)   # chains.tsv: ok, failed, crashed, killed
     reclaimed: Dict[str, int] = field(default_factory=dict)  # leftovers removed by later jobs: dirs, bytes
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's figures

@@ -41,6 +41,11 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
     report = build(campaign.name, store.report_rows(campaign.id), {j["index"]: j["name"] for j in manifest["jobs"]})
     report.finalize = finalize_summary(manifest, store, campaign.id)
     report.targets = dict(manifest.get("targets") or {})
+    exports = store.export_summary(campaign.id) if manifest.get("export") else None
+    if exports is not None:
+        report.exports = exports.as_dict()
+        if exports.failed_attempts:   # the class of failed copies to outputs.export (the job was not rerun)
+            report.attempts_by_class["export"] = exports.failed_attempts
     if plan_dir is not None and manifest.get("inputs_remote"):
         report.transfers = transfers_of(_transfer_rows(plan_dir))
     if plan_dir is not None:

@@ -51,6 +51,7 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
          if r.attempts_by_class else []) \
       + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else []) \
       + (_transfer_rows(r) if r.transfers else []) \
+      + (_export_rows(r.exports) if r.exports else []) \
       + ([("chains by ending (ok, failed, crashed, killed)", ", ".join(f"{k} {n}" for k, n in r.chain_endings.items()))]
          if r.chain_endings else []) \
       + ([("node-local leftovers reclaimed: directories, GB",
@@ -71,6 +72,16 @@ def _transfer_rows(r: CampaignReport) -> List[Tuple[str, str]]:
     return [("inputs copied in (xrdcp): files, GB, failed attempts",
              f"{t.files}, {t.bytes / 1e9:.3g}, {t.failed_attempts}"),
             ("copy rate, mean / slowest file (MB/s)", f"{_num(t.mb_per_s)} / {_num(t.slowest_mb_per_s)}")]
+
+
+def _export_rows(e: Dict[str, Any]) -> List[Tuple[str, str]]:
+    f = e["files"]
+    rows = [("outputs exported: verified, waiting, given up", f"{f['verified']}, {e['backlog']}, {f['failed']}"),
+            ("exported GB, MB/s, failed attempts", f"{e['bytes'] / 1e9:.3g}, {_num(e['mb_per_s'])}, "
+                                                   f"{e['failed_attempts']}")]
+    if e["last_error"] and (f["failed"] or e["backlog"]):
+        rows.append(("last export error", e["last_error"]))
+    return rows
 
 
 def _finalize_text(f: Dict[str, Any]) -> str:

@@ -78,7 +78,7 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
             "succeeded": report.succeeded, "merit": merit_rows(report) + health,
-            "clusters": report.clusters,
+            "clusters": report.clusters, "exports": report.exports,
             "failures": [{"reason": f.reason, "count": f.count, "example": f.example} for f in report.failures],
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
             "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,

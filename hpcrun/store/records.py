@@ -307,3 +307,43 @@ class RetryDecision:
     requeue: bool
     adjust: Optional[str] = None          # JSON for the next submission (requeue)
     reason: Optional[str] = None          # why it was parked (park)
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    """One output sent on to outputs.export (hpcrun_export)."""
+
+    input_id: int
+    source: str
+    dest: str
+    state: str                      # pending | verified | failed
+    attempts: int
+    bytes: Optional[int] = None
+    checksum: Optional[str] = None
+    seconds: Optional[float] = None
+    last_error: Optional[str] = None
+    next_at: Optional[dt.datetime] = None
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """A campaign's exports in figures: files per state, what was verified, what failed."""
+
+    files: Dict[str, int]           # pending, verified, failed
+    bytes: int                      # verified at the destination
+    seconds: float                  # the verified copies' time
+    failed_attempts: int
+    last_error: Optional[str] = None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def backlog(self) -> int:
+        return self.files.get("pending", 0)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"files": dict(self.files), "bytes": self.bytes, "seconds": round(self.seconds, 3),
+                "mb_per_s": round(self.mb_per_s, 3), "backlog": self.backlog,
+                "failed_attempts": self.failed_attempts, "last_error": self.last_error}

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Enum,
     Float,
     ForeignKey,
@@ -40,52 +39,11 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.engine import Connection
+
+from hpcrun.store.coltypes import ID, NAMING, UTCDateTime
 
 INPUT_STATES = ("pending", "submitted", "running", "done", "failed", "parked")
-
-# Stable constraint names, so that a later migration can drop or alter them by name on
-# every backend (SQLite, PostgreSQL and MySQL otherwise each invent their own).
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-# 64-bit ids on servers; SQLite needs exactly INTEGER for an auto-increment rowid alias.
-ID = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class UTCDateTime(TypeDecorator[dt.datetime]):
-    """Aware UTC datetimes in, aware UTC datetimes out, on every backend.
-
-    SQLite and MySQL DATETIME keep no zone, so values are stored as naive UTC and the
-    zone is put back on read; a naive value on the way in is a bug and is refused.
-    """
-
-    impl = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")  # MySQL drops microseconds otherwise
-    cache_ok = True
-
-    def process_bind_param(self, value: Optional[dt.datetime], dialect: Dialect) -> Optional[dt.datetime]:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: the state store only takes timezone-aware values")
-        if value.tzinfo is not dt.timezone.utc:  # most values are UTC already: skip the conversion
-            value = value.astimezone(dt.timezone.utc)
-        return value.replace(tzinfo=None)
-
-    def process_result_value(self, value: Optional[dt.datetime], dialect: Dialect) -> Optional[dt.datetime]:
-        if value is None:
-            return None
-        if isinstance(value, str):  # pragma: no cover - only if a foreign tool wrote text
-            value = dt.datetime.fromisoformat(value)
-        return value.replace(tzinfo=dt.timezone.utc)
-
 
 def _v1_tables(md: MetaData) -> Dict[str, Table]:
     """The tables as version 1 created them (see the module docstring)."""
@@ -333,9 +291,29 @@ def _v6_health(md: MetaData) -> Table:
     )
 
 
+def _v7_exports(md: MetaData) -> Table:
+    """Version 7: each output sent on to outputs.export (one row per input; attempts and the verdict)."""
+    return Table(
+        "hpcrun_export", md,
+        Column("input_id", ID, ForeignKey("hpcrun_input.id", ondelete="CASCADE"), primary_key=True),
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), nullable=False),
+        Column("source", Text, nullable=False),                  # the output on the cluster's filesystem
+        Column("dest", Text, nullable=False),                    # root://... or a path
+        Column("state", String(16), nullable=False),             # pending | verified | failed (given up)
+        Column("attempts", Integer, nullable=False),
+        Column("bytes", BigInteger, nullable=True),
+        Column("checksum", String(128), nullable=True),          # adler32 of the source, as verified
+        Column("seconds", Float, nullable=True),                 # the verified copy's duration
+        Column("last_error", Text, nullable=True),
+        Column("next_at", UTCDateTime, nullable=False),          # not before (backoff)
+        Column("updated_at", UTCDateTime, nullable=False),
+        Index(None, "campaign_id", "state", "next_at"),
+    )
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
-    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md)):
+    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md), _v7_exports(md)):
         tables[table.name] = table
     for added in (_v2_columns(), _v4_columns(), _v6_columns()):
         for name, columns in added.items():
@@ -362,6 +340,7 @@ lease = _tables["hpcrun_lease"]
 audit = _tables["hpcrun_audit"]
 pause = _tables["hpcrun_pause"]
 cluster_health = _tables["hpcrun_cluster"]
+export = _tables["hpcrun_export"]
 
 
 @dataclass(frozen=True)
@@ -429,6 +408,13 @@ def _v6(conn: Connection) -> None:
     _tables_and_columns(conn, lambda md: [_v6_health(md)], _v6_columns())
 
 
+def _v7(conn: Connection) -> None:
+    md = MetaData(naming_convention=NAMING)
+    for name in ("hpcrun_campaign", "hpcrun_input"):   # the foreign keys' targets (they exist)
+        Table(name, md, Column("id", ID, primary_key=True))
+    _v7_exports(md).create(conn)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
@@ -436,6 +422,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(4, "supervisor heartbeat; failure class and changes of each attempt; requested memory", _v4),
     Migration(5, "leases (fencing epochs of the supervisor and submit locks), audit trail, pause switch", _v5),
     Migration(6, "the cluster of each submission; each cluster's health", _v6),
+    Migration(7, "outputs sent on to outputs.export: attempts, bytes, checksum, verdict", _v7),
 )
 
 

@@ -37,6 +37,7 @@ from hpcrun.store import schema
 from hpcrun.store.base import SchemaVersionError, StateStoreError, _whoami
 from hpcrun.store.claims import Claims
 from hpcrun.store.control import Control
+from hpcrun.store.exports import Exports
 from hpcrun.store.failures import Failures
 from hpcrun.store.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
 from hpcrun.store.observations import Observations
@@ -89,7 +90,7 @@ def _display(url: URL) -> str:
 # the store
 
 
-class StateStore(Claims, Control, Failures, Observations, Queries, Supervision):
+class StateStore(Claims, Control, Exports, Failures, Observations, Queries, Supervision):
     """A campaign state database. Open with :meth:`open`; every method is one transaction."""
 
     @classmethod

@@ -12,15 +12,18 @@ from typing import List
 from hpcrun.backends.storage import xrootd  # noqa: F401
 from hpcrun.backends.storage.base import (
     Described,
+    Sender,
     Storage,
     StorageError,
+    TransferError,
     registered,
     scheme_of,
     storage_for,
     url_problem,
 )
 
-__all__ = ["Described", "Storage", "StorageError", "scheme_of", "schemes", "storage_for", "url_problem"]
+__all__ = ["Described", "Sender", "Storage", "StorageError", "TransferError", "scheme_of", "schemes",
+           "storage_for", "url_problem"]
 
 
 def schemes() -> List[str]:

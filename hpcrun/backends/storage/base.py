@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Dict, List, Optional, Sequence, Type
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
+CHUNK = 8 * 1024 * 1024
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 
 
@@ -24,6 +27,20 @@ class Described:
     error: Optional[str] = None
 
 
+class TransferError(Exception):
+    """One copy to a destination failed; the message is the server's or the client's own words."""
+
+
+@dataclass(frozen=True)
+class Sender:
+    """How the supervisor runs a protocol's client to send files (from the site profile)."""
+    copy: Sequence[str] = ("xrdcp",)
+    ask: Sequence[str] = ("xrdfs",)
+    env: Tuple[Tuple[str, str], ...] = ()
+    timeout_s: float = 6 * 3600.0
+    request_timeout_s: int = 60
+
+
 class Storage(ABC):
     """A remote storage protocol, as the planner sees it (the job's side is in the templates)."""
 
@@ -37,6 +54,15 @@ class Storage(ABC):
     def describe(self, urls: Sequence[str], algo: Optional[str], settings: object) -> Dict[str, Described]:
         """Size (and the ``algo`` checksum when asked) of every URL, asked in bulk, bounded in
         time. Raises StorageError when a server cannot be reached at all."""
+
+    def put(self, local: str, url: str, sender: Sender) -> None:
+        """Copy ``local`` to ``url`` under a temporary name, then rename it (a killed copy never
+        leaves a partial file under the final name). Raises TransferError."""
+        raise TransferError(f"hpcrun cannot send files to {self.scheme}:// URLs")
+
+    def stored(self, urls: Sequence[str], sender: Sender) -> Dict[str, Described]:
+        """Size and adler32 of each URL as the destination holds it now. Raises StorageError."""
+        raise StorageError(f"hpcrun cannot ask {self.scheme}:// servers what they hold")
 
 
 _STORAGES: Dict[str, Type[Storage]] = {}
@@ -65,6 +91,20 @@ def url_problem(url: str) -> Optional[str]:
     if storage is None:
         return f"'{url}': URLs may use these schemes: " + ", ".join(f"{s}://" for s in registered())
     return storage.syntax_error(url)
+
+
+def file_checksum(path: str, algo: str = "adler32") -> str:
+    """The checksum value of a file (``adler32:0a1b2c3d``, ``md5:...``), read in 8 MiB chunks. Raises OSError."""
+    with open(path, "rb") as f:
+        if algo == "adler32":
+            value = 1
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                value = zlib.adler32(chunk, value)
+            return f"adler32:{value & 0xFFFFFFFF:08x}"
+        digest = hashlib.md5(usedforsecurity=False)
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+        return f"md5:{digest.hexdigest()}"
 
 
 def storage_for(scheme: str) -> Optional[Storage]:

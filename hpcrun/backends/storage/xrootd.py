@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hpcrun.backends.storage.base import Described, Storage, StorageError, register
+from hpcrun.backends.storage.base import Described, Sender, Storage, StorageError, TransferError, register
 
 _URL = re.compile(r"^root://([A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,5})?)(/[^\s?#]*)$")
 _PROMPT = re.compile(r"^\[[^\]]*\] \S* > (stat|query checksum) (\S+)\s*$")
@@ -66,6 +66,12 @@ class XRootD(Storage):
                 answered.update(((server, path), described) for path, described in answers.items())
         # the caller's spelling of each URL (root://h//a and root://h/a are the same file)
         return {url: answered[split(url)] for url in urls}
+
+    def put(self, local: str, url: str, sender: Sender) -> None:
+        put(local, url, sender)
+
+    def stored(self, urls: Sequence[str], sender: Sender) -> Dict[str, Described]:
+        return facts(urls, sender)
 
 
 def _ask(server: str, paths: Sequence[str], algo: Optional[str], client: Client) -> Dict[str, Described]:
@@ -135,3 +141,34 @@ def _parse(text: str, algo: Optional[str]) -> Dict[str, Described]:
                               missing=bool(f.get("missing")),
                               error=None if "size" in f and not f.get("missing") else f.get("error"))  # type: ignore[arg-type]
     return out
+
+
+def _client(sender: Sender, argv: Sequence[str], what: str) -> str:
+    """Run one client command with the sender's bounded waits; its output, or TransferError."""
+    env = dict(os.environ, **dict(sender.env))
+    try:
+        done = subprocess.run(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", timeout=sender.timeout_s, check=False)
+    except FileNotFoundError:
+        raise TransferError(f"the XRootD client '{argv[0]}' is not installed here "
+                            "(Debian: apt-get install xrootd-client)") from None
+    except subprocess.TimeoutExpired:
+        raise TransferError(f"{what} did not finish within {sender.timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        said = [ln.strip() for ln in done.stdout.replace("\0", "").splitlines() if ln.strip()]
+        raise TransferError(f"{what} failed (exit {done.returncode}): {said[-1] if said else 'no message'}")
+    return done.stdout
+
+
+def put(local: str, url: str, sender: Sender) -> None:
+    server, path = split(url)
+    part = f"{path}.hpcrun-part"
+    _client(sender, [*sender.copy, "--force", "--silent", "--nopbar", "--path", local, f"root://{server}/{part}"],
+            f"xrdcp to root://{server}/{part}")
+    _client(sender, [*sender.ask, f"root://{server}", "mv", part, path], f"renaming {part} to {path} on {server}")
+
+
+def facts(urls: Sequence[str], sender: Sender) -> Dict[str, Described]:
+    """Size and adler32 of each URL as its server has it now (the destination's own answer)."""
+    client = Client(xrdfs=tuple(sender.ask), request_timeout_s=sender.request_timeout_s, parallel=1)
+    return XRootD().describe(urls, "adler32", client)
