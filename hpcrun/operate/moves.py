@@ -79,6 +79,16 @@ def _room_elsewhere(manifest: Dict[str, Any], clusters: Sequence[ClusterInfo], h
 
 def _move(store: StateStore, campaign: Campaign, cluster: ClusterInfo, subs: Sequence[ActiveSubmission],
           now: dt.datetime, sleep: Callable[[float], None]) -> List[Move]:
+    def reason(waited: float) -> str:
+        return (f"moved: pending {format_duration(int(waited))} on cluster {cluster.label}; cancelled there "
+                f"(confirmed gone) to be placed again")
+    return cancel_and_release(store, campaign, cluster, subs, now, sleep, reason)
+
+
+def cancel_and_release(store: StateStore, campaign: Campaign, cluster: ClusterInfo,
+                       subs: Sequence[ActiveSubmission], now: dt.datetime, sleep: Callable[[float], None],
+                       reason: Callable[[float], str]) -> List[Move]:
+    """Cancel pending jobs, and put back to pending (class ``moved``) those the cluster confirms gone."""
     try:
         cluster.sched.cancel([a.slurm_id for a in subs])
     except SchedulerError:          # unreachable or refused: nothing is known to have changed there
@@ -89,9 +99,7 @@ def _move(store: StateStore, campaign: Campaign, cluster: ClusterInfo, subs: Seq
         if a.slurm_id not in gone:
             continue
         waited = (now - a.submitted_at).total_seconds()
-        reason = (f"moved: pending {format_duration(int(waited))} on cluster {cluster.label}; cancelled there "
-                  f"(confirmed gone) to be placed again")
-        if store.record_move(campaign.id, a.id, reason):
+        if store.record_move(campaign.id, a.id, reason(waited)):
             moves.append(Move(a.job_name or f"#{a.job_index}", cluster.label, a.slurm_id, waited))
     return moves
 

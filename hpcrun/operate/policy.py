@@ -28,7 +28,8 @@ def adjust_of(text: Optional[str]) -> Tuple[Optional[Adjust], Optional[str]]:
     if not text:
         return None, None
     data = json.loads(text)
-    adjust = Adjust(data.get("walltime_s"), data.get("mem_bytes"), tuple(data.get("exclude", ())))
+    adjust = Adjust(data.get("walltime_s"), data.get("mem_bytes"), tuple(data.get("exclude", ())),
+                    tuple(data.get("nodelist", ())))
     return (adjust or None), (data.get("changes") or None)
 
 

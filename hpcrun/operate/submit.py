@@ -33,6 +33,7 @@ from hpcrun.operate.batches import (  # re-exported: callers and tests use submi
     scripts_of,
     tag_of,
 )
+from hpcrun.operate.locality import prefer_nodes
 from hpcrun.operate.placement import DOWN, Seat, on_cluster, place, survey
 from hpcrun.operate.plandir import (
     ClusterInfo,
@@ -344,9 +345,10 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
             _spread(submitter, limit, report, on_batch)
         else:
             budget, report.queue = _queue_budget(manifest, limit)
-            batches, report.left_pending = plan_retry_batches(
-                submitter.scripts, store.pending_jobs(campaign.id), store.pending_adjustments(campaign.id), budget,
-                throttle)
+            pending = store.pending_jobs(campaign.id)
+            adjustments = prefer_nodes(manifest, store, campaign.id, pending, store.pending_adjustments(campaign.id))
+            batches, report.left_pending = plan_retry_batches(submitter.scripts, pending, adjustments, budget,
+                                                              throttle)
             for group in claim_groups(batches):
                 for done in submitter.submit_group(group):
                     report.batches.append(done)

@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from hpcrun.errors import HpcrunError
 from hpcrun.operate import events as campaign_events
 from hpcrun.operate.exports import Exporter, export_families, exported_counts
+from hpcrun.operate.locality import release_waiting
 from hpcrun.operate.metrics import Family, render, write_atomically
 from hpcrun.operate.moves import move_stuck
 from hpcrun.operate.plandir import has_store, next_interval, open_plan_store, poll_interval, read_manifest
@@ -146,7 +147,8 @@ class Supervisor:
     def round(self, number: int) -> Round:
         status = poll_store(self.plan_dir, self.manifest, self.store)
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
-        moved = move_stuck(self.manifest, self.store, self.campaign)
+        moved = move_stuck(self.manifest, self.store, self.campaign) + release_waiting(
+            self.manifest, self.store, self.campaign)
         jobs = self.store.job_counts(self.campaign.id)
         settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
         sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,

@@ -24,6 +24,7 @@ from hpcrun.plan.database import database_and_runtime
 from hpcrun.plan.exports import export_plan
 from hpcrun.plan.inputs import expand
 from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
+from hpcrun.plan.locality import group_by_node
 from hpcrun.plan.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.remote import Remote
 from hpcrun.plan.requests import finalize_request, launcher, with_request
@@ -60,6 +61,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     check_runtime(campaign, profile, runtime, db_plan, checks)
     checks.raise_if_any()
 
+    if campaign.jobs.locality == "prefer" and remote_reads is not None and remote_reads.node_cache is not None:
+        items, sums.values = group_by_node(items, sums.values, remote_reads.node_cache.index, notes)
     jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes)
     checks.raise_if_any()
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)
@@ -84,6 +87,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
                 remote=remote_reads, export=exports,
+                locality_wait=int(campaign.jobs.locality_wait) if campaign.jobs.locality == "prefer" else None,
                 hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5))
 
 

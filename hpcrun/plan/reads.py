@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 from typing import List, Optional, Sequence
 
 from hpcrun.model.site import SiteProfile
@@ -9,7 +11,8 @@ from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.database import node_dir
 from hpcrun.plan.remote import is_url
-from hpcrun.plan.values import RemotePlan
+from hpcrun.plan.values import NodeCachePlan, RemotePlan
+from hpcrun.shell import quote
 
 
 def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], inputs_key: str,
@@ -20,6 +23,10 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
     reads them from, which local paths would then be looked for in too."""
     urls = [p for p in paths if is_url(p)]
     if not urls:
+        if campaign.jobs.locality == "prefer":
+            checks.spec_error(("jobs", "locality"), (
+                "locality: prefer sends jobs to the node whose cache holds their root:// inputs; these "
+                "inputs are paths, which every node reads alike; use locality: any"))
         return None
     if len(urls) != len(paths):
         local = next(p for p in paths if not is_url(p))
@@ -42,11 +49,33 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
     if x.access == "stream" and campaign.inputs.checksum != "none":
         notes.append("inputs are streamed over XRootD (site xrootd.access: stream): the job does "
                      "not verify their checksums (XRootD verifies nothing on a streamed read).")
+    if campaign.jobs.locality == "prefer" and (x.node_cache is None or x.access != "stage"):
+        checks.spec_error(("jobs", "locality"), (
+            f"locality: prefer needs nodes that keep staged inputs, and site profile '{profile.name}' has "
+            f"{'no xrootd.node_cache' if x.node_cache is None else 'xrootd.access: stream'}; use locality: any, "
+            "or a profile with xrootd.node_cache and access: stage"))
     env = (("XRD_CONNECTIONRETRY", str(x.connection_retry)),
            ("XRD_CONNECTIONWINDOW", str(int(x.connection_window))),
            ("XRD_REQUESTTIMEOUT", str(int(x.request_timeout))))
     return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=env,
-                      private_stage=x.access == "stage" and x.stage_dir is not None)
+                      private_stage=x.access == "stage" and x.stage_dir is not None,
+                      node_cache=node_cache_plan(profile) if x.access == "stage" else None)
+
+
+def node_cache_plan(profile: SiteProfile) -> Optional[NodeCachePlan]:
+    """Where each node keeps the user's staged inputs, and the shared index of what each holds."""
+    nc = profile.xrootd.node_cache
+    if nc is None:
+        return None
+    where = '"$cache_node"'.join(quote(part) if part else "" for part in nc.path.rstrip("/").split("{node}"))
+    return NodeCachePlan(dir_expr=f'{where}/hpcrun.cache."$cache_user"', max_bytes=int(nc.max_size),
+                         index=nc.index or cache_index_default(profile))
+
+
+def cache_index_default(profile: SiteProfile) -> str:
+    """~/.hpcrun/node-caches/<cluster or profile> of the planning user (who also runs the jobs)."""
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    return os.path.join(home, ".hpcrun", "node-caches", profile.scheduler.cluster or profile.name)
 
 
 def stage_dir_expr(profile: SiteProfile, root_var: Optional[str], work_dir: str) -> str:

@@ -84,6 +84,15 @@ class ChecksumPlan:
 
 
 @dataclass(frozen=True)
+class NodeCachePlan:
+    """Staged URL inputs kept on the nodes (the site's ``xrootd.node_cache``)."""
+
+    dir_expr: str                  # shell text: the user's cache directory on the job's node
+    max_bytes: int
+    index: str                     # shared directory: one file per node listing what its cache holds
+
+
+@dataclass(frozen=True)
 class RemotePlan:
     """How jobs read URL inputs (root://), from the site's ``xrootd`` table."""
 
@@ -93,6 +102,7 @@ class RemotePlan:
     retries: int                   # extra attempts per file on a transient error
     client_env: Tuple[Tuple[str, str], ...]  # XRD_* variables bounding the client's waits
     private_stage: bool = False    # staged into the site's node-local stage_dir: 0700, held, reclaimed
+    node_cache: Optional[NodeCachePlan] = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,7 @@ class Plan:
     finalize_request: Optional[JobRequest] = None
     remote: Optional[RemotePlan] = None  # the inputs are URLs (root://): how jobs read them
     export: Optional[ExportPlan] = None  # outputs are sent on to outputs.export by the supervisor
+    locality_wait: Optional[int] = None  # jobs.locality: prefer: seconds a job waits for its node
     hdf5_helper: bool = False       # bin/hpcrun-hdf5.py is part of the plan (built-in HDF5 merge or QA)
     seat: ClusterSeat = ClusterSeat()
     others: Tuple[Plan, ...] = ()  # the same jobs planned for the campaign's other clusters

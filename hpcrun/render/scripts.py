@@ -152,7 +152,10 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
         return None
     return {"access": r.access, "cache": quote(r.cache) if r.cache else None, "xrdcp": Shell(r.xrdcp),
             "retries": r.retries, "client_env": [(name, quote(value)) for name, value in r.client_env],
-            "private_stage": r.private_stage}
+            "private_stage": r.private_stage,
+            "node_cache": None if r.node_cache is None else {
+                "dir": Shell(r.node_cache.dir_expr), "max_bytes": r.node_cache.max_bytes,
+                "index": quote(r.node_cache.index)}}
 
 
 def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
@@ -312,6 +315,8 @@ def _manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, A
         "targets": {} if c.targets is None else c.targets.model_dump(exclude_none=True),
         "inputs_remote": None if plan.remote is None else {"access": plan.remote.access, "cache": plan.remote.cache},
         "export": _export_entry(plan),
+        "locality": None if plan.locality_wait is None or plan.remote is None or plan.remote.node_cache is None
+        else {"index": plan.remote.node_cache.index, "wait_s": plan.locality_wait},
         "finalize": None if c.finalize is None else {
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
             "job_name": finalize_name(c.name),

@@ -106,6 +106,7 @@ class CampaignReport:
     exports: Optional[Dict[str, Any]] = None    # outputs.export: files per state, bytes, MB/s, backlog, failures
     chain_endings: Dict[str, int] = field(default_factory=dict)   # chains.tsv: ok, failed, crashed, killed
     reclaimed: Dict[str, int] = field(default_factory=dict)  # leftovers removed by later jobs: dirs, bytes
+    node_cache: Dict[str, Any] = field(default_factory=dict)  # xrootd.node_cache: hits, misses, hit ratio, bytes
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's figures
 
     def as_dict(self) -> Dict[str, Any]:

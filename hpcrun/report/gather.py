@@ -51,6 +51,7 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
     if plan_dir is not None:
         report.chain_endings = _chain_endings(plan_dir)
         report.reclaimed = _reclaimed(plan_dir)
+        report.node_cache = _node_cache(plan_dir)
     return report
 
 
@@ -78,6 +79,22 @@ def _reclaimed(plan_dir: Path) -> Dict[str, int]:
     if not rows:
         return {}
     return {"dirs": len(rows), "bytes": sum(int(p[1]) for p in rows if p[1].isdigit())}
+
+
+def _node_cache(plan_dir: Path) -> Dict[str, Any]:
+    """What the nodes' caches gave the jobs (cache.tsv: event, URL, bytes, node): hits, misses, bytes."""
+    counts: Counter = Counter()
+    size: Counter = Counter()
+    for parts in _tsv_lines(plan_dir, "*/*/cache.tsv"):
+        if len(parts) >= 3 and parts[2].isdigit():
+            counts[parts[0]] += 1
+            size[parts[0]] += int(parts[2])
+    if not counts:
+        return {}
+    looked = counts["hit"] + counts["miss"]
+    return {"hits": counts["hit"], "misses": counts["miss"], "corrupt": counts["corrupt"], "evicted": counts["evict"],
+            "hit_ratio": round(counts["hit"] / looked, 4) if looked else None,
+            "bytes_from_cache": size["hit"], "bytes_from_origin": size["miss"]}
 
 
 RECORD_READ_MAX = 4 * 1024 * 1024   # bytes read of one job record file (10^4 xrdcp attempts fit)

@@ -52,6 +52,7 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
       + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else []) \
       + (_transfer_rows(r) if r.transfers else []) \
       + (_export_rows(r.exports) if r.exports else []) \
+      + (_cache_rows(r.node_cache) if r.node_cache else []) \
       + ([("chains by ending (ok, failed, crashed, killed)", ", ".join(f"{k} {n}" for k, n in r.chain_endings.items()))]
          if r.chain_endings else []) \
       + ([("node-local leftovers reclaimed: directories, GB",
@@ -72,6 +73,12 @@ def _transfer_rows(r: CampaignReport) -> List[Tuple[str, str]]:
     return [("inputs copied in (xrdcp): files, GB, failed attempts",
              f"{t.files}, {t.bytes / 1e9:.3g}, {t.failed_attempts}"),
             ("copy rate, mean / slowest file (MB/s)", f"{_num(t.mb_per_s)} / {_num(t.slowest_mb_per_s)}")]
+
+
+def _cache_rows(c: Dict[str, Any]) -> List[Tuple[str, str]]:
+    return [("node caches: hits, misses, hit ratio", f"{c['hits']}, {c['misses']}, {_num(c['hit_ratio'])}"),
+            ("GB read from node caches / from the origin",
+             f"{c['bytes_from_cache'] / 1e9:.3g} / {c['bytes_from_origin'] / 1e9:.3g}")]
 
 
 def _export_rows(e: Dict[str, Any]) -> List[Tuple[str, str]]:

@@ -10,13 +10,17 @@ failed submission, so later decisions and the report count attempts by class.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 
 from hpcrun.store import schema
 from hpcrun.store.base import StoreBase, _now
-from hpcrun.store.records import FailedJob, RetryDecision
+from hpcrun.store.records import ActiveSubmission, FailedJob, RetryDecision
+
+# the words that mark a submission sent to its inputs' node, and a job released from that wish
+LOCALITY_WORDS = "locality: on node "
+RELEASED_WORDS = "locality: waited "
 
 
 class Failures(StoreBase):
@@ -137,3 +141,26 @@ class Failures(StoreBase):
         with self._read() as conn:
             return [tuple(r) for r in conn.execute(query)]
 
+
+    # -- jobs.locality: prefer ---------------------------------------------------------------
+    def waiting_for_node(self, campaign_id: int, older_than: dt.datetime) -> List[ActiveSubmission]:
+        """Submissions still pending since before ``older_than`` that asked for their inputs' node."""
+        t, s = schema.input_file, schema.submission
+        query = (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at,
+                        func.min(t.c.job_index), func.min(t.c.job_name), s.c.cluster)
+                 .select_from(s.join(t, t.c.last_submission_id == s.c.id))
+                 .where(s.c.campaign_id == campaign_id, t.c.state == "submitted", s.c.submitted_at < older_than,
+                        or_(s.c.last_state.is_(None), s.c.last_state == "PENDING"),
+                        s.c.changes.like(f"%{LOCALITY_WORDS}%"))
+                 .group_by(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at, s.c.cluster))
+        with self._read() as conn:
+            return [ActiveSubmission(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in conn.execute(query)]
+
+    def released_from_node(self, campaign_id: int) -> Set[int]:
+        """Pending plan jobs that waited too long for their node: they go to any node now."""
+        t = schema.input_file
+        query = (select(t.c.job_index).distinct().where(
+            t.c.campaign_id == campaign_id, t.c.state == "pending", t.c.job_index.is_not(None),
+            t.c.last_reason.like(f"{RELEASED_WORDS}%")))
+        with self._read() as conn:
+            return {int(j) for j in conn.scalars(query)}

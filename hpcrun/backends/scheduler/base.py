@@ -115,9 +115,10 @@ class Adjust:
     walltime_s: Optional[int] = None
     mem_bytes: Optional[int] = None
     exclude: Tuple[str, ...] = ()    # node names or node-list expressions the job must not run on
+    nodelist: Tuple[str, ...] = ()   # the node(s) the job must run on (locality: where its inputs are cached)
 
     def __bool__(self) -> bool:
-        return bool(self.walltime_s or self.mem_bytes or self.exclude)
+        return bool(self.walltime_s or self.mem_bytes or self.exclude or self.nodelist)
 
 
 @dataclass

@@ -273,6 +273,8 @@ def adjust_options(adjust: Optional[Adjust]) -> List[str]:
         out.append(f"--mem={-(-adjust.mem_bytes // 2**20)}M")
     if adjust.exclude:
         out.append("--exclude=" + ",".join(adjust.exclude))
+    if adjust.nodelist:
+        out.append("--nodelist=" + ",".join(adjust.nodelist))
     return out
 
 
