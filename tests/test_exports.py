@@ -104,6 +104,32 @@ def test_outputs_are_sent_to_the_origin_and_verified_there(tmp_path, spec_factor
     metrics = (plan_dir / "metrics.prom").read_text()
     assert 'hpcrun_export_files{campaign="test-campaign",state="verified"} 2' in metrics
     assert f'hpcrun_export_bytes_total{{campaign="test-campaign"}} {rep.exports["bytes"]}' in metrics
+    _live_page_shows_the_exports(plan_dir, rep.exports["bytes"])
+
+
+def _live_page_shows_the_exports(plan_dir, size):
+    """`hpcrun serve`: the exports' rows on the live page, in headless Chromium."""
+    import threading
+
+    from hpcrun.report.web import make_server
+
+    from . import browser
+    reason = browser.why_not()
+    if reason:
+        pytest.skip(f"no headless browser: {reason}")
+    srv = make_server(plan_dir, port=0, min_age=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    def check(page):
+        text = page.text_content("#merit")
+        assert "outputs exported: verified, waiting, given up2, 0, 0" in text, text
+        assert f"exported GB, MB/s, failed attempts{size / 1e9:.3g}," in text, text
+
+    try:
+        browser.open_page(f"http://127.0.0.1:{srv.server_address[1]}/", "dashboard-exports.png", check)
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 @needs_xrootd

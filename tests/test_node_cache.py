@@ -93,7 +93,8 @@ def test_a_corrupted_cached_copy_is_dropped_and_fetched_again(servers, case):
     data, urls, plan, caches = _setup(servers, case)
     assert run_on(plan, "311", "n1").returncode == 0
     mine = caches / "n1" / f"hpcrun.cache.{USER}"
-    victim = next(p for p in mine.iterdir() if len(p.name) == 32 and urls[1] in (p.parent / f"{p.name}.meta").read_text())
+    victim = next(p for p in mine.iterdir()
+                  if len(p.name) == 32 and urls[1] in (p.parent / f"{p.name}.meta").read_text())
     victim.write_bytes(b"\0" * victim.stat().st_size)     # same size, other bytes (a bad disk, a stray write)
     done = run_on(plan, "312", "n1")
     assert done.returncode == 0, done.stdout + done.stderr
