@@ -166,3 +166,29 @@ def store_backend(request, monkeypatch):
     url = pg.fresh_database(request.getfixturevalue("pg_server"))
     monkeypatch.setenv("HPCRUN_STATE_DB", url)
     return url
+
+
+@pytest.fixture
+def xrootd_origin():
+    """A real XRootD origin on loopback (tests/xrootd.py), stopped and removed afterwards."""
+    from tests.xrootd import Servers, why_not
+
+    reason = why_not()
+    if reason:
+        pytest.skip(reason)
+    servers = Servers()
+    servers.origin.start()
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def case():
+    """A directory under /tmp the unprivileged test user can reach (the XRootD job tests' case)."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="hpcrun-xrd-case-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

@@ -18,19 +18,11 @@ from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 
 from .test_supervise import Cluster, _names_from_store
-from .xrootd import USER, Servers, why_not
+from .xrootd import USER, why_not
 
 needs_xrootd = pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")
 
 
-@pytest.fixture
-def origin():
-    s = Servers()
-    s.origin.start()
-    yield s
-    s.origin.kill()
-    import shutil
-    shutil.rmtree(s.root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -76,16 +68,16 @@ def _outputs(tmp_path):
 
 
 @needs_xrootd
-def test_outputs_are_sent_to_the_origin_and_verified_there(tmp_path, spec_factory, fake_slurm, origin,
+def test_outputs_are_sent_to_the_origin_and_verified_there(tmp_path, spec_factory, fake_slurm, xrootd_origin,
                                                           quick_profile, store_backend):
-    plan_dir = _plan(tmp_path, spec_factory, f"{origin.origin.url}//store/reco", quick_profile)
+    plan_dir = _plan(tmp_path, spec_factory, f"{xrootd_origin.origin.url}//store/reco", quick_profile)
     manifest = json.loads((plan_dir / "manifest.json").read_text())
-    assert manifest["export"]["to"] == f"{origin.origin.url}//store/reco" and manifest["export"]["streams"] == 2
+    assert manifest["export"]["to"] == f"{xrootd_origin.origin.url}//store/reco" and manifest["export"]["streams"] == 2
     outputs = _outputs(tmp_path)
     # job 3 fails its QA: its input is parked, its output is never sent
     report, rounds = _drive(plan_dir, fake_slurm, {"test-campaign.00003": [("FAILED", "9:0")]}, outputs)
     assert report.outcome == "finished", [r.summary() for r in rounds]
-    sent = origin.data / "store" / "reco"
+    sent = xrootd_origin.data / "store" / "reco"
     assert sorted(p.name for p in sent.iterdir()) == ["run000.reco", "run001.reco"]   # no partial file left
     for name in ("run000.reco", "run001.reco"):
         assert (sent / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
@@ -134,12 +126,12 @@ def _live_page_shows_the_exports(plan_dir, size):
 
 @needs_xrootd
 def test_a_destination_that_refuses_writes_keeps_the_outputs_and_says_why(tmp_path, spec_factory, fake_slurm,
-                                                                          origin, quick_profile, cli):
-    ro = origin.data / "store" / "locked"
+                                                                          xrootd_origin, quick_profile, cli):
+    ro = xrootd_origin.data / "store" / "locked"
     ro.mkdir(parents=True)
-    os.chown(origin.data / "store", *_ids(USER))
+    os.chown(xrootd_origin.data / "store", *_ids(USER))
     ro.chmod(0o755)                      # owned by root: the server (the test user) cannot write there
-    plan_dir = _plan(tmp_path, spec_factory, f"{origin.origin.url}//store/locked/reco", quick_profile,
+    plan_dir = _plan(tmp_path, spec_factory, f"{xrootd_origin.origin.url}//store/locked/reco", quick_profile,
                      retry={"on": {"export": {"max_attempts": 2}}})
     outputs = _outputs(tmp_path)
     report, rounds = _drive(plan_dir, fake_slurm, {}, outputs)

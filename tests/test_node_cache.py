@@ -11,13 +11,12 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from .conftest import readable_copy, shellcheck_cmd
-from .test_xrootd import adler, plan_job, write_case
+from .conftest import shellcheck_cmd
+from .test_xrootd import adler, plan_job, run_job, write_case
 from .xrootd import USER, Servers, why_not
 
 pytestmark = pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")
@@ -32,20 +31,10 @@ def servers():
     shutil.rmtree(s.root, ignore_errors=True)
 
 
-@pytest.fixture
-def case():
-    root = Path(tempfile.mkdtemp(prefix="hpcrun-nc-case-", dir="/tmp"))
-    root.chmod(0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def run_on(plan: Path, job_id: str, node: str) -> subprocess.CompletedProcess:
-    env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "HOME": "/tmp", "SLURMD_NODENAME": node}
-    script = next((plan / "jobs").glob("*.sbatch"))
-    return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
-                           "bash", str(script)], capture_output=True, text=True, timeout=180)
+    return run_job(plan, job_id, node=node)
 
 
 def events(plan: Path, job_id: str):

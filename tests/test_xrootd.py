@@ -41,12 +41,6 @@ def servers():
     s.stop()
 
 
-@pytest.fixture
-def case():
-    root = Path(tempfile.mkdtemp(prefix="hpcrun-xrd-case-", dir="/tmp"))
-    root.chmod(0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def write_case(root: Path, inputs, xrootd: Dict[str, object] = None, chain=None, **extra) -> Path:
@@ -139,9 +133,9 @@ def plan_job(root: Path, spec: Path) -> Path:
     return root / "plan"
 
 
-def run_job(plan: Path, job_id: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def run_job(plan: Path, job_id: str, timeout: float = 180, node: str = "") -> subprocess.CompletedProcess:
     env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "HOME": "/tmp"}
+           "SLURM_JOB_NUM_NODES": "1", "HOME": "/tmp", **({"SLURMD_NODENAME": node} if node else {})}
     script = next((plan / "jobs").glob("*.sbatch"))
     return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                            "bash", str(script)], capture_output=True, text=True, timeout=timeout)

@@ -89,6 +89,22 @@ class Server:
             old.unlink()
 
 
+def crash_when(ready, server: Server, log: list, stop, poll: float = 0.05, down_s: float = 3.0,
+               limit_s: float = 400.0) -> None:
+    """A background thread's body: once ``ready()``, SIGKILL ``server`` and start it again ``down_s``
+    later, logging ("killed", t) and ("restarted", t)."""
+    deadline = time.monotonic() + limit_s
+    while not stop.is_set() and time.monotonic() < deadline:
+        if ready():
+            log.append(("killed", time.time()))
+            server.kill()
+            time.sleep(down_s)
+            server.start()
+            log.append(("restarted", time.time()))
+            return
+        time.sleep(poll)
+
+
 ORIGIN_CFG = """all.export /
 oss.localroot {dir}/data
 xrd.port {port}

@@ -25,14 +25,6 @@ FILES = int(os.environ.get("HPCRUN_LOCALITY_FILES", "24"))
 SIZE = int(os.environ.get("HPCRUN_LOCALITY_SIZE", "500000"))
 
 
-@pytest.fixture
-def origin():
-    s = Servers()
-    s.origin.start()
-    yield s
-    s.origin.kill()
-    import shutil
-    shutil.rmtree(s.root, ignore_errors=True)
 
 
 class Passes:
@@ -97,19 +89,19 @@ def _two_passes(slurm_cluster, hpcrun_bin, origin, locality: str, tag: str):
     return c1, c2, plan_out
 
 
-def test_the_second_pass_reads_from_the_node_caches_with_locality_prefer(slurm_cluster, hpcrun_bin, origin):
-    c1, c2, plan_out = _two_passes(slurm_cluster, hpcrun_bin, origin, "prefer", "lp")
+def test_the_second_pass_reads_from_the_node_caches_with_locality_prefer(slurm_cluster, hpcrun_bin, xrootd_origin):
+    c1, c2, plan_out = _two_passes(slurm_cluster, hpcrun_bin, xrootd_origin, "prefer", "lp")
     assert f"locality: {FILES} of {FILES} inputs are in the caches of" in plan_out, plan_out
     assert c2["hit_ratio"] >= 0.8 and c2["bytes_from_origin"] <= 0.2 * c1["bytes_from_origin"], c2
 
 
-def test_without_locality_the_second_pass_hits_by_chance(slurm_cluster, hpcrun_bin, origin):
-    _c1, c2, _ = _two_passes(slurm_cluster, hpcrun_bin, origin, "any", "la")
+def test_without_locality_the_second_pass_hits_by_chance(slurm_cluster, hpcrun_bin, xrootd_origin):
+    _c1, c2, _ = _two_passes(slurm_cluster, hpcrun_bin, xrootd_origin, "any", "la")
     assert c2["hits"] + c2["misses"] == FILES and c2["hit_ratio"] < 0.8, c2
 
 
-def test_a_job_whose_node_is_drained_goes_to_any_node_after_locality_wait(slurm_cluster, hpcrun_bin, origin):
-    p = Passes(slurm_cluster, hpcrun_bin, origin, "ld")
+def test_a_job_whose_node_is_drained_goes_to_any_node_after_locality_wait(slurm_cluster, hpcrun_bin, xrootd_origin):
+    p = Passes(slurm_cluster, hpcrun_bin, xrootd_origin, "ld")
     first, _, _ = p.campaign("first", "any", p.urls)
     holders = {}
     for f in p.index.iterdir():

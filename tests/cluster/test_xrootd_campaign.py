@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.xrootd import Servers, why_not
+from tests.xrootd import Servers, crash_when, why_not
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")]
 
@@ -32,19 +32,12 @@ def servers():
     s.stop()
 
 
-def _kill_during_first_copy(plan: Path, servers: Servers, log: list, stop: threading.Event) -> None:
-    """When the first job starts copying, SIGKILL the origin; start it again 3 s later."""
-    deadline = time.monotonic() + 300
-    while not stop.is_set() and time.monotonic() < deadline:
-        if (plan / "run").exists() and next((plan / "run").glob("*/*/xrdcp.log"), None):
-            time.sleep(0.3)
-            log.append(("killed", time.time()))
-            servers.origin.kill()
-            time.sleep(3)
-            servers.origin.start()
-            log.append(("restarted", time.time()))
-            return
-        time.sleep(0.05)
+def _copy_started(plan: Path) -> bool:
+    """A job has begun copying (its xrdcp log exists), and 0.3 s of the copy has run."""
+    if (plan / "run").exists() and next((plan / "run").glob("*/*/xrdcp.log"), None):
+        time.sleep(0.3)
+        return True
+    return False
 
 
 def test_a_campaign_reads_its_inputs_from_xrootd(slurm_cluster, hpcrun_bin, servers):
@@ -86,7 +79,8 @@ def test_a_campaign_reads_its_inputs_from_xrootd(slurm_cluster, hpcrun_bin, serv
 
     events: list = []
     stop = threading.Event()
-    killer = threading.Thread(target=_kill_during_first_copy, args=(plan, servers, events, stop), daemon=True)
+    killer = threading.Thread(target=crash_when, args=(lambda: _copy_started(plan), servers.origin, events, stop),
+                              daemon=True)
     killer.start()
     run = hp("run", "plan", "--interval", "2", timeout=900)
     stop.set()

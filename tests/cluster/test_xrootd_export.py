@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.xrootd import Servers, why_not
+from tests.xrootd import crash_when, why_not
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")]
 
@@ -24,33 +24,15 @@ FILES = 8
 SIZE = 2_000_000
 
 
-@pytest.fixture
-def servers():
-    s = Servers()
-    s.origin.start()
-    yield s
-    s.origin.kill()
-    import shutil
-    shutil.rmtree(s.root, ignore_errors=True)
 
 
-def _kill_during_first_export(sent: Path, servers: Servers, log: list, stop: threading.Event) -> None:
-    """When the first export's part file appears at the origin, SIGKILL it; start it 3 s later."""
-    deadline = time.monotonic() + 400
-    while not stop.is_set() and time.monotonic() < deadline:
-        if sent.exists() and any(p.name.endswith(".hpcrun-part") for p in sent.iterdir()):
-            log.append(("killed", time.time()))
-            servers.origin.kill()
-            time.sleep(3)
-            servers.origin.start()
-            log.append(("restarted", time.time()))
-            return
-        time.sleep(0.02)
+def _export_in_flight(sent: Path) -> bool:
+    return sent.exists() and any(p.name.endswith(".hpcrun-part") for p in sent.iterdir())
 
 
-def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_cluster, hpcrun_bin, servers):
+def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_cluster, hpcrun_bin, xrootd_origin):
     data = {f"run{n:03d}": os.urandom(SIZE) for n in range(FILES)}
-    urls = {name: servers.put(f"store/raw/{name}.raw", d) for name, d in data.items()}
+    urls = {name: xrootd_origin.put(f"store/raw/{name}.raw", d) for name, d in data.items()}
     work = slurm_cluster.workdir
     out = slurm_cluster.pfs / "out-export"
     out.mkdir()
@@ -63,7 +45,7 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
         "xrootd": {"xrdcp": slow, "retries": 3, "connection_retry": 2, "connection_window": "1s",
                    "request_timeout": "20s"},
         "exports": {"streams": 2, "backoff": "2s", "max_backoff": "8s"}}))
-    export = f"{servers.origin.url}//store/reco"
+    export = f"{xrootd_origin.origin.url}//store/reco"
     spec = {"name": "e2e-export", "site": {"profile": "xrd-export"}, "walltime": "00:05:00",
             "inputs": {"list_file": "inputs-export.txt"},
             "jobs": {"files_per_job": 1, "chains_per_node": 1},
@@ -78,12 +60,13 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
     planned = hp("plan", "export.yaml", "--out", "plan-export")
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = work / "plan-export"
-    servers.put("store/raw/run001.raw", bytes(b ^ 0xFF for b in data["run001"]))   # corrupted after planning
+    xrootd_origin.put("store/raw/run001.raw", bytes(b ^ 0xFF for b in data["run001"]))   # corrupted after planning
 
     events: list = []
     stop = threading.Event()
-    sent = servers.data / "store" / "reco"
-    killer = threading.Thread(target=_kill_during_first_export, args=(sent, servers, events, stop), daemon=True)
+    sent = xrootd_origin.data / "store" / "reco"
+    killer = threading.Thread(target=crash_when, args=(lambda: _export_in_flight(sent), xrootd_origin.origin, events,
+                                                       stop, 0.02), daemon=True)
     killer.start()
     started = time.monotonic()
     run = hp("run", "plan-export", "--interval", "2", timeout=900)
