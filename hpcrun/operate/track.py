@@ -11,7 +11,6 @@ Only transitions are stored, so polling is idempotent. A finished job's own reco
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,8 @@ from hpcrun.backends.scheduler.base import (
 )
 from hpcrun.operate.clusterview import cluster_figures
 from hpcrun.operate.exports import exported_counts
+from hpcrun.operate.inflight import after_recording, in_flight
+from hpcrun.operate.lookup import Found, index_of, match
 from hpcrun.operate.plandir import (
     ClusterInfo,
     clusters_of,
@@ -53,7 +54,6 @@ IN_FLIGHT = ("submitted", "running")
 LOST_AFTER_S = 60.0  # a job neither the queue nor accounting knows this long after submission is gone
 _WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
                  "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
-_BRACKET = re.compile(r"^(\d+)_\[(.*)\]$")
 
 
 @dataclass
@@ -109,18 +109,6 @@ class StatusReport:
                 "exports": self.exports, "jobs": [j.as_dict() for j in self.jobs]}
 
 
-def _in_bracket(spec: str, index: int) -> bool:
-    """Is array task ``index`` in the scheduler's ``0-3,7,9-12%2`` list?"""
-    for part in spec.split("%", 1)[0].split(","):
-        lo, _, hi = part.partition("-")
-        try:
-            if int(lo) <= index <= int(hi or lo):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _read(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -157,71 +145,68 @@ class Poller:
         return f"{self.run_dir}/{sub.job_name or '?'}/{prefix}{raw_id}"
 
     def _lookup(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]]
-                ) -> Tuple[Dict[int, Record], Dict[Tuple[Optional[str], str], Queued], float]:
+                ) -> Tuple[Found, List[ActiveSubmission], Dict[Tuple[Optional[str], str], Queued], float]:
         """Each cluster's in-flight jobs asked of that cluster (ids are only unique within one)."""
-        by_cluster: Dict[Optional[str], List[ActiveSubmission]] = {}
-        for a in active:
-            by_cluster.setdefault(a.cluster if a.cluster in self.clusters else self.first.name, []).append(a)
+        by_cluster: Dict[Optional[str], Sequence[ActiveSubmission]] = {}
+        if len(self.clusters) <= 1:   # one cluster (the usual case): the list as it is (its index is kept)
+            by_cluster[self.first.name] = active
+        for a in active if len(self.clusters) > 1 else ():
+            name = a.cluster if a.cluster in self.clusters else self.first.name
+            by_cluster.setdefault(name, []).append(a)  # type: ignore[attr-defined]
         if extra:
             by_cluster.setdefault(self.first.name, [])
-        found: Dict[int, Record] = {}
+        found: Found = {}
+        need: List[ActiveSubmission] = []
         queued: Dict[Tuple[Optional[str], str], Queued] = {}
         acct_s = 0.0
         for name, subs in by_cluster.items():
             cluster = self.clusters.get(name, self.first)
-            f, q, secs = self._lookup_on(cluster, subs, extra if name == self.first.name else ())
+            f, n, q, secs = self._lookup_on(cluster, subs, extra if name == self.first.name else ())
             found.update(f)
+            need += n
             queued.update({(name, k): v for k, v in q.items()})
             acct_s += secs
-        return found, queued, acct_s
+        return found, need, queued, acct_s
 
     def _lookup_on(self, cluster: ClusterInfo, active: Sequence[ActiveSubmission],
-                   extra: Sequence[Tuple[str, dt.datetime]]) -> Tuple[Dict[int, Record], Dict[str, Queued], float]:
+                   extra: Sequence[Tuple[str, dt.datetime]]
+                   ) -> Tuple[Found, List[ActiveSubmission], Dict[str, Queued], float]:
         """One accounting query for everything in flight on one cluster, and one queue query for those it lacks."""
         sched = cluster.sched
-        ids = sorted({a.job_id for a in active} | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
-        since = sched.since_text(min([a.submitted_at for a in active] + [t for _, t in extra]))
+        index = index_of(active)
+        ids = sorted(set(index.job_ids) | {j for j, _ in extra}, key=lambda j: int(j) if j.isdigit() else 0)
+        since = sched.since_text(min([t for t in [index.first_submitted] if t] + [t for _, t in extra]))
         t0 = time.monotonic()
         # what this poll already knows: unchanged jobs come back as one shared record (cheap)
-        known = {a.slurm_id: a.last_state for a in active if a.last_state}
-        records: Dict[str, Record] = sched.records(ids, since, known=known) if cluster.accounting else {}
+        records: Dict[str, Record] = sched.records(ids, since, known=index.known) if cluster.accounting else {}
         if cluster is self.first:
             self.records = records
         acct_s = time.monotonic() - t0
-        brackets: Dict[str, List[Tuple[str, Record]]] = {}
-        for key, record in records.items():
-            m = _BRACKET.match(key) if key.endswith("]") else None
-            if m:
-                brackets.setdefault(m.group(1), []).append((m.group(2), record))
-        found: Dict[int, Record] = {}
-        for a in active:
-            hit = records.get(a.slurm_id)
-            if hit is None and a.array_index is not None:
-                hit = next((r for spec, r in brackets.get(a.job_id, []) if _in_bracket(spec, a.array_index)), None)
-            if hit is not None:
-                found[a.id] = hit
-        need_queue = [a for a in active if a.id not in found or found[a.id].state == "PENDING"]
+        found, need = match(index, records)
         queued: Dict[str, Queued] = {}
-        if need_queue:
+        if need:
             try:
-                for row in sched.queue(job_ids=sorted({a.job_id for a in need_queue}), ended=True):
+                for row in sched.queue(job_ids=sorted({a.job_id for a in need}), ended=True):
                     queued[row.job_id] = row
             except Unreachable as exc:   # its jobs stay as recorded; asked again at the next poll
                 self.unreachable[cluster.name] = str(exc).splitlines()[0]
-        return found, queued, acct_s
+        return found, need, queued, acct_s
 
     def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
                 ) -> Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float]:
         """Observations of these submissions; also (submission, raw id) of those that just ended.
-        ``extra`` (job id, submit time) go into the same accounting query (the finalize job)."""
+        ``extra`` (job id, submit time) go into the same accounting query (the finalize job).
+        Only the jobs whose record says something, or that the queue was asked about, are looked at."""
         if not active and not extra:
             return [], [], 0.0
-        found, queued, acct_s = self._lookup(active, extra)
+        found, need, queued, acct_s = self._lookup(active, extra)
         now = dt.datetime.now(dt.timezone.utc)
         changes: List[NewStateChange] = []
         ended: List[Tuple[ActiveSubmission, str]] = []
-        for a in active:
-            rec = found.get(a.id)
+        candidates = {a.id: a for a in need}
+        candidates.update((sid, a) for sid, (a, _rec) in found.items())
+        for a in candidates.values():
+            rec = found[a.id][1] if a.id in found else None
             q = queued.get((a.cluster if a.cluster in self.clusters else self.first.name, a.slurm_id))
             if rec is None and q is None:
                 seen = None if self._cluster_of(a) in self.unreachable else self._unseen(a, now)
@@ -454,8 +439,9 @@ def poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_
     poller = Poller(plan_dir, store, manifest)
     fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
     extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
-    changes, ended, acct_s = poller.observe(store.active_submissions(campaign.id), extra)
+    changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
     observed = store.record_state_changes(campaign.id, changes)
+    after_recording(store, campaign.id, active, changes, observed)
     qa = poller.qa_outcomes(ended)
     if qa:
         store.record_qa(qa)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import task_id
@@ -194,11 +193,11 @@ class ActiveSubmission:
     job_index: Optional[int]
     job_name: Optional[str] = None
     cluster: Optional[str] = None   # job ids are per cluster: (cluster, job_id) is the key
+    # computed once, when made: a poll asks for it several times for each of up to 10^5 submissions
+    slurm_id: str = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def slurm_id(self) -> str:
-        """Computed once: a poll asks for it several times for each of up to 10^5 submissions."""
-        return task_id(self.job_id, self.array_index)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slurm_id", task_id(self.job_id, self.array_index))
 
 
 @dataclass(frozen=True)

@@ -93,24 +93,33 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
     cpu_memo: Dict[str, Optional[float]] = {}
     req_memo: Dict[Tuple[str, Optional[int]], Optional[int]] = {}
     oom: Set[str] = set()
+    same: Set[str] = set()
     for line in text.splitlines():
-        head, _, rest = line.partition("|")
-        owner, dot, _step = head.partition(".")
-        if dot:  # a step: 123.batch, 123_4.0 - only its memory (the last field) and an OOM kill matter
+        bar = line.find("|")
+        dot = line.find(".", 0, bar)
+        if dot >= 0:  # a step: 123.batch, 123_4.0 - only its memory (the last field) and an OOM kill matter
+            owner = line[:dot]
+            if owner in same:
+                continue   # a job still as it was: its steps change nothing
+            rest = line[bar + 1:]
             mem = parse_mem(rest.rpartition("|")[2]) if rest.count("|") == width - 2 else None
             if mem is not None and mem > rss.get(owner, -1):
                 rss[owner] = mem
             if "|OUT_OF_MEMORY" in rest:
                 oom.add(owner)
             continue
+        head = line.split("|", 4)   # id, raw id, name, state: enough to see that nothing changed
+        if len(head) == 5 and known:
+            state = head[3].split(" ")[0].rstrip("+")
+            if known.get(head[0]) == state and state not in TERMINAL and head[4].count("|") == width - 5:
+                jobs[head[0]] = unchanged(state)
+                same.add(head[0])
+                continue
         parts = line.split("|")
         if len(parts) != width:
             continue
         job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, req, _rss = parts
         state = state.split(" ")[0].rstrip("+")
-        if known.get(job_id) == state and state not in TERMINAL:
-            jobs[job_id] = unchanged(state)
-            continue
         cpus = int(alloc) if alloc.isdigit() else None
         cpu_s = cpu_memo[cpu] if cpu in cpu_memo else cpu_memo.setdefault(cpu, parse_cpu_time(cpu))
         req_key = (req, cpus)

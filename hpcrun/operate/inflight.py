@@ -1,0 +1,69 @@
+"""The jobs in flight as the previous poll left them, kept by a process that polls again (the
+supervisor's rounds, ``status --wait``): at 10^5 jobs in flight, re-reading them from the store is
+most of what a poll that changes nothing costs.
+
+The list is kept only while the store's fingerprint of it (jobs in flight, the newest submission
+and observation) is the one the list was read or updated with, and read afresh at least every
+``REFRESH_POLLS`` polls, so another process's submissions or observations are never missed for long.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Dict, List, Sequence, Tuple
+
+from hpcrun.backends.scheduler.base import TERMINAL
+from hpcrun.operate.lookup import index_of
+from hpcrun.store.records import ActiveSubmission, NewStateChange
+from hpcrun.store.store import StateStore
+
+REFRESH_POLLS = 10
+
+
+@dataclass
+class _Kept:
+    fingerprint: Tuple[int, int, int, int]
+    active: List[ActiveSubmission]
+    polls: int = 0
+
+
+_KEPT: Dict[Tuple[str, int], _Kept] = {}
+
+
+def in_flight(store: StateStore, campaign_id: int) -> List[ActiveSubmission]:
+    """The submissions in flight: the kept list when the store says nothing changed since, else read."""
+    key = (store.location, campaign_id)
+    kept = _KEPT.get(key)
+    fingerprint = store.active_fingerprint(campaign_id)
+    if kept is not None and kept.fingerprint == fingerprint and kept.polls < REFRESH_POLLS:
+        kept.polls += 1
+        return kept.active
+    active = store.active_submissions(campaign_id)
+    _KEPT[key] = _Kept(fingerprint, active)
+    return active
+
+
+def after_recording(store: StateStore, campaign_id: int, active: Sequence[ActiveSubmission],
+                    changes: Sequence[NewStateChange], recorded: int) -> None:
+    """Bring the kept list up to date with what this poll recorded (ended jobs leave it, others take
+    their new state); dropped when the store did not take every change as offered (another writer
+    got there first, an observation of an older attempt)."""
+    key = (store.location, campaign_id)
+    kept = _KEPT.get(key)
+    if kept is None or kept.active is not active:
+        return
+    if not changes:
+        return
+    if recorded != len(changes):
+        del _KEPT[key]
+        return
+    new_state = {c.submission_id: c.slurm_state for c in changes}
+    updated = []
+    for a in active:
+        state = new_state.get(a.id)
+        if state is None:
+            updated.append(a)
+        elif state not in TERMINAL and state != "LOST":
+            updated.append(replace(a, last_state=state))
+    _KEPT[key] = _Kept(store.active_fingerprint(campaign_id), updated, kept.polls)
+    index_of(updated)   # indexed now, by the poll that changed things, rather than by the next quiet one
