@@ -9,11 +9,11 @@ and observation) is the one the list was read or updated with, and read afresh a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-from hpcrun.backends.scheduler.base import TERMINAL
-from hpcrun.operate.lookup import index_of
+from hpcrun.backends.scheduler.base import TERMINAL, normalize_state
+from hpcrun.operate.lookup import index_of, keep_index
 from hpcrun.store.records import ActiveSubmission, NewStateChange
 from hpcrun.store.store import StateStore
 
@@ -57,13 +57,19 @@ def after_recording(store: StateStore, campaign_id: int, active: Sequence[Active
     if recorded != len(changes):
         del _KEPT[key]
         return
-    new_state = {c.submission_id: c.slurm_state for c in changes}
+    new_state = {c.submission_id: normalize_state(c.slurm_state) for c in changes}
+    index = index_of(active)
     updated = []
     for a in active:
         state = new_state.get(a.id)
         if state is None:
             updated.append(a)
-        elif state not in TERMINAL and state != "LOST":
-            updated.append(replace(a, last_state=state))
+        elif state in TERMINAL or state == "LOST":
+            index.forget(a)
+        else:   # the kept record takes the state just recorded (records are this module's own copies)
+            object.__setattr__(a, "last_state", state)
+            index.note(a)
+            updated.append(a)
+    index.active = updated
     _KEPT[key] = _Kept(store.active_fingerprint(campaign_id), updated, kept.polls)
-    index_of(updated)   # indexed now, by the poll that changed things, rather than by the next quiet one
+    keep_index(updated, index)

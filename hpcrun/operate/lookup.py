@@ -32,7 +32,28 @@ class Index:
         self.first_submitted: Optional[dt.datetime] = min((a.submitted_at for a in active), default=None)
 
 
+    def forget(self, a: ActiveSubmission) -> None:
+        """``a`` is no longer in flight."""
+        self.by_sid.pop(a.slurm_id, None)
+        self.known.pop(a.slurm_id, None)
+        self.waiting.discard(a.slurm_id)
+
+    def note(self, a: ActiveSubmission) -> None:
+        """``a`` has a new recorded state."""
+        if a.last_state:
+            self.known[a.slurm_id] = a.last_state
+        if a.last_state in (None, "PENDING"):
+            self.waiting.add(a.slurm_id)
+        else:
+            self.waiting.discard(a.slurm_id)
+
+
 _LAST: List[object] = [None, None]   # the last list indexed, and its index
+
+
+def keep_index(active: Sequence[ActiveSubmission], index: Index) -> None:
+    """``index`` (brought up to date) is now the index of ``active``."""
+    _LAST[:] = [active, index]
 
 
 def index_of(active: Sequence[ActiveSubmission]) -> Index:

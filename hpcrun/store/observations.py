@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from sqlalchemy import func, insert, select, type_coerce, update
+from sqlalchemy import func, insert, select, text, type_coerce, update
 from sqlalchemy.types import NullType
 
 from hpcrun.backends.scheduler.base import INPUT_STATE_OF, normalize_state
 from hpcrun.store import schema
-from hpcrun.store.base import _IN_CHUNK, StateStoreError, StoreBase, _chunks, _failure_reason, _now
+from hpcrun.store.base import _IN_CHUNK, StateStoreError, StoreBase, _failure_reason, _now
 from hpcrun.store.records import (
     ActiveSubmission,
     FinalizeRecord,
@@ -18,6 +18,19 @@ from hpcrun.store.records import (
     QaResult,
     StateChangeRecord,
 )
+
+_ID_CHUNK = 20000   # ids written into one IN (...) list as literals (they are our own integers)
+
+
+def _id_chunks(ids: Sequence[int]) -> Any:
+    for i in range(0, len(ids), _ID_CHUNK):
+        yield ids[i:i + _ID_CHUNK]
+
+
+def _id_in(column: Any, ids: Sequence[int]) -> Any:
+    """``column IN (1, 2, ...)`` with the integers written into the statement: at 10^5 rows, binding
+    and compiling one parameter per id cost more than the update itself."""
+    return text(f"{column.table.name}.{column.name} IN ({','.join(str(int(i)) for i in ids)})")
 
 
 class Observations(StoreBase):
@@ -103,7 +116,7 @@ class Observations(StoreBase):
             sub_ids = sorted({c.submission_id for c in changes})
             known = select(s.c.id, s.c.last_state).where(s.c.campaign_id == campaign_id)
             if len(sub_ids) > 5 * _IN_CHUNK:  # a whole-campaign poll: one scan beats many IN lists
-                rows_found: List[Any] = list(conn.execute(known))
+                rows_found: List[Any] = self._raw_rows(conn, known)
             else:
                 rows_found = self._rows_in(conn, known, s.c.id, sub_ids)
             last: Dict[int, Optional[str]] = {r[0]: r[1] for r in rows_found}
@@ -138,8 +151,8 @@ class Observations(StoreBase):
             for sid, state_at in latest.items():
                 by_state.setdefault(state_at, []).append(sid)
             for (state, at), sids in by_state.items():
-                for chunk in _chunks(sids):
-                    conn.execute(update(s).where(s.c.id.in_(chunk)).values(last_state=state, last_observed_at=at))
+                for chunk in _id_chunks(sids):
+                    conn.execute(update(s).where(_id_in(s.c.id, chunk)).values(last_state=state, last_observed_at=at))
             groups: Dict[Tuple[str, Optional[str]], List[int]] = {}
             for sid, target_why in inputs_to.items():
                 groups.setdefault(target_why, []).append(sid)
@@ -148,9 +161,20 @@ class Observations(StoreBase):
                 if target in ("done", "failed"):
                     values["last_reason"] = why
                 follow = update(t).where(t.c.state != "pending", t.c.state != "parked").values(**values)
-                for chunk in _chunks(sids):
-                    conn.execute(follow.where(t.c.last_submission_id.in_(chunk)))
+                for chunk in _id_chunks(sids):
+                    conn.execute(follow.where(_id_in(t.c.last_submission_id, chunk)))
         return len(rows)
+
+    @staticmethod
+    def _raw_rows(conn: Any, query: Any) -> List[Any]:
+        """All rows of a query of plain columns through the driver's cursor (10^5 rows: no Row objects)."""
+        compiled = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        cursor = conn.connection.dbapi_connection.cursor()
+        try:
+            cursor.execute(str(compiled))
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
 
     def state_changes(self, submission_id: int) -> List[StateChangeRecord]:
         sc = schema.state_change

@@ -197,7 +197,8 @@ class ActiveSubmission:
     slurm_id: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "slurm_id", task_id(self.job_id, self.array_index))
+        object.__setattr__(self, "slurm_id", self.job_id if self.array_index is None
+                           else f"{self.job_id}_{self.array_index}")   # task_id(), inline: 10^5 per read
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ scheduler's commands or variables.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ INPUT_STATE_OF = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def normalize_state(state: str) -> str:
     """``cancelled by 1001`` -> ``CANCELLED``; ``CANCELLED+`` -> ``CANCELLED``; empty -> ``UNKNOWN``."""
     word = state.strip().split(" ", 1)[0] if state.strip() else "UNKNOWN"
@@ -46,6 +48,7 @@ def task_id(job_id: str, array_index: Optional[int]) -> str:
     return job_id if array_index is None else f"{job_id}_{array_index}"
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_exit_code(text: str) -> Tuple[Optional[int], Optional[int]]:
     """An exit status ``7:0`` (code:signal) -> (7, 0); anything unparsable -> (None, None)."""
     code, _, sig = text.strip().partition(":")
