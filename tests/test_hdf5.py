@@ -162,7 +162,7 @@ def _run_job(root: Path, spec: Path, job_id: str) -> tuple:
 def test_a_job_merges_and_checks_hdf5_with_no_program_of_its_own(root):
     done, run = _run_job(root, spec_of(root), "301")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (run / "qa.tsv").read_text().split() == ["a", "1000", "1000", "pass", "a.reco.h5"]
+    assert (run / "qa.tsv").read_text().split()[:5] == ["a", "1000", "1000", "pass", "a.reco.h5"]
     with h5py.File(root / "out" / "a.reco.h5", "r") as f:
         assert f["/events/energy"].shape == (1000,) and f["/hits"].shape == (1000, 4)
 

@@ -135,7 +135,8 @@ def test_job_runs_end_to_end(prepared):
     begins = [float(line.split()[1]) for k in range(4)
               for line in (run / "chains" / f"{k}.timeline").read_text().splitlines() if line.startswith("begin")]
     assert len(begins) == 4 and min(begins) > ready_at
-    assert (run / "qa.tsv").read_text().split() == ["run1000", "1200", "1200", "pass", "run1000.reco.h5"]
+    qa = (run / "qa.tsv").read_text().split()
+    assert qa[:5] == ["run1000", "1200", "1200", "pass", "run1000.reco.h5"] and qa[5].endswith("/raw/run1000.h5"), qa
     assert (case / "bb" / "out" / "run1000.reco.h5").exists()
     staged = case / "bb" / "in" / "run1000.h5"   # the checksum step read the staged copy
     assert (run / "checksums.tsv").read_text().split("\t")[0] == str(staged)

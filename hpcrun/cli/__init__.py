@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -14,7 +15,7 @@ import click
 from rich.console import Console
 
 from hpcrun import __version__
-from hpcrun.errors import HpcrunError
+from hpcrun.errors import HpcrunError, InputError
 
 out = Console()
 err = Console(stderr=True)
@@ -61,7 +62,13 @@ def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool
     from hpcrun import api
     from hpcrun.cli.summary import plan_table
 
-    result = api.make_plan(spec, out_dir, force=force, diff=want_diff)
+    try:
+        result = api.make_plan(spec, out_dir, force=force, diff=want_diff)
+    except InputError as exc:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"ok": False, "problems": [asdict(p) for p in exc.problems]}, indent=1))
+        sys.exit(exc.exit_code)   # every problem, one by one (the text groups those of one cause)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
         return

@@ -159,6 +159,25 @@ class InputsSpec(Strict):
         "checksum each job verifies before processing its inputs; none: no verification"))
     checksum_catalog: Optional[Line] = Field(None, description=(
         "file of '<hex>  <path>' lines as md5sum or xrdadler32 write them; relative to the spec file"))
+    stem: Line = Field("name", description=(
+        "how each input's stem (its outputs', parts' and logs' name) is made: name (the file name up to its "
+        "first dot), path (the part of the path that differs between inputs, joined with _), or a regular "
+        "expression whose group (?P<stem>...) is searched in the path"))
+
+    @field_validator("stem")
+    @classmethod
+    def _stem(cls, value: str) -> str:
+        if value in ("name", "path"):
+            return value
+        import re
+        try:
+            pattern = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"'{value}' is neither name, path nor a regular expression ({exc})") from None
+        if "stem" not in pattern.groupindex:
+            raise ValueError(f"'{value}' has no group (?P<stem>...); give name, path, or a regular expression "
+                             r"with one, e.g. '/AOD/(?P<stem>\d+)/'")
+        return value
 
     @model_validator(mode="after")
     def _some(self) -> InputsSpec:

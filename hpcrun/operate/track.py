@@ -287,20 +287,22 @@ class Poller:
 
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
         """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict,
-        output name)."""
+        output name, input: the input is how a row finds its input, as stems may come from the path)."""
         if not ended:
             return []
         inputs = self.store.submission_inputs([a.id for a, _ in ended])
         results = []
         for a, raw in ended:
-            by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}
+            by_path = {path: iid for iid, path in inputs.get(a.id, [])}
+            by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}   # records without the input
             for line in _read(self._job_dir(a, raw) + "/qa.tsv").splitlines() if raw else []:
                 parts = line.split("\t")
-                if len(parts) not in (4, 5) or parts[0] not in by_stem:
+                iid = by_path.get(parts[5]) if len(parts) == 6 else by_stem.get(parts[0])
+                if len(parts) not in (4, 5, 6) or iid is None:
                     continue
                 stem, ev_in, ev_out, verdict = parts[:4]
-                output = parts[4] if len(parts) == 5 else stem
-                results.append(QaResult(by_stem[stem], output, verdict == "pass",
+                output = parts[4] if len(parts) >= 5 else stem
+                results.append(QaResult(iid, output, verdict == "pass",
                                         int(ev_in) if ev_in.isdigit() else None,
                                         int(ev_out) if ev_out.isdigit() else None, a.id))
         return results

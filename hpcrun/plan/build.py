@@ -11,7 +11,7 @@ from typing import List, Optional
 
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import InputError
-from hpcrun.model.site import SiteProfile
+from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan import checks as carried
@@ -29,7 +29,7 @@ from hpcrun.plan.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.remote import Remote
 from hpcrun.plan.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
-from hpcrun.plan.values import ChecksumPlan, Plan
+from hpcrun.plan.values import ChecksumPlan, Job, Plan
 from hpcrun.shell import quote
 
 
@@ -65,6 +65,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         items, sums.values = group_by_node(items, sums.values, remote_reads.node_cache.index, notes)
     jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes)
     checks.raise_if_any()
+    _idle_cores_note(campaign, site.name, site.partition, jobs, notes)
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)
     if remote_reads is not None and remote_reads.access == "stage":
         input_dir = stage_dir_expr(profile, buffer.root_var, work_dir)
@@ -89,6 +90,22 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 remote=remote_reads, export=exports,
                 locality_wait=int(campaign.jobs.locality_wait) if campaign.jobs.locality == "prefer" else None,
                 hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5))
+
+
+def _idle_cores_note(campaign: Campaign, pname: str, part: Partition, jobs: List[Job], notes: List[str]) -> None:
+    """Whole nodes held for far fewer chains than they have cores: say what it costs and what to change."""
+    if not part.exclusive or not jobs:
+        return
+    chains = max(j.chains_per_node for j in jobs)
+    if chains * 2 > part.cores_per_node:
+        return
+    node_hours = len(jobs) * campaign.jobs.nodes * campaign.walltime / 3600.0
+    charged, used = node_hours * part.cores_per_node, node_hours * chains
+    notes.append(
+        f"each job holds whole {part.cores_per_node}-core nodes (partition '{pname}' is exclusive) for "
+        f"{chains} chain(s) per node: up to {charged:,.0f} core-hours charged for {used:,.0f} used "
+        f"({used / charged:.0%}); raise jobs.chains_per_node towards {part.cores_per_node} (more "
+        "jobs.files_per_job or jobs.bytes_per_chain to feed them), or plan on a shared partition (site.partition)")
 
 
 def _check_chains(campaign: Campaign, cpus: int, pname: str, checks: Checks) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import glob as globmod
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.storage import StorageError, url_problem
 from hpcrun.errors import InputError, Problem
@@ -31,10 +32,56 @@ def stem_of(path: str) -> str:
     return name.split(".", 1)[0] if not name.startswith(".") else name
 
 
+class ListLine(NamedTuple):
+    """Where an input came from when a list file named it: that file and its line (a tuple: 10^5 are made)."""
+    file: str
+    line: int
+
+
+Where = Union[Tuple[object, ...], ListLine]   # a spec key, or a list file's line
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def locate(src: Located, where: Where) -> Tuple[str, Optional[int], str]:
+    """(file, line, key) of an input's origin: the list file's own line, else the spec's key."""
+    if isinstance(where, ListLine):
+        return where.file, where.line, ""
+    file, line = src.where(where)
+    return file, line, ".".join(str(p) for p in where)
+
+
+def stems_of(paths: Sequence[str], mode: str) -> List[str]:
+    """Each input's stem: its name up to the first dot (name), the part of its path that differs between
+    the inputs joined with _ (path), or the group ``stem`` of a regular expression searched in the path."""
+    if mode == "name":
+        return [stem_of(p) for p in paths]
+    if mode == "path":
+        parts = [_path_of(p).strip("/").split("/") for p in paths]
+        dirs = [q[:-1] for q in parts]
+        common = len(os.path.commonprefix(dirs)) if dirs else 0
+        return [_safe("_".join(q[common:-1] + [stem_of(q[-1])])) for q in parts]
+    pattern = re.compile(mode)
+    out = []
+    for p in paths:
+        m = pattern.search(p)
+        out.append(_safe(m.group("stem")) if m and m.group("stem") else "")
+    return out
+
+
+def _path_of(path: str) -> str:
+    """The path part of a URL (root://host:port//a/b -> /a/b), or the path itself."""
+    return "/" + path.split("//", 2)[2].lstrip("/") if "://" in path and path.count("//") >= 2 else path
+
+
+def _safe(text: str) -> str:
+    """A file name: runs of anything but letters, digits and . _ + - become one _, no leading dot."""
+    return _UNSAFE.sub("_", text).lstrip(".")
+
+
 def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remote] = None) -> List[InputItem]:
     """All inputs in a stable order (explicit files, then glob, then list file). URLs without
     a size are asked of their servers, in bulk, after the local ones are checked."""
-    raw: List[Tuple[str, Optional[int], Optional[int], Tuple[object, ...]]] = []
+    raw: List[Tuple[str, Optional[int], Optional[int], Where]] = []
     for i, entry in enumerate(spec.files):
         if isinstance(entry, InputFile):
             raw.append((entry.path, entry.size, entry.events, ("inputs", "files", i)))
@@ -50,20 +97,36 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
         raw.extend((m, None, None, ("inputs", "glob")) for m in matches)
     if spec.list_file:
         raw.extend(_read_list(spec.list_file, src, spec_dir, problems))
+    if problems:   # a list file that cannot be read as a list: say so before looking at 10^5 paths
+        raise InputError(problems)
+    items, wheres, asked = _sized(raw, spec, src, problems)
+    if asked and not problems:
+        _ask_sizes(items, asked, spec, src, remote or Remote(None, spec.checksum), problems)
+    if not problems:
+        items = _with_stems(items, wheres, spec.stem, src, problems)
+    if problems:
+        raise InputError(problems)
+    if not items:
+        file, line = src.where(("inputs",))
+        raise InputError([Problem(file, line, "inputs", "no input files were found")])
+    return items
+
+
+def _sized(raw: Sequence[Tuple[str, Optional[int], Optional[int], Where]], spec: InputsSpec, src: Located,
+           problems: List[Problem]) -> Tuple[List[InputItem], List[Where], List[Tuple[int, Where]]]:
+    """Inputs with their sizes (stat'ed, listed, or the spec's), each once; URLs to ask their servers."""
     items: List[InputItem] = []
+    wheres: List[Where] = []
     seen: Dict[str, bool] = {}
-    stems: Dict[str, str] = {}
-    asked: List[Tuple[int, Tuple[object, ...]]] = []   # (index in items, spec location) of URLs to ask
+    asked: List[Tuple[int, Where]] = []   # (index in items, origin) of URLs to ask
     for path, size, events, where in raw:
-        key = ".".join(str(p) for p in where)
         if path in seen:
-            file, line = src.where(where)
-            problems.append(Problem(file, line, key, f"input '{path}' is listed twice"))
+            problems.append(Problem(*locate(src, where), f"input '{path}' is listed twice",
+                                    cause="are listed twice", subject=path, fix="list each input once"))
             continue
         seen[path] = True
         if any(c in path for c in "\t\n\r\0"):
-            file, line = src.where(where)
-            problems.append(Problem(file, line, key, (
+            problems.append(Problem(*locate(src, where), (
                 f"input path {path!r} contains a tab, newline or NUL byte; rename the file")))
             continue
         if size is None and is_url(path):
@@ -75,87 +138,118 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
             except OSError:
                 size = spec.size
         if size is None:
-            file, line = src.where(where)
-            problems.append(Problem(file, line, key, (
+            problems.append(Problem(*locate(src, where), (
                 f"the size of '{path}' is unknown: the file does not exist here and no size is "
-                "given; give inputs.size, a size in the list file, or {path:, size:}")))
+                "given; give inputs.size, a size in the list file, or {path:, size:}"),
+                cause="do not exist here and have no size", subject=path,
+                fix="give inputs.size, a size on each list file line (PATH SIZE [EVENTS]), or {path:, size:}"))
             continue
-        stem = stem_of(path)
-        if stem in stems:
-            file, line = src.where(where)
-            problems.append(Problem(file, line, key, (
-                f"inputs '{stems[stem]}' and '{path}' have the same stem '{stem}', so their "
-                "outputs would overwrite each other")))
-            continue
-        stems[stem] = path
-        items.append(InputItem(path, size, events if events is not None else spec.events, stem))
-        if len(problems) > 50:
-            break
-    if asked and not problems:
-        _ask_sizes(items, asked, spec, src, remote or Remote(None, spec.checksum), problems)
-    if problems:
-        raise InputError(problems)
-    if not items:
-        file, line = src.where(("inputs",))
-        raise InputError([Problem(file, line, "inputs", "no input files were found")])
-    return items
+        items.append(InputItem(path, size, events if events is not None else spec.events, ""))
+        wheres.append(where)
+    return items, wheres, asked
 
 
-def _ask_sizes(items: List[InputItem], asked: List[Tuple[int, Tuple[object, ...]]], spec: InputsSpec,
+def _with_stems(items: List[InputItem], wheres: Sequence[Where], mode: str, src: Located,
+                problems: List[Problem]) -> List[InputItem]:
+    """The inputs with their stems, which must be unique file names; a collision is refused with the
+    setting that would make the stems unique where one does."""
+    stems = stems_of([i.path for i in items], mode)
+    first: Dict[str, str] = {}
+    hint = None
+    for item, stem, where in zip(items, stems, wheres):
+        other = first.get(stem)
+        if stem and other is None:
+            first[stem] = item.path
+            continue
+        if hint is None:
+            hint = _stem_hint(mode, [i.path for i in items])
+        if not stem:
+            problems.append(Problem(*locate(src, where), (
+                f"inputs.stem '{mode}' gives '{item.path}' no stem (the expression does not match it)"),
+                cause="get no stem from inputs.stem", subject=item.path,
+                fix="change the expression so that its group (?P<stem>...) matches every input"))
+            continue
+        problems.append(Problem(*locate(src, where), (
+            f"inputs '{other}' and '{item.path}' have the same stem '{stem}', so their outputs would "
+            f"overwrite each other{hint}"), cause=f"have a stem another input has (e.g. '{stem}')",
+            subject=item.path, fix=(hint or "").lstrip("; ")))
+    return [InputItem(i.path, i.size, i.events, stem) for i, stem in zip(items, stems)]
+
+
+def _stem_hint(mode: str, paths: Sequence[str]) -> str:
+    """'; set inputs.stem: path (...)' when that makes every stem unique, with the stems it gives."""
+    if mode == "path":
+        return ("; the paths differ only in characters a file name cannot keep: give inputs.stem a regular "
+                r"expression with a group (?P<stem>...), e.g. '/AOD/(?P<stem>\d+)/'")
+    stems = stems_of(paths, "path")
+    if len(set(stems)) == len(stems) and all(stems):
+        return (f"; set inputs.stem: path to name each input by the part of its path that differs "
+                f"(here '{stems[0]}', '{stems[1] if len(stems) > 1 else stems[0]}', ...)")
+    return r"; give inputs.stem a regular expression with a group (?P<stem>...) that differs between the inputs"
+
+
+def _ask_sizes(items: List[InputItem], asked: List[Tuple[int, Where]], spec: InputsSpec,
                src: Located, remote: Remote, problems: List[Problem]) -> None:
     """Fill in the sizes of URL inputs from their servers; a missing file is a problem at its key."""
     try:
         facts = remote.ask([items[i].path for i, _ in asked])
     except StorageError as exc:
-        file, line = src.where(asked[0][1])
-        problems.append(Problem(file, line, ".".join(str(p) for p in asked[0][1]), str(exc)))
+        problems.append(Problem(*locate(src, asked[0][1]), str(exc)))
         return
     for i, where in asked:
         item = items[i]
         fact = facts[item.path]
         size = fact.size if fact.size is not None else (None if fact.missing else spec.size)
         if size is None:
-            file, line = src.where(where)
             why = "does not exist on its server" if fact.missing else f"could not be stat'ed: {fact.error}"
-            problems.append(Problem(file, line, ".".join(str(p) for p in where), (
-                f"input '{item.path}' {why}; remove it from the inputs or fix the URL")))
+            problems.append(Problem(*locate(src, where), (
+                f"input '{item.path}' {why}; remove it from the inputs or fix the URL"),
+                cause="do not exist on their server" if fact.missing else "could not be stat'ed on their server",
+                subject=item.path, fix="remove them from the inputs or fix the URLs"))
             continue
         items[i] = InputItem(item.path, size, item.events, item.stem)
 
 
 def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem]):
+    """(path, size, events, its line) of each list line; a bad line is a problem at the list file's line.
+    10^5 lines in well under a second: sizes repeat (parsed once each), the file name is made once."""
     path = Path(name) if os.path.isabs(name) else spec_dir / name
     lines = read_listed(path, "list file", src, "inputs.list_file", problems)
     if lines is None:
         return []
+    file = str(path)
+    sizes: Dict[str, int] = {}
     out = []
     for n, text in enumerate(lines, 1):
-        text = text.strip()
-        if not text or text.startswith("#"):
-            continue
         parts = text.split()
-        where = ("inputs", "list_file")
-        if len(parts) > 3 or not (parts[0].startswith("/") or is_url(parts[0])):
-            problems.append(Problem(str(path), n, "", (
+        if not parts or parts[0].startswith("#"):
+            continue
+        first = parts[0]
+        url = "://" in first and is_url(first)
+        if len(parts) > 3 or not (first.startswith("/") or url):
+            problems.append(Problem(file, n, "", (
                 "each line is: ABSOLUTE_PATH-OR-URL [SIZE [EVENTS]], e.g. /data/run1.daq 5GB 2000 "
                 "or root://xrd.example.org//store/run1.daq 5GB 2000")))
             continue
-        why = url_problem(parts[0]) if is_url(parts[0]) else None
+        why = url_problem(first) if url else None
         if why:
-            problems.append(Problem(str(path), n, "", why))
+            problems.append(Problem(file, n, "", why))
             continue
         size = events = None
-        try:
-            size = parse_size(parts[1]) if len(parts) > 1 else None
-        except UnitError as exc:
-            problems.append(Problem(str(path), n, "", f"bad size: {exc}"))
-            continue
+        if len(parts) > 1:
+            size = sizes.get(parts[1])
+            if size is None:
+                try:
+                    size = sizes[parts[1]] = parse_size(parts[1])
+                except UnitError as exc:
+                    problems.append(Problem(file, n, "", f"bad size: {exc}"))
+                    continue
         if len(parts) > 2:
             if not parts[2].isdigit():
-                problems.append(Problem(str(path), n, "", f"events must be a whole number, not '{parts[2]}'"))
+                problems.append(Problem(file, n, "", f"events must be a whole number, not '{parts[2]}'"))
                 continue
             events = int(parts[2])
-        out.append((parts[0], size, events, where))
+        out.append((first, size, events, ListLine(file, n)))
     return out
 
 

@@ -143,7 +143,15 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
                              '${HPCRUN_JOB_ID:-local}"'),
         "checksum": _checksum_context(plan),
         "remote": _remote_context(plan),
+        **_staged_names(plan),
     }
+
+
+def _staged_names(plan: Plan) -> Dict[str, bool]:
+    """Where a staged input lands under the input directory: the job copies URL inputs to
+    ``<stem>/<file name>`` (inputs of one job may share a file name, as ALICE's AliAOD.root do);
+    a burst buffer's stage-in lands them by file name (refused at plan time when two would clash)."""
+    return {"staged_by_stem": plan.remote is not None and plan.remote.access == "stage"}
 
 
 def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:

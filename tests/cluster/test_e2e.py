@@ -81,7 +81,7 @@ def test_campaign_end_to_end(slurm_cluster, hpcrun_bin, example_root):
         # every event reached the merged output, QA passed, output staged out to the "PFS"
         out = c.out / f"{raw.stem}.reco.h5"
         assert _count_events(out) == _count_events(raw) == 1500
-        assert (run / "qa.tsv").read_text().split() == [raw.stem, "1500", "1500", "pass", f"{raw.stem}.reco.h5"]
+        assert (run / "qa.tsv").read_text().split()[:5] == [raw.stem, "1500", "1500", "pass", f"{raw.stem}.reco.h5"]
         assert not (slurm_cluster.bb_job_dir / run.name).exists(), "burst buffer not torn down"
 
 

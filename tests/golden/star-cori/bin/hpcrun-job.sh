@@ -128,7 +128,8 @@ trap on_exit EXIT
 trap on_time_limit USR1
 trap 'fail 143 "job was cancelled (SIGTERM)"' TERM
 
-for path in "${HPCRUN_INPUTS[@]}"; do
+for i in "${!HPCRUN_INPUTS[@]}"; do
+  path=${HPCRUN_INPUTS[$i]}
   [ -z "$HPCRUN_INPUT_DIR" ] || path="$HPCRUN_INPUT_DIR/${path##*/}"
   [ -r "$path" ] || fail "$EXIT_SETUP" "input $path is missing or unreadable"
 done
@@ -266,8 +267,8 @@ for i in "${!HPCRUN_STEMS[@]}"; do
   else
     verdict="fail"
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$HPCRUN_STEM" "$HPCRUN_EVENTS_IN" "$HPCRUN_EVENTS_OUT" "$verdict" \
-    "${HPCRUN_OUTPUT_NAMES[$i]}" >> "$HPCRUN_RUNDIR/qa.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$HPCRUN_STEM" "$HPCRUN_EVENTS_IN" "$HPCRUN_EVENTS_OUT" "$verdict" \
+    "${HPCRUN_OUTPUT_NAMES[$i]}" "$HPCRUN_INPUT" >> "$HPCRUN_RUNDIR/qa.tsv"
   [ "$verdict" = pass ] || qa_failed="$qa_failed $HPCRUN_STEM($HPCRUN_EVENTS_OUT/$HPCRUN_EVENTS_IN events)"
   if [[ "$qa_failed" == *" $HPCRUN_STEM("* ]]; then
     # keep the output for inspection, but apart from the good ones

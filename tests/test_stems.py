@@ -1,0 +1,140 @@
+"""Inputs as experiments name them (issue 29): stems from the path when every file is called
+AliAOD.root, one paragraph per cause of many problems (every one in --json), the list file's own line,
+and the plan's note on whole nodes held for few chains."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcrun.errors import InputError
+from hpcrun.plan.inputs import stems_of
+from hpcrun.plan.load import load_plan
+
+AOD = "/alice/data/2018/LHC18q/AOD/{n:04d}/AliAOD.root"
+
+
+def _spec(tmp_path: Path, inputs: dict, **extra) -> Path:
+    spec = {"name": "train", "site": {"profile": "local-test"}, "walltime": "00:30:00",
+            "inputs": {"checksum": "none", **inputs}, "jobs": {"files_per_job": 1, "chains_per_node": 1},
+            "chain": {"command": ["/bin/cp", "{input}", "{output}"]},
+            "outputs": {"location": str(tmp_path / "out"), "pattern": "{stem}.out"}, **extra}
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _aod_list(tmp_path: Path, n: int = 50, url: bool = False) -> str:
+    prefix = "root://alice-se.gsi.de:1094/" if url else ""
+    (tmp_path / "aods.txt").write_text("".join(f"{prefix}{AOD.format(n=k)} 2GB 1000\n" for k in range(1, n + 1)))
+    return "aods.txt"
+
+
+def test_file_names_that_repeat_are_refused_with_the_setting_that_names_them_apart(tmp_path, cli):
+    spec = _spec(tmp_path, {"list_file": _aod_list(tmp_path)})
+    res = cli("plan", str(spec), "--out", str(tmp_path / "plan"))
+    assert res.exit_code == 2 and not (tmp_path / "plan").exists()
+    text = res.output
+    assert "49 problems found" in text and text.count("have a stem another input has") == 1, text  # one paragraph
+    assert "aods.txt lines 2-50" in text and "set inputs.stem: path" in text, text
+    assert "'0001_AliAOD', '0002_AliAOD'" in text, text
+    js = cli("plan", str(spec), "--out", str(tmp_path / "plan"), "--json")
+    problems = json.loads(js.output)["problems"]
+    assert js.exit_code == 2 and len(problems) == 49 and {p["line"] for p in problems} == set(range(2, 51))
+    assert all(p["file"].endswith("aods.txt") for p in problems)
+
+
+@pytest.mark.parametrize("url", [False, True], ids=["paths", "urls"])
+def test_stem_path_names_each_input_by_the_part_of_its_path_that_differs(tmp_path, url):
+    spec = _spec(tmp_path, {"list_file": _aod_list(tmp_path, url=url), "stem": "path"})
+    plan = load_plan(spec)
+    assert [i.stem for j in plan.jobs for i in j.inputs][:3] == ["0001_AliAOD", "0002_AliAOD", "0003_AliAOD"]
+    assert [j.outputs[0] for j in plan.jobs][:2] == ["0001_AliAOD.out", "0002_AliAOD.out"]
+
+
+def test_stem_path_of_a_glob_over_runs_and_chunks(tmp_path):
+    for run in ("000296414", "000296415"):
+        for chunk in ("001", "002"):
+            d = tmp_path / "alice" / "LHC18q" / run / "pass1" / "AOD" / chunk
+            d.mkdir(parents=True)
+            (d / "AliAOD.root").write_bytes(b"x" * 10)
+    spec = _spec(tmp_path, {"glob": str(tmp_path / "alice/LHC18q/*/pass1/AOD/*/AliAOD.root"), "stem": "path"})
+    stems = [i.stem for j in load_plan(spec).jobs for i in j.inputs]
+    assert stems == ["000296414_pass1_AOD_001_AliAOD", "000296414_pass1_AOD_002_AliAOD",
+                     "000296415_pass1_AOD_001_AliAOD", "000296415_pass1_AOD_002_AliAOD"]
+
+
+def test_a_regular_expression_with_a_stem_group(tmp_path):
+    spec = _spec(tmp_path, {"list_file": _aod_list(tmp_path, 3), "stem": r"/AOD/(?P<stem>\d+)/AliAOD"})
+    assert [i.stem for j in load_plan(spec).jobs for i in j.inputs] == ["0001", "0002", "0003"]
+    bad = _spec(tmp_path, {"list_file": _aod_list(tmp_path, 3), "stem": r"/ESD/(?P<stem>\d+)/"})
+    with pytest.raises(InputError) as exc:
+        load_plan(bad)
+    assert "3 inputs get no stem from inputs.stem" in str(exc.value), str(exc.value)
+    nogroup = _spec(tmp_path, {"list_file": _aod_list(tmp_path, 3), "stem": r"/AOD/(\d+)/"})
+    with pytest.raises(InputError) as exc:
+        load_plan(nogroup)
+    assert "has no group (?P<stem>...)" in str(exc.value) and "inputs.stem" in str(exc.value)
+
+
+def test_stems_made_safe_and_a_collision_that_path_cannot_solve(tmp_path):
+    assert stems_of(["/d/a b/x.raw", "/d/a;b/x.raw"], "path") == ["a_b_x", "a_b_x"]
+    files = [{"path": "/d/a b/x.raw", "size": "1GB"}, {"path": "/d/a;b/x.raw", "size": "1GB"}]
+    with pytest.raises(InputError) as exc:
+        load_plan(_spec(tmp_path, {"files": files, "stem": "path"}))
+    assert "same stem 'a_b_x'" in str(exc.value) and "(?P<stem>" in str(exc.value)
+
+
+def test_a_thousand_missing_inputs_are_one_paragraph_and_every_one_in_json(tmp_path, cli):
+    (tmp_path / "missing.txt").write_text("".join(f"/nonexistent/raw/f{k}.daq\n" for k in range(1, 1001)))
+    spec = _spec(tmp_path, {"list_file": "missing.txt"})
+    res = cli("plan", str(spec), "--out", str(tmp_path / "plan"))
+    assert res.exit_code == 2
+    paragraphs = [p for p in res.output.split("\n\n") if p.strip()]
+    assert len(paragraphs) == 2, res.output[:2000]          # the head line and one paragraph
+    assert "missing.txt lines 1-1000: 1000 inputs do not exist here and have no size" in paragraphs[1]
+    assert "/nonexistent/raw/f1.daq" in paragraphs[1] and "give inputs.size" in paragraphs[1]
+    assert len(res.output) < 1000
+    js = cli("plan", str(spec), "--out", str(tmp_path / "plan"), "--json")
+    problems = json.loads(js.output)["problems"]
+    assert len(problems) == 1000 and problems[999]["line"] == 1000 and problems[999]["subject"] == \
+        "/nonexistent/raw/f1000.daq"
+
+
+def test_a_bad_line_in_a_100k_line_list_is_reported_at_its_line_within_a_second(tmp_path):
+    lines = [f"/data/raw/run{k:06d}.daq 1GB 100\n" for k in range(100_000)]
+    lines[77_776] = "/data/raw/run077777.daq 1GX 100\n"
+    (tmp_path / "big.txt").write_text("".join(lines))
+    spec = _spec(tmp_path, {"list_file": "big.txt"})
+    started = time.perf_counter()
+    with pytest.raises(InputError) as exc:
+        load_plan(spec)
+    took = time.perf_counter() - started
+    problems = exc.value.problems
+    assert len(problems) == 1 and problems[0].file.endswith("big.txt") and problems[0].line == 77_777
+    assert "bad size" in problems[0].message
+    assert took < 1.0, took
+
+
+def test_whole_nodes_held_for_few_chains_are_noted_with_the_core_hours(tmp_path, monkeypatch):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "fat.yaml").write_text(yaml.safe_dump({
+        "name": "fat", "extends": "local-test",
+        "partitions": {"debug": {"slurm_partition": "debug", "nodes": 3, "cores_per_node": 48,
+                                 "memory_per_node": "100GiB", "max_walltime": "01:00:00", "exclusive": True}}}))
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(profiles))
+    (tmp_path / "l.txt").write_text("".join(f"/data/r{k}.daq 1GB\n" for k in range(10)))
+    merge = {"command": ["/bin/cat", "{parts}"]}
+    spec = _spec(tmp_path, {"list_file": "l.txt"}, site={"profile": "fat"},
+                 jobs={"files_per_job": 1, "chains_per_node": 8}, merge=merge)
+    notes = " ".join(load_plan(spec).notes)
+    # 10 jobs x 1 node x 0.5 h: 240 core-hours charged (48 cores), 40 used (8 chains)
+    assert "whole 48-core nodes" in notes and "240 core-hours charged for 40 used (17%)" in notes, notes
+    assert "jobs.chains_per_node" in notes and "shared partition" in notes
+    shared = _spec(tmp_path, {"list_file": "l.txt"}, jobs={"files_per_job": 1, "chains_per_node": 8}, merge=merge)
+    assert "core-hours charged" not in " ".join(load_plan(shared).notes)   # local-test is not exclusive
