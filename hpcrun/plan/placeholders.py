@@ -9,11 +9,20 @@ kept or dropped).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Dict, List, Optional, Sequence, Set
 
 from hpcrun.errors import did_you_mean
 from hpcrun.shell import Shell, quote
+
+
+@functools.lru_cache(maxsize=64)
+def _plain(pattern: str) -> bool:
+    """Only text and {stem}/{name}: no braces of any other kind."""
+    rest = pattern.replace("{stem}", "").replace("{name}", "")
+    return "{" not in rest and "}" not in rest
+
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{((?:env:)?[A-Za-z_][A-Za-z0-9_]*)\}|\{|\}")
 
@@ -102,7 +111,11 @@ def to_shell(args: Sequence[str]) -> Shell:
 
 
 def expand_pattern(pattern: str, **values: str) -> str:
-    """Fill an output-name pattern at plan time (e.g. ``{stem}.MuDst.root``)."""
+    """Fill an output-name pattern at plan time (e.g. ``{stem}.MuDst.root``); called per input, so a
+    pattern of plain text and ``{stem}``/``{name}`` is filled by replacement, without the regex."""
+    if _plain(pattern):
+        return pattern.replace("{stem}", values.get("stem", "{stem}")).replace("{name}", values.get("name", "{name}"))
+
     def sub(m: re.Match[str]) -> str:
         if m.group(0) == "{{":
             return "{"

@@ -37,4 +37,4 @@ class Remote:
 
 
 def is_url(path: str) -> bool:
-    return scheme_of(path) is not None
+    return "://" in path and scheme_of(path) is not None   # most inputs are paths: no regex for them
