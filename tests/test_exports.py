@@ -187,3 +187,15 @@ def test_an_export_destination_hpcrun_cannot_use_is_refused(tmp_path, spec_facto
     spec = spec_factory({"outputs": {"export": export}})
     res = cli("plan", str(spec), "--out", str(tmp_path / "plan"))
     assert res.exit_code == 2 and words in res.output and "outputs.export" in res.output, res.output
+
+
+def test_without_a_supervisor_done_inputs_wait_as_exporting(tmp_path, spec_factory, fake_slurm, quick_profile, cli):
+    """`submit` and `status` alone copy nothing: done inputs show as exporting, not done."""
+    plan_dir = _plan(tmp_path, spec_factory, str(tmp_path / "archive"), quick_profile)
+    assert cli("submit", str(plan_dir)).exit_code == 0
+    for row in fake_slurm.queue():
+        fake_slurm.end(row.split("|")[1], "COMPLETED", "0:0")
+    st = json.loads(cli("status", str(plan_dir), "--json").output)
+    assert st["inputs"]["done"] == 0 and st["inputs"]["exporting"] == 3, st["inputs"]
+    assert st["exports"]["files"] == {"pending": 0, "verified": 0, "failed": 0}
+    assert not (tmp_path / "archive").exists()

@@ -22,7 +22,7 @@ from hpcrun.backends.storage import Sender, StorageError, TransferError, scheme_
 from hpcrun.backends.storage.base import file_checksum
 from hpcrun.backends.storage.posix import Directory
 from hpcrun.operate.metrics import Family
-from hpcrun.store.records import ExportRecord
+from hpcrun.store.records import ExportRecord, ExportSummary
 from hpcrun.store.store import StateStore
 
 
@@ -147,14 +147,15 @@ class Exporter:
         return self.store.queue_exports(self.campaign_id, rows)
 
 
-def exported_counts(store: StateStore, campaign_id: int, inputs: Dict[str, int]
+def exported_counts(store: StateStore, campaign_id: int, inputs: Dict[str, int], exports: bool = True
                     ) -> Tuple[Dict[str, int], Optional[Dict[str, Any]]]:
     """Inputs per state where an input counts as done only once its output is verified at the
     destination (``exporting``: done, not yet verified; ``export_failed``: given up), and the
-    export figures; unchanged (and None) for a campaign that exports nothing."""
+    export figures; unchanged (and None) for a campaign that exports nothing (``exports`` false)."""
     summary = store.export_summary(campaign_id)
-    if summary is None:
+    if summary is None and not exports:
         return inputs, None
+    summary = summary or ExportSummary({"pending": 0, "verified": 0, "failed": 0}, 0, 0.0, 0)
     out = dict(inputs)
     verified, failed = summary.files["verified"], summary.files["failed"]
     out["exporting"] = max(0, inputs.get("done", 0) - verified - failed)

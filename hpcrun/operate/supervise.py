@@ -38,7 +38,7 @@ from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.fence import Fenced, lost
 from hpcrun.store.lock import Held, LockTimeout, supervisor_lock
-from hpcrun.store.records import Campaign, ExportSummary, SupervisorRecord
+from hpcrun.store.records import Campaign, SupervisorRecord
 from hpcrun.store.store import StateStore
 
 STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead supervisor's
@@ -173,9 +173,7 @@ class Supervisor:
         if not self.exporter.active:
             return None
         step = self.exporter.step()
-        summary = self.store.export_summary(self.campaign.id) or ExportSummary(
-            {"pending": 0, "verified": 0, "failed": 0}, 0, 0.0, 0)
-        figures = summary.as_dict()
+        figures = exported_counts(self.store, self.campaign.id, {})[1] or {}
         return {**figures, "verified_now": len(step.verified), "failed_now": step.failed[:5],
                 "given_up_now": step.given_up, "in_flight": step.in_flight}
 

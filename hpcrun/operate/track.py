@@ -393,11 +393,11 @@ def _unsubmitted(location: str, plan_dir: Path, all_jobs: bool) -> StatusReport:
 
 
 def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
-            waiting: Dict[int, str]) -> StatusReport:
+            waiting: Dict[int, str], exports: bool = False) -> StatusReport:
     """Counts of every state; rows for the jobs worth following (all of them with ``all_jobs``)."""
     report = StatusReport(campaign, store.location)
     report.counts = store.job_counts(campaign_id)
-    report.inputs, report.exports = exported_counts(store, campaign_id, store.counts_by_state(campaign_id))
+    report.inputs, report.exports = exported_counts(store, campaign_id, store.counts_by_state(campaign_id), exports)
     report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
     held = store.paused(campaign_id)
     report.paused = held.text() if held else None
@@ -449,7 +449,7 @@ def poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_
         store.record_qa(qa)
     if fin is not None:
         observe_finalize(poller, store, fin)
-    report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting)
+    report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting, bool(manifest.get("export")))
     report.finalize = finalize_summary(manifest, store, campaign.id)
     report.observed = observed
     report.accounting_seconds = acct_s
