@@ -18,12 +18,11 @@ locality a job finds its input in its node's cache by chance only (about 1 in 3)
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the benchmarks folder
+from cluster_test import run_cluster_test  # noqa: E402
 
 
 def main() -> int:
@@ -31,12 +30,8 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=200)
     ap.add_argument("--size", type=int, default=1_000_000, help="bytes per input")
     args = ap.parse_args()
-    env = dict(os.environ, HPCRUN_LOCALITY_FILES=str(args.files), HPCRUN_LOCALITY_SIZE=str(args.size),
-               HPCRUN_REQUIRE_CLUSTER="1")
-    env.setdefault("HPCRUN_TEST_CLUSTER_DIR", "/tmp/hpcrun-test-cluster")
-    argv = [sys.executable, "-m", "pytest", "tests/cluster/test_locality.py", "-k", "second_pass", "-q", "-s",
-            "-p", "no:cacheprovider"]
-    return subprocess.run(argv, cwd=REPO, env=env).returncode
+    return run_cluster_test("tests/cluster/test_locality.py", "second_pass", {
+        "HPCRUN_LOCALITY_FILES": str(args.files), "HPCRUN_LOCALITY_SIZE": str(args.size)})
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ and the Slurm commands it ran) as a share of one core. Needs root (jobs run as t
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the benchmarks folder
+from cluster_test import run_cluster_test  # noqa: E402
 
 
 def main() -> int:
@@ -30,12 +29,8 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=200)
     ap.add_argument("--down", type=float, default=120, help="seconds the second controller is stopped")
     args = ap.parse_args()
-    env = dict(os.environ, HPCRUN_TWO_CLUSTER_FILES=str(args.files), HPCRUN_TWO_CLUSTER_DOWN_S=str(args.down),
-               HPCRUN_REQUIRE_CLUSTER="1")
-    env.setdefault("HPCRUN_TEST_CLUSTER_DIR", "/tmp/hpcrun-test-cluster")
-    argv = [sys.executable, "-m", "pytest", "tests/cluster/test_two_clusters.py", "-k", "stopped_controller",
-            "-q", "-s", "-p", "no:cacheprovider"]
-    return subprocess.run(argv, cwd=REPO, env=env).returncode
+    return run_cluster_test("tests/cluster/test_two_clusters.py", "stopped_controller", {
+        "HPCRUN_TWO_CLUSTER_FILES": str(args.files), "HPCRUN_TWO_CLUSTER_DOWN_S": str(args.down)})
 
 
 if __name__ == "__main__":

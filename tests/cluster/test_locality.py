@@ -55,7 +55,9 @@ class Passes:
         spec = {"name": f"{self.tag}-{name}", "site": {"profile": "cached"}, "walltime": "00:05:00",
                 "inputs": {"list_file": f"{name}.txt"},
                 "jobs": {"files_per_job": 1, "chains_per_node": 1, "locality": locality, "locality_wait": wait},
-                "chain": {"command": ["/bin/cp", "{input}", "{output}"]},
+                # a second per job: the jobs of a pass run side by side on every node (fast jobs
+                # would all go to the first node Slurm frees, and nothing would tell the passes apart)
+                "chain": {"command": ["/bin/sh", "-c", 'sleep 1; exec cp "$1" "$2"', "chain", "{input}", "{output}"]},
                 "outputs": {"location": str(out), "pattern": "{stem}.out"}}
         self.cluster.write(self.work / f"{name}.yaml", yaml.safe_dump(spec, sort_keys=False))
         planned = self.hp("plan", f"{name}.yaml", "--out", f"plan-{name}")
