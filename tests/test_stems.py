@@ -39,7 +39,8 @@ def test_file_names_that_repeat_are_refused_with_the_setting_that_names_them_apa
     res = cli("plan", str(spec), "--out", str(tmp_path / "plan"))
     assert res.exit_code == 2 and not (tmp_path / "plan").exists()
     text = res.output
-    assert "49 problems found" in text and text.count("have a stem another input has") == 1, text  # one paragraph
+    assert "49 problems found" in text and text.count("share their stem with an earlier input") == 1, text
+    assert "(stem 'AliAOD')" in text, text
     assert "aods.txt lines 2-50" in text and "set inputs.stem: path" in text, text
     assert "'0001_AliAOD', '0002_AliAOD'" in text, text
     js = cli("plan", str(spec), "--out", str(tmp_path / "plan"), "--json")
@@ -79,6 +80,15 @@ def test_a_regular_expression_with_a_stem_group(tmp_path):
     with pytest.raises(InputError) as exc:
         load_plan(nogroup)
     assert "has no group (?P<stem>...)" in str(exc.value) and "inputs.stem" in str(exc.value)
+
+
+def test_collisions_of_different_stems_are_still_one_paragraph(tmp_path):
+    (tmp_path / "l.txt").write_text("".join(f"/d/{k}/run{k % 5}.raw 1GB\n" for k in range(10)))
+    with pytest.raises(InputError) as exc:
+        load_plan(_spec(tmp_path, {"list_file": "l.txt"}))
+    text = str(exc.value)
+    assert "5 problems found" in text and text.count("\n\n") == 1, text
+    assert "l.txt lines 6-10: 5 inputs share their stem with an earlier input" in text, text
 
 
 def test_stems_made_safe_and_a_collision_that_path_cannot_solve(tmp_path):

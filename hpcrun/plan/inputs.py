@@ -171,8 +171,8 @@ def _with_stems(items: List[InputItem], wheres: Sequence[Where], mode: str, src:
             continue
         problems.append(Problem(*locate(src, where), (
             f"inputs '{other}' and '{item.path}' have the same stem '{stem}', so their outputs would "
-            f"overwrite each other{hint}"), cause=f"have a stem another input has (e.g. '{stem}')",
-            subject=item.path, fix=(hint or "").lstrip("; ")))
+            f"overwrite each other{hint}"), cause="share their stem with an earlier input",
+            subject=f"{item.path} (stem '{stem}')", fix=(hint or "").lstrip("; ")))
     return [InputItem(i.path, i.size, i.events, stem) for i, stem in zip(items, stems)]
 
 
