@@ -95,14 +95,12 @@ class Exporter:
         self._collect(rnd)
         self._start(rnd)
 
-    def settled(self) -> bool:
-        """Nothing copying and nothing waiting: every export verified or given up."""
+    def settled(self, backlog: int) -> bool:
+        """Nothing copying and nothing waiting (``backlog``: this round's pending exports): every
+        export verified or given up."""
         if self.spec is None:
             return True
-        if self.running or self.store.done_unexported(self.campaign_id, limit=1):
-            return False
-        summary = self.store.export_summary(self.campaign_id)
-        return summary is None or summary.backlog == 0
+        return not self.running and backlog == 0 and not self.store.done_unexported(self.campaign_id, limit=1)
 
     def close(self, wait: bool = False) -> None:
         """``wait``: let the copies in flight end and record them. Else stop without them: their rows

@@ -160,22 +160,23 @@ class Supervisor:
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()})
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
-        rnd.exports = self._exports()
-        if rnd.exports:   # an input counts as done once its output is verified at the destination
-            rnd.inputs = exported_counts(self.store, self.campaign.id, rnd.inputs)[0]
-        rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled and self.exporter.settled()
+        exports_settled = self._exports(rnd)
+        rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled and exports_settled
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
 
-    def _exports(self) -> Optional[Dict[str, Any]]:
-        """Send on what became done, record what ended (outputs.export)."""
+    def _exports(self, rnd: Round) -> bool:
+        """Send on what became done, record what ended (outputs.export); whether every export settled.
+        An input counts as done once its output is verified at the destination."""
         if not self.exporter.active:
-            return None
+            return True
         step = self.exporter.step()
-        figures = exported_counts(self.store, self.campaign.id, {})[1] or {}
-        return {**figures, "verified_now": len(step.verified), "failed_now": step.failed[:5],
-                "given_up_now": step.given_up, "in_flight": step.in_flight}
+        rnd.inputs, figures = exported_counts(self.store, self.campaign.id, rnd.inputs)
+        assert figures is not None
+        rnd.exports = {**figures, "verified_now": len(step.verified), "failed_now": step.failed[:5],
+                       "given_up_now": step.given_up, "in_flight": step.in_flight}
+        return self.exporter.settled(figures["backlog"])
 
     def _finalize(self, action: Optional[str]) -> tuple[Optional[str], bool]:
         """The finalize job's word for the round summary, and whether it is settled (ended, skipped, none)."""

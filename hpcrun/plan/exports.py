@@ -10,11 +10,12 @@ import shlex
 from typing import Optional
 
 from hpcrun.backends.storage import StorageError, scheme_of, storage_for
-from hpcrun.backends.storage.xrootd import Client
 from hpcrun.model.retry import effective_rules
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
+from hpcrun.plan.reads import client_env
+from hpcrun.plan.remote import plan_client
 from hpcrun.plan.values import ExportPlan
 
 KEY = ("outputs", "export")
@@ -39,9 +40,7 @@ def export_plan(campaign: Campaign, profile: SiteProfile, checks: Checks) -> Opt
         to=to.rstrip("/") or "/", streams=e.streams, max_attempts=int(rule["max_attempts"]) if rule["retry"] else 1,
         backoff_s=float(e.backoff), max_backoff_s=float(e.max_backoff), timeout_s=float(e.timeout),
         copy=tuple(shlex.split(x.xrdcp)) if scheme else (), ask=tuple(shlex.split(x.xrdfs)) if scheme else (),
-        client_env=(("XRD_CONNECTIONRETRY", str(x.connection_retry)),
-                    ("XRD_CONNECTIONWINDOW", str(int(x.connection_window))),
-                    ("XRD_REQUESTTIMEOUT", str(int(x.request_timeout)))) if scheme else ())
+        client_env=client_env(profile) if scheme else ())
 
 
 def _reachable(to: str, scheme: str, profile: SiteProfile, checks: Checks) -> bool:
@@ -54,10 +53,8 @@ def _reachable(to: str, scheme: str, profile: SiteProfile, checks: Checks) -> bo
     if problem:
         checks.spec_error(KEY, problem.replace("hpcrun can read", "hpcrun can write to"))
         return False
-    x = profile.xrootd
     try:
-        storage.describe([to], None, Client(xrdfs=tuple(shlex.split(x.xrdfs)),
-                                            request_timeout_s=int(x.plan_timeout), parallel=1))
+        storage.describe([to], None, plan_client(profile))
     except StorageError as exc:
         said = str(exc).split(" Sizes in the list file")[0].rstrip(" ;,")
         checks.spec_error(KEY, f"cannot export to '{to}': {said}; outputs would pile up unsent. Start the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
@@ -54,12 +54,17 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
             f"locality: prefer needs nodes that keep staged inputs, and site profile '{profile.name}' has "
             f"{'no xrootd.node_cache' if x.node_cache is None else 'xrootd.access: stream'}; use locality: any, "
             "or a profile with xrootd.node_cache and access: stage"))
-    env = (("XRD_CONNECTIONRETRY", str(x.connection_retry)),
-           ("XRD_CONNECTIONWINDOW", str(int(x.connection_window))),
-           ("XRD_REQUESTTIMEOUT", str(int(x.request_timeout))))
-    return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=env,
+    return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=client_env(profile),
                       private_stage=x.access == "stage" and x.stage_dir is not None,
                       node_cache=node_cache_plan(profile) if x.access == "stage" else None)
+
+
+def client_env(profile: SiteProfile) -> Tuple[Tuple[str, str], ...]:
+    """The XRD_* variables bounding every wait of the XRootD client (jobs' copies in, exports out)."""
+    x = profile.xrootd
+    return (("XRD_CONNECTIONRETRY", str(x.connection_retry)),
+            ("XRD_CONNECTIONWINDOW", str(int(x.connection_window))),
+            ("XRD_REQUESTTIMEOUT", str(int(x.request_timeout))))
 
 
 def node_cache_plan(profile: SiteProfile) -> Optional[NodeCachePlan]:

@@ -15,11 +15,7 @@ class Remote:
 
     def __init__(self, profile: Optional[SiteProfile], algo: Optional[str]):
         self.algo = algo if algo in ("adler32", "md5") else None
-        x = profile.xrootd if profile is not None else None
-        self.settings: Dict[str, object] = {"root": Client(
-            xrdfs=tuple(shlex.split(x.xrdfs)) if x else ("xrdfs",),
-            request_timeout_s=int(x.plan_timeout) if x else 10,
-            parallel=x.plan_parallel if x else 4)}
+        self.settings: Dict[str, object] = {"root": plan_client(profile)}
         self.known: Dict[str, Described] = {}
 
     def ask(self, urls: Sequence[str]) -> Dict[str, Described]:
@@ -34,6 +30,14 @@ class Remote:
                 raise StorageError(f"no storage for '{scheme}://' URLs")
             self.known.update(storage.describe(group, self.algo, self.settings.get(scheme)))
         return {u: self.known[u] for u in urls}
+
+
+def plan_client(profile: Optional[SiteProfile]) -> Client:
+    """How hpcrun plan runs the XRootD client here (the profile's xrdfs, timeout, parallelism)."""
+    x = profile.xrootd if profile is not None else None
+    if x is None:
+        return Client()
+    return Client(xrdfs=tuple(shlex.split(x.xrdfs)), request_timeout_s=int(x.plan_timeout), parallel=x.plan_parallel)
 
 
 def is_url(path: str) -> bool:

@@ -64,13 +64,7 @@ class Observations(StoreBase):
                  .group_by(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, s.c.submitted_at, s.c.cluster)
                  .order_by(s.c.id))
         with self._read() as conn:
-            compiled = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})  # ints, constants
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                cursor.execute(str(compiled))
-                rows = cursor.fetchall()
-            finally:
-                cursor.close()
+            rows = self._raw_rows(conn, query)
         stamp: Dict[Any, dt.datetime] = {}
 
         def when(raw: Any) -> dt.datetime:
@@ -167,7 +161,8 @@ class Observations(StoreBase):
 
     @staticmethod
     def _raw_rows(conn: Any, query: Any) -> List[Any]:
-        """All rows of a query of plain columns through the driver's cursor (10^5 rows: no Row objects)."""
+        """All rows of a query of plain columns through the driver's cursor (10^5 rows: no Row objects);
+        its values are our own integers and constants, written into the statement."""
         compiled = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
         cursor = conn.connection.dbapi_connection.cursor()
         try:
