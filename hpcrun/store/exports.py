@@ -57,7 +57,8 @@ class Exports(StoreBase):
                  .order_by(e.c.next_at, e.c.input_id).limit(limit + len(skip)))
         with self._read() as conn:
             rows = [_record(r) for r in conn.execute(query)]
-        return [r for r in rows if r.input_id not in set(skip)][:limit]
+        busy = set(skip)
+        return [r for r in rows if r.input_id not in busy][:limit]
 
     def record_export(self, input_id: int, *, state: str, attempts: int, next_at: Optional[dt.datetime] = None,
                       error: Optional[str] = None, size: Optional[int] = None, checksum: Optional[str] = None,
