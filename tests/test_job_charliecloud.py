@@ -27,7 +27,7 @@ from hpcrun.errors import InputError
 
 from .cluster import image as test_image
 from .conftest import REPO, readable_copy
-from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user, example_spec, plan_case
+from .test_job_local import SYSTEM_PYTHON, USER, _requirements, as_user, example_spec, no_server_left, plan_case
 
 EXAMPLE = REPO / "examples" / "detector-reco-local"   # read here; run from readable_copy
 ROOT = Path("/var/tmp/hpcrun-test")        # a mount point in the test image (image.MOUNT_POINTS)
@@ -103,13 +103,6 @@ def _in_container(pid: int) -> bool:
     return any(e.startswith(b"CH_RUNNING=") for e in environ)
 
 
-def _no_server_left(job_id: str) -> None:
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", rf"hpcrun\.[0-9a-f]+\.{job_id}\."], capture_output=True, text=True)
-    assert left.stdout.strip() == "", f"processes left behind: {left.stdout}"
-    assert not list(Path("/tmp").glob(f"hpcrun.*.{job_id}.*")), "node-local cache not removed"
-
-
 def _wait_for_chains(case: Path, job_id: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -167,7 +160,7 @@ def test_job_runs_inside_charliecloud(prepared):
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
     # the server ran the image's MariaDB, not the host's
     assert re.search(r"/tmp/hpcrun\.[0-9a-f]{10}\.201\.fakenode/data", (run / "db" / "fakenode.log").read_text())
-    _no_server_left("201")
+    no_server_left(case, "201")
 
 
 def test_db_killed_mid_job_is_restarted_inside_the_container(prepared):
@@ -185,7 +178,7 @@ def test_db_killed_mid_job_is_restarted_inside_the_container(prepared):
     run = _rundir(case, "202")
     assert len((run / "db" / "fakenode.restarts").read_text().splitlines()) == 1
     assert (run / "qa.tsv").read_text().split()[3] == "pass"
-    _no_server_left("202")
+    no_server_left(case, "202")
 
 
 def test_time_limit_stops_the_contained_db_cleanly(prepared):
@@ -203,7 +196,7 @@ def test_time_limit_stops_the_contained_db_cleanly(prepared):
     assert "time limit" in (run / "reason").read_text()
     assert (run / "db" / "fakenode.stopped").read_text().strip() == "0"
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
-    _no_server_left("203")
+    no_server_left(case, "203")
 
 
 def test_missing_image_fails_the_job_clearly(prepared):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -117,11 +118,21 @@ def _rundir(case: Path, job_id: str) -> Path:
     return next((case / "plan" / "run").glob(f"*/{job_id}"))
 
 
-def _no_server_left(job_id: str) -> None:
+def node_key(case: Path) -> str:
+    """The key of this plan's node-local directories (hpcrun.<key>.<job>.<node>), as rendered:
+    leftovers of another run (another plan, a killed test) are not this job's."""
+    found = re.search(r"^export HPCRUN_NODE_KEY=([0-9a-f]+)$",
+                      (case / "plan" / "bin" / "hpcrun-job.sh").read_text(), re.M)
+    assert found, "the job script exports no HPCRUN_NODE_KEY"
+    return found.group(1)
+
+
+def no_server_left(case: Path, job_id: str) -> None:
     time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", rf"hpcrun\.[0-9a-f]+\.{job_id}\."], capture_output=True, text=True)
+    key = node_key(case)
+    left = subprocess.run(["pgrep", "-f", rf"hpcrun\.{key}\.{job_id}\."], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"processes left behind: {left.stdout}"
-    assert not list(Path("/tmp").glob(f"hpcrun.*.{job_id}.*")), "node-local cache not removed"
+    assert not list(Path("/tmp").glob(f"hpcrun.{key}.{job_id}.*")), "node-local cache not removed"
 
 
 def test_job_runs_end_to_end(prepared):
@@ -142,7 +153,7 @@ def test_job_runs_end_to_end(prepared):
     assert (run / "checksums.tsv").read_text().split("\t")[0] == str(staged)
     assert "verified the adler32 checksum of 1 input(s)" in out
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
-    _no_server_left("101")
+    no_server_left(case, "101")
 
 
 def test_chain_failure_names_the_chain(prepared):
@@ -152,7 +163,7 @@ def test_chain_failure_names_the_chain(prepared):
     assert proc.returncode == 7, out
     reason = (_rundir(case, "102") / "reason").read_text()
     assert "chain(s) failed: 2(rc=3)" in reason
-    _no_server_left("102")
+    no_server_left(case, "102")
 
 
 def test_db_never_ready_fails_fast(prepared):
@@ -163,7 +174,7 @@ def test_db_never_ready_fails_fast(prepared):
     assert proc.returncode == 5, out
     assert time.monotonic() - start < 30
     assert "did not become ready" in (_rundir(case, "103") / "reason").read_text()
-    _no_server_left("103")
+    no_server_left(case, "103")
 
 
 def test_payload_copy_failure(prepared):
@@ -194,7 +205,7 @@ def test_db_killed_mid_job_is_restarted(prepared):
     run = _rundir(case, "105")
     assert len((run / "db" / "fakenode.restarts").read_text().splitlines()) == 1
     assert (run / "qa.tsv").read_text().split()[3] == "pass"
-    _no_server_left("105")
+    no_server_left(case, "105")
 
 
 def test_pre_timeout_signal_stops_cleanly(prepared):
@@ -215,7 +226,7 @@ def test_pre_timeout_signal_stops_cleanly(prepared):
     assert "time limit" in (run / "reason").read_text()
     assert (run / "db" / "fakenode.stopped").read_text().strip() == "0"
     assert "Shutdown complete" in (run / "db" / "fakenode.err").read_text()
-    _no_server_left("106")
+    no_server_left(case, "106")
 
 
 def _checksum(path: Path, algo: str) -> str:
@@ -253,7 +264,7 @@ def test_md5_untouched_input_passes(prepared):
     expected = _checksum(case / "bb" / "in" / "run1000.h5", "md5")
     assert (_rundir(case, "109") / "checksums.tsv").read_text().split() == [
         str(case / "bb" / "in" / "run1000.h5"), expected, expected]
-    _no_server_left("109")
+    no_server_left(case, "109")
 
 
 def test_unreadable_input_is_a_clear_checksum_failure(prepared):
