@@ -147,8 +147,8 @@ class PlanResult(_Result):
                 "partition": m["partition"], **m["totals"]}
 
     def rows(self) -> List[Dict[str, Any]]:
-        return [{"job": j["name"], "inputs": len(j["inputs"]), "input_bytes": j["input_bytes"],
-                 "first_input": j["inputs"][0] if j["inputs"] else None} for j in self.manifest["jobs"]]
+        return [{"job": j.name, "inputs": len(j.inputs), "input_bytes": j.input_bytes,
+                 "first_input": j.inputs[0].path if j.inputs else None} for j in self.value.jobs]
 
     # the campaign's next steps, on this plan directory
     def submit(self, **options: Any) -> SubmitResult:

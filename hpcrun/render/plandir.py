@@ -24,7 +24,8 @@ from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
 from hpcrun.plan.values import Plan
-from hpcrun.render.scripts import RenderedFile, iter_rendered, manifest, manifest_json, render_all
+from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
+from hpcrun.render.scripts import RenderedFile, iter_rendered, render_all
 
 MANIFEST = "manifest.json"
 SUBMITTED_MARKERS = ("submitted.json", "state.db")
@@ -41,7 +42,7 @@ class WriteResult:
     out_dir: Path
     files: List[RenderedFile]
     diff: Optional[str]
-    manifest: dict
+    manifest: dict             # its head: everything but the job list (which can be 10^6 entries)
     previous: bool = False     # a plan was already in the directory (what --diff compares with)
 
 
@@ -72,8 +73,7 @@ def _render(plan: Plan, out_dir: Path) -> tuple:
     files = render_all(plan, plan_dir)
     _check_rendered(plan, files)
     digests = {f.path: hashlib.sha256(f.text.encode()).hexdigest() for f in files}
-    data = manifest(plan, plan_dir, digests)
-    return files, manifest_json(data), data
+    return files, manifest_text(plan, plan_dir, digests), manifest_head(plan, plan_dir, digests)
 
 
 def render_plan(plan: Plan, out_dir: Path) -> tuple:
@@ -127,20 +127,27 @@ def _write_files(plan: Plan, plan_dir: str, tmp: Path) -> Tuple[List[RenderedFil
         chunk = list(itertools.islice(rendered, 500))
         if not chunk:
             return files, digests
-        _check_rendered(plan, chunk)
-        raws = [f.text.encode("utf-8") for f in chunk]
-        for f, raw in zip(chunk, raws):
-            digests[f.path] = hashlib.sha256(raw).hexdigest()
-        for f, raw in zip(chunk, raws):
+        _check_rendered(plan, [f for f in chunk if f.chunks is None])
+        for f in chunk:
             sub = os.path.dirname(f.path)
             if sub and sub not in made:
                 os.makedirs(os.path.join(tmp, sub), exist_ok=True)
                 made.add(sub)
-            with open(os.path.join(tmp, f.path), "wb") as out:
-                out.write(raw)
-                if f.executable:
-                    os.fchmod(out.fileno(), 0o755)
+            digests[f.path] = _write_one(os.path.join(tmp, f.path), f)
             files.append(RenderedFile(f.path, "", f.executable))
+
+
+def _write_one(path: str, f: RenderedFile) -> str:
+    """Write one rendered file (whole or in its chunks); its sha256."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as out:
+        for piece in ((f.text,) if f.chunks is None else f.chunks):
+            raw = piece.encode("utf-8")
+            digest.update(raw)
+            out.write(raw)
+        if f.executable:
+            os.fchmod(out.fileno(), 0o755)
+    return digest.hexdigest()
 
 
 def _swap_in(out_dir: Path, tmp: Path, old: Path) -> None:
@@ -184,8 +191,9 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
         if tmp.exists():
             shutil.rmtree(tmp)
         files, digests = _write_files(plan, plan_dir, tmp)
-        data = manifest(plan, plan_dir, digests)
-        (tmp / MANIFEST).write_text(manifest_json(data), encoding="utf-8")
+        data = manifest_head(plan, plan_dir, digests)
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as out:
+            write_manifest(out, plan, plan_dir, digests)
         previous = (out_dir / MANIFEST).is_file()
         diff = _diff_dirs(out_dir, tmp) if want_diff and previous else None
         _swap_in(out_dir, tmp, old)

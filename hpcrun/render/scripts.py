@@ -10,16 +10,15 @@ text (quoted words, vetted directive lines, one-line comments). Template fragmen
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import jinja2
 
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
-from hpcrun.model.retry import KILL_SIGNALS, effective_rules
+from hpcrun.model.retry import KILL_SIGNALS
 from hpcrun.plan.commands import HDF5_HELPER
 from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Plan, ScriptPlan
@@ -33,6 +32,7 @@ class RenderedFile:
     path: str        # relative to the plan directory
     text: str
     executable: bool = False
+    chunks: Optional[Iterator[str]] = None   # the text in pieces instead (a long table: flat memory)
 
 
 def environment(search: Iterable[Path]) -> jinja2.Environment:
@@ -239,124 +239,26 @@ def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any],
     return env.get_template("finalize.sh.j2").render(ctx)
 
 
-def tasks_table(plan: Plan) -> str:
-    rows = []
-    for job in plan.jobs:
-        sums = job.checksums or (None,) * len(job.inputs)
-        for item, output, checksum in zip(job.inputs, job.outputs, sums):
-            events = "-" if item.events is None else str(item.events)
-            rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{item.path}\t{events}"
-                        f"\t{item.stem}\t{output}\t{checksum or '-'}")
-    return "\n".join(rows) + "\n"
-
-
-def _file_digest(paths: Sequence[Path]) -> str:
-    """sha256 over the files a plan was made from: the state store refuses a changed campaign."""
-    h = hashlib.sha256()
-    for path in paths:
-        try:
-            h.update(path.read_bytes())
-        except OSError:
-            h.update(str(path).encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
-
-
-def manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
-    data = _manifest(plan, plan_dir, digests)
-    if not plan.others and not plan.seat.name:
-        return data
-    # several clusters (or one named): each one's scripts and limits, before the (long, last) job list
-    jobs = data.pop("jobs")
-    data["digests"]["profile"] = _file_digest([f for p in plan.all_clusters for f in p.profile_files])
-    data["move_pending_after_s"] = plan.move_pending_after
-    data["clusters"] = [_cluster_entry(p, digests) for p in plan.all_clusters]
-    data["jobs"] = jobs
-    return data
-
-
-def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
-    """One cluster of the campaign as submit and track need it (the manifest's ``clusters``)."""
-    return {
-        "name": plan.seat.name, "profile": plan.profile.name, "share": plan.seat.share,
-        "max_queued_jobs": plan.seat.max_queued_jobs, "site_max_queued_jobs": plan.profile.max_queued_jobs,
-        "scheduler": plan.scheduler, "accounting": plan.accounting, "partition": plan.partition_name,
-        "min_poll_interval": plan.profile.scheduler.min_poll_interval, "run_prefix": run_prefix(plan.seat.name),
-        "capacity_jobs": plan.capacity_jobs,
-        "scripts": [{"path": script_path(plan, s.name), "array": s.array,
-                     "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
-                    for s in plan.scripts],
-    }
-
-
-def _manifest(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
-    c = plan.campaign
-    return {
-        "hpcrun_version": __version__, "campaign": c.name, "spec_file": plan.spec_file,
-        "profile": plan.profile.name, "profile_files": [str(p) for p in plan.profile_files],
-        "partition": plan.partition_name, "qos": plan.qos, "container": c.container.runtime,
-        "burst_buffer": plan.bb_system or "none",
-        "walltime_seconds": c.walltime, "nodes_per_job": c.jobs.nodes,
-        "checksum": c.inputs.checksum, "node_key": node_key(c.name, plan_dir),
-        "totals": {
-            "jobs": len(plan.jobs), "scripts": len(plan.scripts),
-            "inputs": sum(len(j.inputs) for j in plan.jobs),
-            "input_bytes": plan.input_bytes, "estimated_output_bytes": plan.output_bytes,
-            "nodes": len(plan.jobs) * c.jobs.nodes, "core_hours": round(plan.core_hours, 2),
-            "node_hours": round(plan.node_hours, 2), "bb_capacity_bytes": plan.bb_total,
-            "bb_max_per_job_bytes": plan.bb_max, "stage_in_bytes": plan.stage_in_bytes,
-            "stage_out_bytes": plan.stage_out_bytes,
-        },
-        "notes": plan.notes,
-        "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
-        "submit": {
-            "throttle": c.jobs.throttle or plan.profile.array_throttle,
-            "max_attempts": c.retry.max_attempts, "retry_cancelled": c.retry.cancelled,
-            "max_queued_jobs": plan.profile.max_queued_jobs, "accounting": plan.accounting,
-            "scheduler": plan.scheduler, "min_poll_interval": plan.profile.scheduler.min_poll_interval,
-            "max_total_attempts": c.retry.max_total_attempts, "retry": effective_rules(c.retry),
-            "limits": {"max_walltime_s": plan.partition.max_walltime,
-                       "memory_per_node_bytes": plan.partition.memory_per_node, "nodes": plan.partition.nodes},
-        },
-        "events": None if c.events is None else {
-            "command": list(c.events.command), "on": list(c.events.on), "stall_after_s": c.events.stall_after,
-            "timeout_s": c.events.timeout},
-        "targets": {} if c.targets is None else c.targets.model_dump(exclude_none=True),
-        "inputs_remote": None if plan.remote is None else {"access": plan.remote.access, "cache": plan.remote.cache},
-        "export": _export_entry(plan),
-        "locality": None if plan.locality_wait is None or plan.remote is None or plan.remote.node_cache is None
-        else {"index": plan.remote.node_cache.index, "wait_s": plan.locality_wait},
-        "finalize": None if c.finalize is None else {
-            "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
-            "job_name": finalize_name(c.name),
-            "after": c.finalize.after},
-        "scripts": [
-            {"name": s.name, "path": script_path(plan, s.name), "array": s.array,
-             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
-            for s in plan.scripts],
-        "jobs": [
-            {"index": j.index, "name": j.name, "chains_per_node": j.chains_per_node,
-             "inputs": [i.path for i in j.inputs], "input_sizes": [i.size for i in j.inputs],
-             "input_events": [i.events for i in j.inputs],
-             "checksums": list(j.checksums) or [None] * len(j.inputs), "input_bytes": j.input_bytes,
-             "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
-            for j in plan.jobs],
-    }
-
-
-def _export_entry(plan: Plan) -> Optional[Dict[str, Any]]:
-    """What the supervisor needs to send outputs on: from where, to where, how (absent: no export)."""
-    e = plan.export
-    if e is None:
-        return None
-    return {"to": e.to, "location": plan.campaign.outputs.location, "streams": e.streams,
-            "max_attempts": e.max_attempts, "backoff_s": e.backoff_s, "max_backoff_s": e.max_backoff_s,
-            "timeout_s": e.timeout_s, "copy": list(e.copy), "ask": list(e.ask),
-            "client_env": [list(kv) for kv in e.client_env]}
+def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
+    """tasks.tsv, one row per input, ``per_chunk`` jobs' rows at a time."""
+    jobs = plan.jobs
+    for start in range(0, len(jobs), per_chunk):
+        rows = []
+        for job in jobs[start:start + per_chunk]:
+            sums = job.checksums or (None,) * len(job.inputs)
+            head = f"{job.index}\t{job.name}\t{job.chains_per_node}\t"
+            for item, output, checksum in zip(job.inputs, job.outputs, sums):
+                events = "-" if item.events is None else str(item.events)
+                rows.append(f"{head}{item.path}\t{events}\t{item.stem}\t{output}\t{checksum or '-'}\n")
+        yield "".join(rows)
+    if not jobs:
+        yield "\n"
 
 
 def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:
-    """Every file of a plan directory except the manifest (which needs their digests)."""
-    return list(iter_rendered(plan, plan_dir))
+    """Every file of a plan directory except the manifest (which needs their digests), whole."""
+    return [f if f.chunks is None else RenderedFile(f.path, "".join(f.chunks), f.executable)
+            for f in iter_rendered(plan, plan_dir)]
 
 
 def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
@@ -389,23 +291,4 @@ def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     if plan.checksum and plan.checksum.helper and common["checksum"]:
         yield RenderedFile("bin/hpcrun-checksum.py",
                            env.get_template("hpcrun-checksum.py.j2").render(common), True)
-    yield RenderedFile("tasks.tsv", tasks_table(plan))
-
-
-def manifest_text(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> str:
-    return manifest_json(manifest(plan, plan_dir, digests))
-
-
-def manifest_json(data: Dict[str, Any]) -> str:
-    """JSON with one script / one job per line: json.dumps(indent=...) runs the pure-Python
-    encoder (about 4x slower, ~200 MB more at 100k jobs); one line per entry keeps --diff
-    readable."""
-    parts = []
-    for key, value in data.items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            body = ",\n  ".join(map(json.dumps, value))
-            parts.append(f" {json.dumps(key)}: [\n  {body}\n ]")
-        else:
-            parts.append(f" {json.dumps(key)}: " + json.dumps(value, indent=1).replace("\n", "\n "))
-    return "{\n" + ",\n".join(parts) + "\n}\n"
-
+    yield RenderedFile("tasks.tsv", "", chunks=tasks_chunks(plan))
