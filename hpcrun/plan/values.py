@@ -8,6 +8,7 @@ data (shell text where the answer is shell text, built in Python and vetted ther
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -180,7 +181,7 @@ class Plan:
     def all_clusters(self) -> Tuple[Plan, ...]:
         return (self, *self.others)
 
-    @property
+    @cached_property
     def capacity_jobs(self) -> int:
         """Plan jobs the partition runs at once (whole nodes, or chains' CPUs side by side on a node)."""
         per_node = 1 if self.partition.exclusive else max(
@@ -199,7 +200,7 @@ class Plan:
     def node_hours(self) -> float:
         return len(self.jobs) * self.campaign.jobs.nodes * self.campaign.walltime / 3600.0
 
-    @property
+    @cached_property
     def input_bytes(self) -> int:
         return sum(j.input_bytes for j in self.jobs)
 
@@ -217,11 +218,11 @@ class Plan:
         bb = self.campaign.burst_buffer
         return self.output_bytes if (self.bb_system and bb and bb.stage_outputs) else 0
 
-    @property
+    @cached_property
     def bb_total(self) -> int:
         return sum(j.bb_capacity or 0 for j in self.jobs)
 
-    @property
+    @cached_property
     def bb_max(self) -> int:
         return max((j.bb_capacity or 0 for j in self.jobs), default=0)
 

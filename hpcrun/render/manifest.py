@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import IO, Any, Dict, Iterator, List, Optional, Sequence
 
@@ -57,6 +58,27 @@ def job_entry(j: Job) -> Dict[str, Any]:
             "input_events": [i.events for i in j.inputs],
             "checksums": list(j.checksums) or [None] * len(j.inputs), "input_bytes": j.input_bytes,
             "events": j.events, "outputs": list(j.outputs), "bb_capacity_bytes": j.bb_capacity}
+
+
+def _json_value(v: Any) -> str:
+    return "null" if v is None else (_json_str(v) if isinstance(v, str) else int.__repr__(v))
+
+
+def _json_list(values: Any) -> str:
+    return "[" + ", ".join(map(_json_value, values)) + "]"
+
+
+def job_line(j: Job) -> str:
+    """``json.dumps(job_entry(j))``, written out: the same text at a third of the cost
+    (10^5 to 10^6 of them per plan); a test holds the two equal on hostile values."""
+    inputs = j.inputs
+    return (f'{{"index": {j.index}, "name": {_json_str(j.name)}, "chains_per_node": {j.chains_per_node}, '
+            f'"inputs": {_json_list([i.path for i in inputs])}, '
+            f'"input_sizes": {_json_list([i.size for i in inputs])}, '
+            f'"input_events": {_json_list([i.events for i in inputs])}, '
+            f'"checksums": {_json_list(j.checksums or [None] * len(inputs))}, '
+            f'"input_bytes": {j.input_bytes}, "events": {_json_value(j.events)}, '
+            f'"outputs": {_json_list(j.outputs)}, "bb_capacity_bytes": {_json_value(j.bb_capacity)}}}')
 
 
 def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
@@ -133,26 +155,24 @@ def _export_entry(plan: Plan) -> Optional[Dict[str, Any]]:
 
 
 def manifest_text(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> str:
-    return "".join(manifest_chunks(plan, plan_dir, digests))
+    return "".join(manifest_chunks(plan, manifest_head(plan, plan_dir, digests)))
 
 
-def write_manifest(out: IO[str], plan: Plan, plan_dir: str, digests: Dict[str, str]) -> None:
-    for chunk in manifest_chunks(plan, plan_dir, digests):
+def write_manifest(out: IO[str], plan: Plan, head: Dict[str, Any]) -> None:
+    for chunk in manifest_chunks(plan, head):
         out.write(chunk)
 
 
-def manifest_chunks(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Iterator[str]:
+def manifest_chunks(plan: Plan, head: Dict[str, Any]) -> Iterator[str]:
     """The manifest's text in pieces: the head, then the jobs ``JOBS_PER_WRITE`` at a time."""
-    head = manifest_head(plan, plan_dir, digests)
     parts = [_entry(key, value) for key, value in head.items()]
     jobs = plan.jobs
     if not jobs:
         yield "{\n" + ",\n".join(parts + [' "jobs": []']) + "\n}\n"
         return
     yield "{\n" + ",\n".join(parts) + ',\n "jobs": [\n  '
-    dumps = json.dumps
     for start in range(0, len(jobs), JOBS_PER_WRITE):
-        lines = [dumps(job_entry(j)) for j in jobs[start:start + JOBS_PER_WRITE]]
+        lines = [job_line(j) for j in jobs[start:start + JOBS_PER_WRITE]]
         yield (",\n  " if start else "") + ",\n  ".join(lines)
     yield "\n ]\n}\n"
 

@@ -193,7 +193,7 @@ def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool =
         files, digests = _write_files(plan, plan_dir, tmp)
         data = manifest_head(plan, plan_dir, digests)
         with open(tmp / MANIFEST, "w", encoding="utf-8") as out:
-            write_manifest(out, plan, plan_dir, digests)
+            write_manifest(out, plan, data)
         previous = (out_dir / MANIFEST).is_file()
         diff = _diff_dirs(out_dir, tmp) if want_diff and previous else None
         _swap_in(out_dir, tmp, old)
