@@ -148,3 +148,13 @@ def test_whole_nodes_held_for_few_chains_are_noted_with_the_core_hours(tmp_path,
     assert "jobs.chains_per_node" in notes and "shared partition" in notes
     shared = _spec(tmp_path, {"list_file": "l.txt"}, jobs={"files_per_job": 1, "chains_per_node": 8}, merge=merge)
     assert "core-hours charged" not in " ".join(load_plan(shared).notes)   # local-test is not exclusive
+
+
+def test_parent_dir_is_os_path_dirname():
+    """The planner's inline dirname (called per input) says what os.path.dirname says."""
+    import posixpath
+
+    from hpcrun.plan.inputs import parent_dir
+    for path in ["/a/b", "/a", "/", "//", "//a", "a//b", "/a//b", "a", "", "/a/b/", "///a/b", "a/", "x//",
+                 "/d/ünï/€.daq", "/a\nb/c"]:
+        assert parent_dir(path) == posixpath.dirname(path), path

@@ -21,7 +21,7 @@ from hpcrun.errors import Problem, dotted
 from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.yamlsrc import Located
-from hpcrun.plan.inputs import read_listed
+from hpcrun.plan.inputs import parent_dir, read_listed
 from hpcrun.plan.remote import Remote, is_url
 
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
@@ -67,7 +67,7 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
         if value is None and is_url(path):
             value = served.get(path)
         elif value is None:
-            parent = os.path.dirname(path)
+            parent = parent_dir(path)
             there = dirs.get(parent)
             if there is None:
                 there = dirs[parent] = os.path.isdir(parent)

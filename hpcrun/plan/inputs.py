@@ -27,8 +27,14 @@ class InputItem:
     stem: str
 
 
+def parent_dir(path: str) -> str:
+    """``os.path.dirname`` of a str path, inline: called per input (10^5-10^6 times per plan)."""
+    head = path[:path.rfind("/") + 1]
+    return head.rstrip("/") if head and head != "/" * len(head) else head
+
+
 def stem_of(path: str) -> str:
-    name = os.path.basename(path)
+    name = path.rpartition("/")[2]   # os.path.basename, at 10^5 calls
     return name.split(".", 1)[0] if not name.startswith(".") else name
 
 
@@ -40,6 +46,7 @@ class ListLine(NamedTuple):
 
 Where = Union[Tuple[object, ...], ListLine]   # a spec key, or a list file's line
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+_TABLE_BREAKERS = re.compile("[\t\n\r\0]")
 
 
 def locate(src: Located, where: Where) -> Tuple[str, Optional[int], str]:
@@ -125,7 +132,7 @@ def _sized(raw: Sequence[Tuple[str, Optional[int], Optional[int], Where]], spec:
                                     cause="are listed twice", subject=path, fix="list each input once"))
             continue
         seen[path] = True
-        if any(c in path for c in "\t\n\r\0"):
+        if _TABLE_BREAKERS.search(path):
             problems.append(Problem(*locate(src, where), (
                 f"input path {path!r} contains a tab, newline or NUL byte; rename the file")))
             continue
