@@ -52,7 +52,7 @@ other load on the machine.
   (array: ceil(N/1001); per-job: N), each time ``ctx = dict(common); ctx.update(own)``
   as hpcrun does, and writes each text with a plain ``open().write()`` into ``jobs/``.
   The contexts are precomputed: after its measurement the plan child runs
-  ``hpcrun.render.scripts.render_all`` once more with ``jinja2.Template.render`` replaced by a
+  ``hpcrun.render.files.render_all`` once more with ``jinja2.Template.render`` replaced by a
   recorder and pickles the exact contexts, so the baseline renders byte-identical scripts
   (check: the ``plan_B/script`` and ``base_B/script`` columns). Template compilation is in
   the timed region of both.
@@ -169,7 +169,7 @@ def _dir_stats(path: Path) -> Dict[str, int]:
 def capture_contexts(plan: Any, plan_dir: str, path: Path) -> None:
     """Record the exact Jinja2 contexts hpcrun renders its job scripts with (not timed).
 
-    ``hpcrun.render.scripts.render_all`` runs once more with ``jinja2.Template.render`` replaced by a
+    ``hpcrun.render.files.render_all`` runs once more with ``jinja2.Template.render`` replaced by a
     recorder, so the baselines render the very same contexts without this file knowing how
     hpcrun builds them. The first ``len(plan.scripts)`` renders apart from the shared body are the
     job scripts (render_all renders them first, in order). Values shared by all of them (the common context) are
@@ -179,7 +179,7 @@ def capture_contexts(plan: Any, plan_dir: str, path: Path) -> None:
 
     import jinja2
 
-    from hpcrun.render.scripts import render_all
+    from hpcrun.render.files import render_all
 
     seen: List[tuple] = []
     original = jinja2.Template.render

@@ -147,6 +147,9 @@ class PlanResult(_Result):
                 "partition": m["partition"], **m["totals"]}
 
     def rows(self) -> List[Dict[str, Any]]:
+        if self.value is None:   # opened from its directory: the manifest's job list
+            return [{"job": j["name"], "inputs": len(j["inputs"]), "input_bytes": j["input_bytes"],
+                     "first_input": j["inputs"][0] if j["inputs"] else None} for j in self.manifest["jobs"]]
         return [{"job": j.name, "inputs": len(j.inputs), "input_bytes": j.input_bytes,
                  "first_input": j.inputs[0].path if j.inputs else None} for j in self.value.jobs]
 
@@ -310,6 +313,15 @@ def open_plan(plan_dir: PathLike) -> PlanResult:
     from hpcrun.operate.plandir import read_manifest
     path = Path(os.path.abspath(plan_dir))
     return PlanResult(str(path), read_manifest(path))
+
+
+def job_script(plan_dir: PathLike, job: str) -> str:
+    """The script of one plan job, byte for byte what the scheduler is (or was) handed: its file,
+    or its header rendered at submission (``jobs.script_files``)."""
+    from hpcrun.operate.headers import job_script as find
+    from hpcrun.operate.plandir import read_manifest
+    path = Path(os.path.abspath(plan_dir))
+    return find(path, read_manifest(path, jobs=False), job)[2]
 
 
 def submit(plan_dir: PathLike, *, dry_run: bool = False, limit: Optional[int] = None, db: Optional[str] = None,

@@ -25,6 +25,9 @@ counter = os.path.join(here, "n")
 n = int(open(counter).read()) if os.path.exists(counter) else 100
 open(counter, "w").write(str(n + 1))
 array = next((a.split("=", 1)[1] for a in args if a.startswith("--array=")), None)
+if not [a for a in args if not a.startswith("-")]:   # no script file: the script is on standard input
+    with open(os.path.join(here, f"stdin-{n}"), "w") as f:
+        f.write(sys.stdin.read())
 with open(os.path.join(here, "queue"), "a") as f:
     if array:
         f.write(f"{n}_[{array}]|{n}|{name}|PENDING|(None)\n")

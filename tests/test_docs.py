@@ -3,6 +3,7 @@ documented keys exist, and the worked examples in the docs are valid."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import List, Set, Tuple
@@ -169,7 +170,8 @@ def test_campaign_example_plans(tmp_path, monkeypatch):
             assert line in text, f"campaign-spec.md shows a different directive than: {line}"
     assert "perNodeCache=size=36G" in script and "--mail-type=FAIL" in script
     assert result.manifest["totals"]["jobs"] == 3
-    assert result.manifest["jobs"][0]["bb_capacity_bytes"] == 20 * 10**9
+    jobs = json.loads((tmp_path / "plan" / "manifest.json").read_text())["jobs"]
+    assert jobs[0]["bb_capacity_bytes"] == 20 * 10**9
 
 
 def test_profile_example_validates(tmp_path, monkeypatch):

@@ -585,13 +585,13 @@ def test_version_2_store_migrates_to_the_current_version(tmp_path):
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with _open(tmp_path) as store:
-        assert store.schema_version() == len(schema.MIGRATIONS) == 7
+        assert store.schema_version() == len(schema.MIGRATIONS) == 8
         c = store.get_campaign("old")
         assert store.add_finalize_round(c.id, "old.finalize", "ok").round == 1
         assert store.take_lease(c.id, "supervisor").epoch == 1 and store.pause(c.id) is None
     found = inspect(create_engine(f"sqlite:///{tmp_path / 'state.db'}"))
     assert {"hpcrun_finalize", "hpcrun_supervisor", "hpcrun_lease", "hpcrun_audit", "hpcrun_pause",
-            "hpcrun_cluster", "hpcrun_export"} <= set(found.get_table_names())
+            "hpcrun_cluster", "hpcrun_export", "hpcrun_script_text"} <= set(found.get_table_names())
     assert "adjust" in {c["name"] for c in found.get_columns("hpcrun_input")}
     assert {"failure_class", "changes", "cluster"} <= {c["name"] for c in found.get_columns("hpcrun_submission")}
 

@@ -9,7 +9,7 @@ import sys
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import click
 from rich.console import Console
@@ -50,6 +50,7 @@ def main() -> None:
 
 @main.command("plan")
 @click.argument("spec", type=click.Path(path_type=Path))
+@click.argument("show_args", nargs=-1, metavar="")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="plan directory (default: ./<campaign>.plan); should be on a filesystem "
                    "the compute nodes see")
@@ -57,10 +58,20 @@ def main() -> None:
 @click.option("--diff", "want_diff", is_flag=True, help="show what changed against the previous plan")
 @click.option("--force", is_flag=True, help="replace a plan directory that was already submitted")
 @reported
-def plan_cmd(spec: Path, out_dir: Optional[Path], as_json: bool, want_diff: bool, force: bool) -> None:
-    """Validate SPEC, expand it into jobs and write scripts and a manifest."""
+def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as_json: bool, want_diff: bool,
+             force: bool) -> None:
+    """Validate SPEC, expand it into jobs and write scripts and a manifest.
+
+    `hpcrun plan show PLAN JOB` prints the script of one job (a name, a number, or job00042) as the
+    scheduler gets it."""
     from hpcrun import api
     from hpcrun.cli.summary import plan_table
+
+    if show_args or str(spec) == "show":
+        if str(spec) != "show" or len(show_args) != 2:
+            raise click.UsageError("hpcrun plan SPEC [options], or hpcrun plan show PLAN JOB")
+        click.echo(api.job_script(show_args[0], show_args[1]), nl=False)
+        return
 
     try:
         result = api.make_plan(spec, out_dir, force=force, diff=want_diff)

@@ -35,8 +35,8 @@ def compress_indices(indices: Iterable[int]) -> str:
 
 
 def scripts_of(manifest: Dict[str, Any]) -> List[ScriptInfo]:
-    return [ScriptInfo(s["path"], s["sha256"], s["jobs"][0], s["jobs"][1], s["array"] is not None)
-            for s in manifest["scripts"]]
+    return [ScriptInfo(s["path"], s["sha256"], s["jobs"][0], s["jobs"][1], s["array"] is not None,
+                       s.get("headers")) for s in manifest["scripts"]]
 
 
 def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: Optional[int],

@@ -15,6 +15,7 @@ class ScriptInfo:
     first: int
     last: int
     is_array: bool
+    headers: Optional[str] = None   # rendered at submission: the table beside the template ``path``
 
 
 @dataclass

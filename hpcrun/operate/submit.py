@@ -33,6 +33,8 @@ from hpcrun.operate.batches import (  # re-exported: callers and tests use submi
     scripts_of,
     tag_of,
 )
+from hpcrun.operate.headers import HeaderBook
+from hpcrun.operate.headers import digest as text_digest
 from hpcrun.operate.locality import prefer_nodes
 from hpcrun.operate.placement import DOWN, Seat, on_cluster, place, survey
 from hpcrun.operate.plandir import (
@@ -98,6 +100,17 @@ class Submitter:
         self.accounting = self.cluster.accounting
         self.sched = self.cluster.sched
         self.changes: Dict[int, Optional[str]] = {}   # plan job -> a retry's changes, while one group submits
+        self.texts: Dict[int, str] = {}                # plan job -> its script rendered at submission
+        self._books: Dict[str, HeaderBook] = {}
+
+    def script_text(self, script: ScriptInfo, job_index: int) -> Optional[str]:
+        """The script of a job rendered at submission (None: the script is a file of the plan)."""
+        if script.headers is None:
+            return None
+        book = self._books.get(script.headers)
+        if book is None:
+            book = self._books[script.headers] = HeaderBook(self.plan_dir, script.path, script.headers)
+        return book.text(job_index)
 
     def on(self, cluster: ClusterInfo) -> Submitter:
         """The same submitter sending work to another cluster of the plan."""
@@ -134,6 +147,7 @@ class Submitter:
         done: List[Batch] = []
         by_job: Dict[int, str] = {}
         changes = self.changes = {}
+        self.texts = {}
         try:
             for batch in batches:
                 jobs = [j for j in batch.jobs if j in claimed]
@@ -144,8 +158,11 @@ class Submitter:
                                   else None, adjust=batch.adjust, changes=batch.changes)
                 batch.tag = f"{base}.{jobs[0]}" if grouped else base
                 self.store.check_fences()   # a holder that lost its lock hands the scheduler nothing
+                text = None if batch.array_spec else self.script_text(batch.script, jobs[0])
+                if text is not None:
+                    self.texts[jobs[0]] = text
                 batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
-                                                 array=batch.array_spec or None, adjust=batch.adjust)
+                                                 array=batch.array_spec or None, adjust=batch.adjust, text=text)
                 changes.update(dict.fromkeys(jobs, batch.changes))
                 done.append(batch)
                 by_job.update(dict.fromkeys(jobs, batch.job_id))
@@ -183,9 +200,13 @@ class Submitter:
         tag = tag_of(self.campaign.name, claim.token)
         for job_index, input_ids in sorted(by_job.items()):
             script = self.script_of(job_index)
-            subs.append(NewSubmission(job_ids[job_index], script.path, script.sha256, tag, input_ids,
+            text = self.texts.get(job_index) or self.script_text(script, job_index)  # settled: the same text
+            path, digest = (script.path, script.sha256) if text is None else (
+                f"{script.headers}#{job_index}", text_digest(text))
+            subs.append(NewSubmission(job_ids[job_index], path, digest, tag, input_ids,
                                       job_index - script.first if script.is_array else None, claim.token,
-                                      changes=self.changes.get(job_index), cluster=self.cluster.name))
+                                      changes=self.changes.get(job_index), cluster=self.cluster.name,
+                                      script_text=text))
         self.store.record_submissions(self.campaign.id, subs)
 
     # -- claims left by a stopped submitter --------------------------------------------------

@@ -18,6 +18,7 @@ from hpcrun import __version__
 from hpcrun.model.retry import effective_rules
 from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Job, Plan
+from hpcrun.render.headers import TABLE_NAME, TEMPLATE_NAME
 from hpcrun.render.scripts import node_key, run_prefix, script_path
 
 JOBS_PER_WRITE = 2000   # job lines encoded and written together: flat memory, few write calls
@@ -89,9 +90,7 @@ def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
         "scheduler": plan.scheduler, "accounting": plan.accounting, "partition": plan.partition_name,
         "min_poll_interval": plan.profile.scheduler.min_poll_interval, "run_prefix": run_prefix(plan.seat.name),
         "capacity_jobs": plan.capacity_jobs,
-        "scripts": [{"path": script_path(plan, s.name), "array": s.array,
-                     "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
-                    for s in plan.scripts],
+        "scripts": [{k: v for k, v in s.items() if k != "name"} for s in script_entries(plan, digests)],
     }
 
 
@@ -136,11 +135,23 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
             "job_name": finalize_name(c.name),
             "after": c.finalize.after},
-        "scripts": [
-            {"name": s.name, "path": script_path(plan, s.name), "array": s.array,
-             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
-            for s in plan.scripts],
+        "scripts": script_entries(plan, digests),
     }
+
+
+def script_entries(plan: Plan, digests: Dict[str, str]) -> List[Dict[str, Any]]:
+    """The plan's scripts for submit: one per array or per-job file, or one for all the jobs whose
+    scripts are rendered at submission (its template, and the table of what varies per job)."""
+    own = plan.seat.subdir
+    table = f"{own}jobs/{TABLE_NAME}"
+    if table in digests:
+        template = f"{own}jobs/{TEMPLATE_NAME}"
+        return [{"name": "job", "path": template, "array": None,
+                 "jobs": [plan.scripts[0].jobs[0].index, plan.scripts[-1].jobs[0].index],
+                 "sha256": digests[template], "headers": table, "headers_sha256": digests[table]}]
+    return [{"name": s.name, "path": script_path(plan, s.name), "array": s.array,
+             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
+            for s in plan.scripts]
 
 
 def _export_entry(plan: Plan) -> Optional[Dict[str, Any]]:

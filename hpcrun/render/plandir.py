@@ -24,8 +24,9 @@ from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
 from hpcrun.plan.values import Plan
+from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
-from hpcrun.render.scripts import RenderedFile, iter_rendered, render_all
+from hpcrun.render.scripts import RenderedFile
 
 MANIFEST = "manifest.json"
 SUBMITTED_MARKERS = ("submitted.json", "state.db")

@@ -12,16 +12,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import jinja2
 
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.model.retry import KILL_SIGNALS
-from hpcrun.plan.commands import HDF5_HELPER
 from hpcrun.plan.requests import finalize_name
-from hpcrun.plan.values import Plan, ScriptPlan
+from hpcrun.plan.values import Job, Plan, ScriptPlan
 from hpcrun.resources import site_template_dirs
 from hpcrun.shell import Shell, comment, finalize, join, quote
 from hpcrun.units import format_capacity
@@ -199,20 +198,32 @@ def render_script(env: jinja2.Environment, template: str, plan: Plan, script: Sc
     first = script.jobs[0]
     if script.array:
         label = f"array {script.name}: jobs {first.index + 1}..{script.jobs[-1].index + 1}"
-        comments = []
-    else:
-        label = f"job {first.index + 1} of {len(plan.jobs)}"
-        comments = [comment("inputs: " + " ".join(i.path for i in first.inputs[:20])
-                            + (" ..." if len(first.inputs) > 20 else ""))]
-        if first.bb_capacity:
-            comments.append(comment(f"burst buffer: {format_capacity(first.bb_capacity)} "
-                                    f"(needed {first.bb_needed} bytes)"))
+        return render_job(env, template, plan, common, plan_dir, script.request, script.bb_lines, first.index,
+                          label, [], True)
+    return render_job(env, template, plan, common, plan_dir, script.request, script.bb_lines, first.index,
+                      f"job {first.index + 1} of {len(plan.jobs)}", job_comments(first), False)
+
+
+def job_comments(job: Job) -> List[str]:
+    """The comment lines of a job's own script: its inputs, its buffer (one line each, made safe)."""
+    comments: List[str] = [comment("inputs: " + " ".join(i.path for i in job.inputs[:20])
+                        + (" ..." if len(job.inputs) > 20 else ""))]
+    if job.bb_capacity:
+        comments.append(comment(f"burst buffer: {format_capacity(job.bb_capacity)} "
+                                f"(needed {job.bb_needed} bytes)"))
+    return comments
+
+
+def render_job(env: jinja2.Environment, template: str, plan: Plan, common: Dict[str, Any], plan_dir: str,
+               request: Optional[JobRequest], bb_lines: Sequence[str], first_index: object, label: str,
+               comments: Sequence[str], array: bool) -> str:
+    """A job script (an array's whole script, or a job's header) from what varies between jobs."""
     ctx = dict(common)
-    ctx.update(scheduler_context(plan.scheduler, _absolute_logs(script.request, plan_dir), script.array is not None))
+    ctx.update(scheduler_context(plan.scheduler, _absolute_logs(request, plan_dir), array))
     ctx.update({
-        "bb_lines": [Shell(line) for line in script.bb_lines], "is_array": script.array is not None,
-        "first_index": first.index, "script_label": comment(label), "comment_lines": comments,
-        "part": "whole" if script.array is not None else "header",
+        "bb_lines": [Shell(line) for line in bb_lines], "is_array": array,
+        "first_index": first_index, "script_label": comment(label), "comment_lines": list(comments),
+        "part": "whole" if array else "header",
     })
     return env.get_template(template).render(ctx)
 
@@ -253,42 +264,3 @@ def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
         yield "".join(rows)
     if not jobs:
         yield "\n"
-
-
-def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:
-    """Every file of a plan directory except the manifest (which needs their digests), whole."""
-    return [f if f.chunks is None else RenderedFile(f.path, "".join(f.chunks), f.executable)
-            for f in iter_rendered(plan, plan_dir)]
-
-
-def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
-    """render_all one file at a time, so a caller can write each and drop its text: the first
-    cluster's files, then each other cluster's scripts and helpers (the shared ones once)."""
-    seen = set()
-    for p in plan.all_clusters:
-        for f in _iter_cluster(p, plan_dir):
-            if f.path not in seen:
-                seen.add(f.path)
-                yield f
-
-
-def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
-    env = environment(template_dirs(plan))
-    common = common_context(plan, plan_dir)
-    template = f"{plan.profile.template}.sh.j2" if plan.profile.template else "job.sh.j2"
-    own = plan.seat.subdir
-    if shared_body(plan):
-        yield RenderedFile(own + BODY_PATH, render_body(env, template, plan, common), True)
-    for s in plan.scripts:
-        yield RenderedFile(script_path(plan, s.name), render_script(env, template, plan, s, common, plan_dir), True)
-    if plan.campaign.finalize is not None and not own:   # the finalize job runs on the first cluster
-        yield RenderedFile(script_path(plan, "finalize"), render_finalize(env, plan, common, plan_dir), True)
-    yield RenderedFile(own + "bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
-    if plan.database:
-        yield RenderedFile(own + "bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)
-    if plan.hdf5_helper:
-        yield RenderedFile(HDF5_HELPER, env.get_template("hpcrun-hdf5.py.j2").render(common), True)
-    if plan.checksum and plan.checksum.helper and common["checksum"]:
-        yield RenderedFile("bin/hpcrun-checksum.py",
-                           env.get_template("hpcrun-checksum.py.j2").render(common), True)
-    yield RenderedFile("tasks.tsv", "", chunks=tasks_chunks(plan))

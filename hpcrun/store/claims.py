@@ -146,6 +146,7 @@ class Claims(StoreBase):
                      "changes": sub.changes, "cluster": sub.cluster}
                     for sub in subs]
             ids = self._insert_claimed(conn, campaign_id, rows) or self._insert_ids(conn, s, rows)
+            self._keep_texts(conn, subs)
             links = [{"submission_id": sid, "input_id": iid} for sid, sub in zip(ids, subs) for iid in sub.input_ids]
             if links:
                 self._insert_many(conn, link, links)
@@ -156,6 +157,23 @@ class Claims(StoreBase):
                 for chunk in _chunks(list(owner)):
                     conn.execute(attach.where(t.c.id.in_(chunk)))
         return ids
+
+    def _keep_texts(self, conn: Connection, subs: Sequence[NewSubmission]) -> None:
+        """The exact text of each script rendered at submission, once per distinct text."""
+        texts = {sub.script_digest: sub.script_text for sub in subs if sub.script_text is not None}
+        if not texts:
+            return
+        st = schema.script_text
+        known = set(conn.scalars(select(st.c.digest).where(st.c.digest.in_(list(texts)))))
+        new = [{"digest": d, "text": t} for d, t in texts.items() if d not in known]
+        if new:
+            self._insert_many(conn, st, new)
+
+    def script_text(self, digest: str) -> Optional[str]:
+        """The text submitted under this digest (scripts rendered at submission), or None."""
+        st = schema.script_text
+        with self._read() as conn:
+            return conn.scalar(select(st.c.text).where(st.c.digest == digest))
 
     def _insert_claimed(self, conn: Connection, campaign_id: int, rows: List[Dict[str, Any]]) -> List[int]:
         """Submissions of one claim inserted in bulk, their ids read back by (job id, array index).

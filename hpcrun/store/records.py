@@ -80,6 +80,7 @@ class NewSubmission:
     submitted_at: Optional[dt.datetime] = None
     changes: Optional[str] = None       # what a retry changed against the script (the retry policy's words)
     cluster: Optional[str] = None       # the cluster that took it (None: the login node's own)
+    script_text: Optional[str] = None   # a script rendered at submission: its exact text (by script_digest)
 
 
 @dataclass(frozen=True)

@@ -311,9 +311,19 @@ def _v7_exports(md: MetaData) -> Table:
     )
 
 
+def _v8_script_texts(md: MetaData) -> Table:
+    """Version 8: the exact text of each script rendered at submission, once per distinct text."""
+    return Table(
+        "hpcrun_script_text", md,
+        Column("digest", String(64), primary_key=True),          # sha256, as the submission records it
+        Column("text", Text, nullable=False),
+    )
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
-    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md), _v7_exports(md)):
+    for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md), _v7_exports(md),
+                  _v8_script_texts(md)):
         tables[table.name] = table
     for added in (_v2_columns(), _v4_columns(), _v6_columns()):
         for name, columns in added.items():
@@ -341,6 +351,7 @@ audit = _tables["hpcrun_audit"]
 pause = _tables["hpcrun_pause"]
 cluster_health = _tables["hpcrun_cluster"]
 export = _tables["hpcrun_export"]
+script_text = _tables["hpcrun_script_text"]
 
 
 @dataclass(frozen=True)
@@ -415,6 +426,10 @@ def _v7(conn: Connection) -> None:
     _v7_exports(md).create(conn)
 
 
+def _v8(conn: Connection) -> None:
+    _v8_script_texts(MetaData(naming_convention=NAMING)).create(conn)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
@@ -423,6 +438,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(5, "leases (fencing epochs of the supervisor and submit locks), audit trail, pause switch", _v5),
     Migration(6, "the cluster of each submission; each cluster's health", _v6),
     Migration(7, "outputs sent on to outputs.export: attempts, bytes, checksum, verdict", _v7),
+    Migration(8, "the exact text of scripts rendered at submission (by digest)", _v8),
 )
 
 

@@ -295,9 +295,10 @@ class Scheduler(ABC):
     # -- operating -------------------------------------------------------------------------
     @abstractmethod
     def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "",
-               adjust: Optional[Adjust] = None) -> str:
+               adjust: Optional[Adjust] = None, text: Optional[str] = None) -> str:
         """Submit a script under a job name, with a retry's changes; return its job id (SubmitUncertain
-        when unknown)."""
+        when unknown). With ``text``, that is the script, handed over on standard input (no file
+        is written for it); ``script`` then only names it and its directory is the job's."""
 
     @abstractmethod
     def cancel(self, job_ids: Sequence[str]) -> None:

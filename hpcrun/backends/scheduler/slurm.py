@@ -94,12 +94,13 @@ def _env() -> Optional[Dict[str, str]]:
 
 
 def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
-         transient: Sequence[str] = TRANSIENT, cluster: Optional[str] = None) -> subprocess.CompletedProcess:
+         transient: Sequence[str] = TRANSIENT, cluster: Optional[str] = None,
+         stdin: Optional[str] = None) -> subprocess.CompletedProcess:
     """Run a Slurm command (on ``cluster`` with ``--clusters``), retrying transient controller errors
     with backoff; a controller that still does not answer raises SlurmUnreachable."""
     if cluster:
         argv = [argv[0], f"--clusters={cluster}", *argv[1:]]
-    proc = _attempts(argv, retries, cwd, transient)
+    proc = _attempts(argv, retries, cwd, transient, stdin)
     text = proc.stderr.strip() or proc.stdout.strip()
     if proc.returncode != 0 and (CLUSTER_DOWN in text or any(t in text for t in NOT_REACHED)):
         where = f"cluster {cluster}" if cluster else "the cluster"
@@ -108,12 +109,12 @@ def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
 
 
 def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
-              transient: Sequence[str]) -> subprocess.CompletedProcess:
+              transient: Sequence[str], stdin: Optional[str] = None) -> subprocess.CompletedProcess:
     delay = 1.0
     for attempt in range(retries + 1):
         try:
             proc = subprocess.run(list(argv), capture_output=True, text=True, env=_env(), cwd=cwd,
-                                  timeout=120)
+                                  timeout=120, input=stdin)
         except FileNotFoundError:
             raise SlurmError(f"'{argv[0]}' was not found: is Slurm installed and on PATH?") from None
         except subprocess.TimeoutExpired:
@@ -125,13 +126,15 @@ def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
     raise AssertionError("unreachable")
 
 
-def sbatch(script: Path, extra: Iterable[str] = ()) -> str:
-    """Submit a script; return its job id. sbatch's rejection is shown verbatim.
+def sbatch(script: Path, extra: Iterable[str] = (), text: Optional[str] = None) -> str:
+    """Submit a script (``text`` on standard input, else the file); return its job id. sbatch's
+    rejection is shown verbatim.
 
     Raises SbatchUncertain when the outcome is unknown (timeout, controller lost after the
     request went out): the caller must look for the job under its tag before trying again.
     """
-    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=script.parent, transient=NOT_REACHED)
+    argv = ["sbatch", "--parsable", *extra] + ([] if text is not None else [str(script)])
+    proc = _run(argv, cwd=script.parent, transient=NOT_REACHED, stdin=text)
     if proc.returncode != 0:
         text = proc.stderr.strip() or proc.stdout.strip()
         if proc.returncode == 124 or (any(t in text for t in TRANSIENT) and not any(t in text for t in NOT_REACHED)):
@@ -381,13 +384,13 @@ class Slurm(Scheduler):
         return {"sbatch_options": options}
 
     def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "",
-               adjust: Optional[Adjust] = None) -> str:
+               adjust: Optional[Adjust] = None, text: Optional[str] = None) -> str:
         extra = [f"--job-name={name}"] + ([f"--clusters={self.cluster}"] if self.cluster else [])
         if array:
             extra.append(f"--array={array}")
         if dependency:
             extra.append(f"--dependency={dependency}")
-        return sbatch(script, extra + adjust_options(adjust))
+        return sbatch(script, extra + adjust_options(adjust), text=text)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         proc = _run(["scancel", *job_ids], cluster=self.cluster)

@@ -1,0 +1,128 @@
+"""Per-job scripts rendered at submission (jobs.script_files): the same bytes as the files a small
+plan writes, handed to sbatch on standard input, recorded in the store, printed by `plan show`."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcrun.api import job_script
+from hpcrun.operate.headers import digest
+from hpcrun.operate.plandir import open_plan_store, read_manifest
+from hpcrun.operate.submit import submit
+from hpcrun.plan.load import load_plan
+from hpcrun.render import headers
+from hpcrun.render.plandir import write_plan
+
+from .conftest import REPO
+
+STAR = REPO / "examples" / "star-cori"
+
+
+def _star(tmp_path: Path, script_files: str, extra_lines=()) -> Path:
+    """The STAR example (40 per-job scripts with #DW stage_in lines) with ``jobs.script_files``."""
+    case = tmp_path / "star"
+    if not case.exists():
+        shutil.copytree(STAR, case)
+    if extra_lines:
+        with open(case / "raw-files.txt", "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in extra_lines)
+    data = yaml.safe_load((STAR / "campaign.yaml").read_text())
+    data["jobs"]["script_files"] = script_files
+    (case / "campaign.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return case / "campaign.yaml"
+
+
+def _files(plan_dir: Path) -> dict:
+    return {p.name: p.read_text() for p in sorted((plan_dir / "jobs").iterdir())}
+
+
+def test_rendered_at_submission_is_byte_identical_to_the_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # a name with a space, quotes and non-ASCII goes into each job's comment lines
+    spec = _star(tmp_path, "always")
+    plan_dir = tmp_path / "plan"
+    write_plan(load_plan(spec), plan_dir)
+    files = _files(plan_dir)
+    assert len(files) == 40
+    write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
+    assert sorted(_files(plan_dir)) == [headers.TABLE_NAME, headers.TEMPLATE_NAME]
+    manifest = read_manifest(plan_dir, jobs=False)
+    [entry] = manifest["scripts"]
+    assert entry["jobs"] == [0, 39] and entry["headers"] == "jobs/headers.tsv" and entry["array"] is None
+    for n in range(1, 41):
+        assert job_script(plan_dir, str(n)) == files[f"job{n:05d}.sbatch"], n
+    assert job_script(plan_dir, "star-reco-2019.00007") == job_script(plan_dir, "job00007") == files["job00007.sbatch"]
+    # auto: files up to SCRIPT_FILES_MAX jobs
+    write_plan(load_plan(_star(tmp_path, "auto")), plan_dir)
+    assert _files(plan_dir) == files
+    monkeypatch.setattr(headers, "SCRIPT_FILES_MAX", 39)
+    write_plan(load_plan(_star(tmp_path, "auto")), plan_dir)
+    assert len(_files(plan_dir)) == 2
+
+
+def test_comment_lines_carry_hostile_paths_exactly(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    odd = ["/global/cscratch1/sd/starprod/raw/2019/ünïcødé_€_run.daq 3GB 1000",
+           "/global/cscratch1/sd/starprod/raw/2019/HPCRUN_FILL_NAME.daq 3GB 1000"]
+    plan_dir = tmp_path / "plan"
+    write_plan(load_plan(_star(tmp_path, "always", odd)), plan_dir)
+    files = _files(plan_dir)
+    write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
+    total = read_manifest(plan_dir, jobs=False)["totals"]["jobs"]
+    assert total == len(files) == 42
+    texts = [job_script(plan_dir, str(n)) for n in range(1, total + 1)]
+    assert texts == [files[f"job{n:05d}.sbatch"] for n in range(1, total + 1)]
+    assert any("HPCRUN_FILL_NAME.daq" in t for t in texts)   # a marker inside a value is not filled
+
+
+def test_submit_hands_the_text_on_stdin_and_records_it(tmp_path, monkeypatch, fake_slurm):
+    monkeypatch.chdir(tmp_path)
+    plan_dir = tmp_path / "plan"
+    write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
+    report = submit(plan_dir, limit=5)
+    assert [b.job_id for b in report.batches] == ["100", "101", "102", "103", "104"]
+    assert all(not a.endswith((".header", ".sbatch", ".tsv")) for a in fake_slurm.args())   # no script argument
+    with sqlite3.connect(plan_dir / "state.db") as db:
+        recorded = {job_id: (path, sha) for job_id, path, sha in
+                    db.execute("SELECT job_id, script_path, script_digest FROM hpcrun_submission")}
+    with open_plan_store(plan_dir) as store:
+        for k, job_id in enumerate(["100", "101", "102", "103", "104"]):
+            sent = (fake_slurm.bin / f"stdin-{job_id}").read_text()
+            assert sent == job_script(plan_dir, str(k + 1))
+            assert recorded[job_id] == (f"jobs/headers.tsv#{k}", digest(sent))
+            assert store.script_text(digest(sent)) == sent
+
+
+def test_cli_plan_show(tmp_path):
+    spec = _star(tmp_path, "never")
+    run = [sys.executable, "-m", "hpcrun.cli", "plan"]
+    plan = subprocess.run(run + [str(spec), "--out", str(tmp_path / "plan")], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    shown = subprocess.run(run + ["show", str(tmp_path / "plan"), "3"], capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout == job_script(tmp_path / "plan", "3")
+    assert "#DW stage_in" in shown.stdout and "--job-name=star-reco-2019.00003" in shown.stdout
+    bad = subprocess.run(run + ["show", str(tmp_path / "plan"), "41"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "1 to 40" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("lines", [
+    ["#!/bin/bash", "x HPCRUN_FILL_COMMENTS y", "a HPCRUN_FILL_NAME b HPCRUN_FILL_INDEX c HPCRUN_FILL_NUMBER",
+     "HPCRUN_FILL_BB", "end"],
+    ["HPCRUN_FILL_BB", "HPCRUN_FILL_COMMENTS"],
+])
+def test_template_fill(lines):
+    template = headers.HeaderTemplate.parse("\n".join(lines) + "\n")
+    text = template.fill(4, "c.00005", ["one", "two"], [])
+    assert "HPCRUN_FILL" not in text
+    if len(lines) > 2:
+        assert text == "#!/bin/bash\nx one y\nx two y\na c.00005 b 4 c 5\nend\n"
+    else:
+        assert text == "one\ntwo\n"
