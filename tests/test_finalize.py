@@ -157,10 +157,10 @@ def test_no_dependency_when_every_job_has_ended(tmp_path, spec_factory, fake_slu
     from hpcrun.backends.scheduler import slurm as slurm_mod
     real = slurm_mod.sbatch
 
-    def sbatch(script, extra=()):
+    def sbatch(script, extra=(), **kw):
         if script.name == "finalize.sbatch":
             raise KeyboardInterrupt("killed just before the finalize sbatch")
-        return real(script, extra)
+        return real(script, extra, **kw)
 
     with monkeypatch.context() as m:
         m.setattr(slurm_mod, "sbatch", sbatch)
@@ -215,10 +215,10 @@ def test_killed_before_sbatch_submits_once(tmp_path, spec_factory, fake_slurm, m
     from hpcrun.backends.scheduler import slurm as slurm_mod
     real = slurm_mod.sbatch
 
-    def sbatch(script, extra=()):
+    def sbatch(script, extra=(), **kw):
         if script.name == "finalize.sbatch":
             raise KeyboardInterrupt("killed before sbatch")
-        return real(script, extra)
+        return real(script, extra, **kw)
 
     with monkeypatch.context() as m:
         m.setattr(slurm_mod, "sbatch", sbatch)
