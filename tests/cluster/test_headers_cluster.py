@@ -37,5 +37,6 @@ def test_headers_rendered_at_submission_run_on_slurm(slurm_cluster, hpcrun_bin, 
         staged = [e for e in slurm_cluster.bb_events(job_id) if e["function"] == "data_in"]
         assert staged and all(e["status"] == "OK" for e in staged), staged
         assert f"--job-name=e2e-headers.{n:05d}" in shown.stdout and "#DW stage_in" in shown.stdout
-        out = c.out / f"{c.rundir(row).parent.name}"
-        assert (c.rundir(row) / "qa.tsv").read_text().split()[3] == "pass", out
+        assert (c.rundir(row) / "qa.tsv").read_text().split()[3] == "pass"
+    assert sorted(p.name for p in c.out.glob("*.reco.h5")) == sorted(
+        f"{raw.stem}.reco.h5" for raw in (example_root / "raw").glob("*.h5"))
