@@ -146,7 +146,7 @@ def make_campaign(root: Path, shape: str, n: int) -> Path:
         files = dict(spec, jobs=dict(spec["jobs"], script_files="always"))
         (d / "campaign-files.yaml").write_text(yaml.safe_dump(files, sort_keys=False), encoding="utf-8")
     if shape == "array":  # the same campaign with one script per input, for the per-file baseline
-        spec["jobs"] = dict(spec["jobs"], array="never")
+        spec["jobs"] = dict(spec["jobs"], array="never", script_files="always")
         (d / "campaign-perfile.yaml").write_text(yaml.safe_dump(spec, sort_keys=False),
                                                  encoding="utf-8")
     return path
@@ -258,8 +258,8 @@ def child_plan(a: Dict[str, Any]) -> Dict[str, Any]:
 
     # ---- not measured: what the parent and the baselines need
     render_s = max((phases[k] for k in ("render_plan", "_render") if k in phases), default=None)
-    if a.get("contexts"):
-        capture_contexts(plan, str(result.out_dir), Path(a["contexts"]))
+    if a.get("contexts") and not (result.out_dir / "jobs" / "headers.tsv").exists():
+        capture_contexts(plan, str(result.out_dir), Path(a["contexts"]))   # else from campaign-files.yaml
     jobs_dir = _dir_stats(result.out_dir / "jobs")
     return {
         "seconds": t3 - t1, "cpu_s": c3 - c1, "load_s": t2 - t1, "write_s": t3 - t2,
