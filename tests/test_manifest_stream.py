@@ -27,6 +27,8 @@ def test_job_lines_are_json_dumps_of_the_entries():
             line = mf.job_line(job)
             assert line == json.dumps(mf.job_entry(job))
             assert json.loads(line)["inputs"][0] == path
+            one = Job(k, f"c.{k}", items[k % 2:k % 2 + 1], (path + ".out",), 1, 5, capacity, checksums[:1])
+            assert mf.job_line(one) == json.dumps(mf.job_entry(one))
 
 
 @pytest.mark.parametrize("example", ["star-cori", "star-generic-apptainer", "two-clusters-local"])

@@ -103,6 +103,8 @@ def check_dw_values(values: Sequence[Tuple[Tuple[object, ...], str]], spec_error
 
 def check_table_values(items: Sequence[InputItem], inputs_key: str, spec_error: Report) -> None:
     """Input paths and stems go into tasks.tsv, one TAB-separated line per input."""
+    if not _CONTROL.search("".join([i.path + i.stem for i in items])):
+        return   # the usual answer, in one search (the loop below names the first culprit)
     for item in items:
         for what, value in (("path", item.path), ("name stem", item.stem)):
             if _CONTROL.search(value):
@@ -131,22 +133,27 @@ def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]],
         spec_error(("outputs", "pattern"), f"'{pattern}' is not a usable file name.")
         return
     seen: Dict[str, str] = {}
+    namer = ph.output_namer(pattern)
     for group in jobs_inputs:
+        # within one job, chain parts (by stem) and staged copies (by name) must differ too
         stems: Dict[str, str] = {}
         names: Dict[str, str] = {}
+        several = len(group) > 1
         for item in group:
             name = item.path.rpartition("/")[2]   # os.path.basename, at 10^5 calls
-            out = ph.expand_pattern(pattern, stem=item.stem, name=name)
+            out = namer(item.stem, name)
             if out in ("", ".", "..") or _CONTROL.search(out):
                 spec_error(("outputs", "pattern"), f"input {item.path!r} would get the output name "
                                                    f"{out!r}, which is not a usable file name.")
                 return
-            clash = seen.get(out) or stems.get(item.stem) or (
-                names.get(name) if stage_inputs else None)
+            clash = seen.get(out) or (several and (stems.get(item.stem) or (
+                names.get(name) if stage_inputs else None)))
             if clash:
                 spec_error(("outputs", "pattern"), (
                     f"inputs {clash!r} and {item.path!r} would share the output name {out!r} (or, in one "
                     "job, the chain parts of stem '" + item.stem + "'); their outputs would overwrite each "
                     "other. Rename one of them, or use a pattern that tells them apart."))
                 return
-            seen[out] = stems[item.stem] = names[name] = item.path
+            seen[out] = item.path
+            if several:
+                stems[item.stem] = names[name] = item.path

@@ -29,9 +29,12 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
     jobs: List[Job] = []
     per, pattern, name = js.files_per_job, campaign.outputs.pattern, campaign.name
     fixed = None if js.chains_per_node == "auto" else int(js.chains_per_node)
-    expand = ph.expand_pattern
+    namer = ph.output_namer(pattern)
     sized = buffer.writer is not None    # jobs without a buffer need no sizing (10^5 calls saved)
-    for index, start in enumerate(range(0, len(items), per)):
+    if per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
+        jobs = [Job(index, f"{name}.{index + 1:0{width}d}", (i,), (namer(i.stem, i.path.rpartition("/")[2]),),
+                    fixed, None, None, (value,)) for index, (i, value) in enumerate(zip(items, sums.values))]
+    for index, start in enumerate(range(0, len(items) if not jobs else 0, per)):
         group = tuple(items[start:start + per])
         in_bytes = sum(i.size for i in group)
         if fixed is None:
@@ -39,7 +42,7 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
             chains = max(1, min(cpus, math.ceil(in_bytes / js.bytes_per_chain)))
         else:
             chains = fixed
-        outputs = tuple([expand(pattern, stem=i.stem, name=i.path.rpartition("/")[2]) for i in group])
+        outputs = tuple([namer(i.stem, i.path.rpartition("/")[2]) for i in group])
         needed, capacity = sizing.size(buffer, campaign, index, in_bytes) if sized else (None, None)
         jobs.append(Job(index, f"{name}.{index + 1:0{width}d}", group, outputs, chains,
                         needed, capacity, tuple(sums.values[start:start + per])))

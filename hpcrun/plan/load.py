@@ -19,11 +19,16 @@ from hpcrun.model.spec import Campaign, ClusterRef
 from hpcrun.model.validate import build
 from hpcrun.model.yamlsrc import Located, load_yaml
 from hpcrun.plan.build import Plan, plan
-from hpcrun.plan.values import ClusterSeat
+from hpcrun.plan.values import ClusterSeat, bulk
 
 
 def load_plan(spec_path: Path) -> Plan:
     """Validate the spec and its profile(s) together; all problems come in one InputError."""
+    with bulk():
+        return _load_plan(spec_path)
+
+
+def _load_plan(spec_path: Path) -> Plan:
     if not Path(spec_path).is_file():
         raise InputError([Problem(str(spec_path), None, "", "the campaign spec does not exist")])
     src = load_yaml(spec_path)

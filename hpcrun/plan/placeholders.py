@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from hpcrun.errors import did_you_mean
 from hpcrun.shell import Shell, quote
@@ -110,11 +110,26 @@ def to_shell(args: Sequence[str]) -> Shell:
     return Shell(" ".join(words))
 
 
+_NAME_TOKENS = re.compile(r"(\{stem\}|\{name\})")
+
+
+def output_namer(pattern: str) -> Callable[[str, str], str]:
+    """``expand_pattern(pattern, stem=..., name=...)`` as a function made once per plan (it runs once
+    per input): a value is inserted, never searched for placeholders again."""
+    if not _plain(pattern):
+        return lambda stem, name: expand_pattern(pattern, stem=stem, name=name)
+    parts = _NAME_TOKENS.split(pattern)
+    if parts.count("{stem}") == 1 and "{name}" not in parts:
+        head, tail = pattern.split("{stem}")
+        return lambda stem, name: head + stem + tail
+    return lambda stem, name: "".join(stem if p == "{stem}" else name if p == "{name}" else p for p in parts)
+
+
 def expand_pattern(pattern: str, **values: str) -> str:
     """Fill an output-name pattern at plan time (e.g. ``{stem}.MuDst.root``); called per input, so a
     pattern of plain text and ``{stem}``/``{name}`` is filled by replacement, without the regex."""
     if _plain(pattern):
-        return pattern.replace("{stem}", values.get("stem", "{stem}")).replace("{name}", values.get("name", "{name}"))
+        return output_namer(pattern)(values.get("stem", "{stem}"), values.get("name", "{name}"))
 
     def sub(m: re.Match[str]) -> str:
         if m.group(0) == "{{":

@@ -7,10 +7,12 @@ data (shell text where the answer is shell text, built in Python and vetted ther
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, NamedTuple, Optional, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
@@ -18,9 +20,25 @@ from hpcrun.model.spec import Campaign
 from hpcrun.plan.inputs import InputItem
 
 
-@dataclass(frozen=True)
-class Job:
-    index: int
+@contextmanager
+def bulk() -> Iterator[None]:
+    """No cyclic garbage collection while a plan of 10^5-10^6 inputs is built or written: the
+    objects made live until the end (nothing to collect), and each collection would scan them
+    all again (a third of the planning time at 10^5 inputs). Reference counting still frees."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class Job(NamedTuple):
+    """One job of the plan (a tuple: a plan makes 10^5-10^6 of them, three times faster than a
+    frozen dataclass)."""
+
+    index: int   # type: ignore[assignment]  # the field shadows tuple.index, which nothing calls
     name: str
     inputs: Tuple[InputItem, ...]
     outputs: Tuple[str, ...]          # merged output file name per input

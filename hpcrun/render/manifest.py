@@ -73,6 +73,15 @@ def job_line(j: Job) -> str:
     """``json.dumps(job_entry(j))``, written out: the same text at a third of the cost
     (10^5 to 10^6 of them per plan); a test holds the two equal on hostile values."""
     inputs = j.inputs
+    if len(inputs) == 1:   # one input per job (the usual): no lists to build
+        i = inputs[0]
+        events = _json_value(i.events)
+        return (f'{{"index": {j.index}, "name": {_json_str(j.name)}, "chains_per_node": {j.chains_per_node}, '
+                f'"inputs": [{_json_str(i.path)}], "input_sizes": [{int.__repr__(i.size)}], '
+                f'"input_events": [{events}], '
+                f'"checksums": [{_json_value(j.checksums[0] if j.checksums else None)}], '
+                f'"input_bytes": {int.__repr__(i.size)}, "events": {events}, '
+                f'"outputs": {_json_list(j.outputs)}, "bb_capacity_bytes": {_json_value(j.bb_capacity)}}}')
     return (f'{{"index": {j.index}, "name": {_json_str(j.name)}, "chains_per_node": {j.chains_per_node}, '
             f'"inputs": {_json_list([i.path for i in inputs])}, '
             f'"input_sizes": {_json_list([i.size for i in inputs])}, '

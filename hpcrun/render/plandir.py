@@ -23,7 +23,7 @@ from hpcrun.backends.burstbuffer.grammar import check_script
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
-from hpcrun.plan.values import Plan
+from hpcrun.plan.values import Plan, bulk
 from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
 from hpcrun.render.scripts import RenderedFile
@@ -179,6 +179,11 @@ def _roll_back(out_dir: Path, tmp: Path, old: Path) -> None:
 
 def write_plan(plan: Plan, out_dir: Path, want_diff: bool = False, force: bool = False) -> WriteResult:
     """Write the plan directory atomically: built beside it, then renamed into place."""
+    with bulk():
+        return _write_plan(plan, out_dir, want_diff, force)
+
+
+def _write_plan(plan: Plan, out_dir: Path, want_diff: bool, force: bool) -> WriteResult:
     out_dir = Path(os.path.abspath(out_dir))
     _check_out_dir(out_dir, plan.scheduler)
     recover_interrupted(out_dir)
