@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob as globmod
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -18,9 +17,8 @@ from hpcrun.plan.remote import Remote, is_url
 from hpcrun.units import UnitError, parse_size
 
 
-@dataclass(frozen=True)
-class InputItem:
-    __slots__ = ("path", "size", "events", "stem")
+class InputItem(NamedTuple):
+    """One input of the campaign (a tuple: 10^5-10^6 are made)."""
     path: str
     size: int
     events: Optional[int]

@@ -220,7 +220,7 @@ class Plan:
 
     @cached_property
     def input_bytes(self) -> int:
-        return sum(j.input_bytes for j in self.jobs)
+        return sum([i.size for j in self.jobs for i in j.inputs])
 
     @property
     def output_bytes(self) -> int:
@@ -238,9 +238,9 @@ class Plan:
 
     @cached_property
     def bb_total(self) -> int:
-        return sum(j.bb_capacity or 0 for j in self.jobs)
+        return sum([j.bb_capacity for j in self.jobs if j.bb_capacity])
 
     @cached_property
     def bb_max(self) -> int:
-        return max((j.bb_capacity or 0 for j in self.jobs), default=0)
+        return max([j.bb_capacity for j in self.jobs if j.bb_capacity], default=0)
 
