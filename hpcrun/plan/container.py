@@ -114,7 +114,9 @@ def binds_of(campaign: Campaign, profile: SiteProfile, items: Sequence[InputItem
 
 def _input_binds(campaign: Campaign, items: Sequence[InputItem]) -> List[Bind]:
     # URLs are read over the network (streamed) or copied into a bound directory (staged)
-    parents = sorted({parent_dir(i.path) for i in items if not is_url(i.path)})
+    # a path's parent depends on its text up to the last "/" only: those first (few), then each once
+    heads = {p[:p.rfind("/") + 1] for p in [i.path for i in items] if not ("://" in p and is_url(p))}
+    parents = sorted({parent_dir(h) for h in heads})
     if len(parents) > 20:
         parents = [os.path.commonpath(parents)]
     inputs_key = next(k for k in ("glob", "files", "list_file") if getattr(campaign.inputs, k))

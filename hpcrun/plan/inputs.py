@@ -65,8 +65,8 @@ def locate(src: Located, where: Where) -> Tuple[str, Optional[int], str]:
 def stems_of(paths: Sequence[str], mode: str) -> List[str]:
     """Each input's stem: its name up to the first dot (name), the part of its path that differs between
     the inputs joined with _ (path), or the group ``stem`` of a regular expression searched in the path."""
-    if mode == "name":
-        return [stem_of(p) for p in paths]
+    if mode == "name":   # stem_of, inline (10^5-10^6 calls)
+        return [n if n.startswith(".") else n.partition(".")[0] for n in [p.rpartition("/")[2] for p in paths]]
     if mode == "path":
         parts = [_path_of(p).strip("/").split("/") for p in paths]
         dirs = [q[:-1] for q in parts]
