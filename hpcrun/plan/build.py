@@ -18,7 +18,7 @@ from hpcrun.plan import checks as carried
 from hpcrun.plan.buffer import choose_buffer
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.checksums import assign as assign_checksums
-from hpcrun.plan.commands import commands_of
+from hpcrun.plan.commands import check_outputs, commands_of
 from hpcrun.plan.container import check_runtime, container_plan
 from hpcrun.plan.database import database_and_runtime
 from hpcrun.plan.exports import export_plan
@@ -54,6 +54,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     # the built-in HDF5 steps run inside the container (its python3) or with the profile's Python
     helper_python = "python3" if campaign.container.runtime != "none" else profile.tools.python
     commands = commands_of(campaign, items, site, profile.name, checks, helper_python)
+    outputs = check_outputs(campaign, items, checks)
     remote_reads = remote_plan(campaign, profile, [i.path for i in items], inputs_key, checks, notes)
     exports = export_plan(campaign, profile, checks)
     buffer = choose_buffer(campaign, profile, items, inputs_key, checks)
@@ -63,7 +64,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
 
     if campaign.jobs.locality == "prefer" and remote_reads is not None and remote_reads.node_cache is not None:
         items, sums.values = group_by_node(items, sums.values, remote_reads.node_cache.index, notes)
-    jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes)
+        outputs = None   # in the new order: named again
+    jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes, outputs)
     checks.raise_if_any()
     _idle_cores_note(campaign, site.name, site.partition, jobs, notes)
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)

@@ -115,23 +115,24 @@ def check_table_values(items: Sequence[InputItem], inputs_key: str, spec_error: 
 
 
 def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]], stage_inputs: bool,
-                       spec_error: Report) -> None:
+                       spec_error: Report) -> Optional[List[str]]:
     """Every input of the campaign gets its own output name, and every input of a job its own
     chain parts (``<stem>.part<k>``) and staged copy (``in/<file name>``): two inputs sharing
-    one would silently overwrite each other's data."""
+    one would silently overwrite each other's data. Returns the output names, input by input
+    (None after a problem)."""
     if not (ph.used([pattern]) & {"stem", "name"}):
         spec_error(("outputs", "pattern"), (
             f"'{pattern}' gives every input the same output name, so the outputs of all inputs would "
             "overwrite each other; use {stem} or {name}, e.g. '{stem}.out'."))
-        return
+        return None
     sample = ph.expand_pattern(pattern, stem="x", name="x.raw")
     if _CONTROL.search(pattern):
         spec_error(("outputs", "pattern"), "the output name pattern cannot contain a TAB or another "
                                            "control character (the job's task table is TAB-separated).")
-        return
+        return None
     if sample in ("", ".", ".."):
         spec_error(("outputs", "pattern"), f"'{pattern}' is not a usable file name.")
-        return
+        return None
     seen: Dict[str, str] = {}
     namer = ph.output_namer(pattern)
     for group in jobs_inputs:
@@ -145,7 +146,7 @@ def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]],
             if out in ("", ".", "..") or _CONTROL.search(out):
                 spec_error(("outputs", "pattern"), f"input {item.path!r} would get the output name "
                                                    f"{out!r}, which is not a usable file name.")
-                return
+                return None
             clash = seen.get(out) or (several and (stems.get(item.stem) or (
                 names.get(name) if stage_inputs else None)))
             if clash:
@@ -153,7 +154,8 @@ def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]],
                     f"inputs {clash!r} and {item.path!r} would share the output name {out!r} (or, in one "
                     "job, the chain parts of stem '" + item.stem + "'); their outputs would overwrite each "
                     "other. Rename one of them, or use a pattern that tells them apart."))
-                return
+                return None
             seen[out] = item.path
             if several:
                 stems[item.stem] = names[name] = item.path
+    return list(seen)   # in insertion order: input by input

@@ -67,10 +67,10 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
         if value is None and is_url(path):
             value = served.get(path)
         elif value is None:
-            parent = parent_dir(path)
-            there = dirs.get(parent)
+            head = path[:path.rfind("/") + 1]   # the parent follows from this alone: stat'ed once each
+            there = dirs.get(head)
             if there is None:
-                there = dirs[parent] = os.path.isdir(parent)
+                there = dirs[head] = os.path.isdir(parent_dir(head))
             try:
                 value = compute(path, algo) if there else None
             except OSError:

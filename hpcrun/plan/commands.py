@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.model.spec import Campaign
 from hpcrun.plan import checks as carried
@@ -38,7 +38,6 @@ def commands_of(campaign: Campaign, items: Sequence[InputItem], site: SiteChoice
         _command(checks, commands, "qa_hdf5", ("qa", "hdf5"), _hdf5(python, "check", *[
             w for d in qa.hdf5.require for w in ("--require", _literal(d))], "{output}"), ph.QA | {"plan_dir"})
     _check_finalize(checks, commands, campaign, site, profile_name)
-    _check_outputs(campaign, items, checks)
     _check_chain_needs(campaign, items, checks)
     _check_qa(campaign, checks)
     return commands
@@ -54,7 +53,8 @@ def _hdf5(python: str, *args: str) -> List[str]:
     return [_literal(python), "{plan_dir}/" + HDF5_HELPER, *args]
 
 
-def _check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> None:
+def check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> Optional[List[str]]:
+    """Each input's output name (in the order of ``items``), or None after reporting why not."""
     bad = ph.check([campaign.outputs.pattern], ph.PATTERN, allow_env=False)
     if bad:
         checks.spec_error(("outputs", "pattern"), bad)
@@ -64,7 +64,8 @@ def _check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Check
         stage_inputs = bool(campaign.burst_buffer and campaign.burst_buffer.stage_inputs)
         per = campaign.jobs.files_per_job
         groups = [items[s:s + per] for s in range(0, len(items), per)]
-        carried.check_output_names(campaign.outputs.pattern, groups, stage_inputs, checks.spec_error)
+        return carried.check_output_names(campaign.outputs.pattern, groups, stage_inputs, checks.spec_error)
+    return None
 
 
 def _check_chain_needs(campaign: Campaign, items: Sequence[InputItem], checks: Checks) -> None:

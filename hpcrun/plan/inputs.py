@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob as globmod
 import os
 import re
+from functools import partial
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -233,6 +234,7 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
     file = str(path)
     sizes: Dict[str, int] = {}
     counts: Dict[str, int] = {}   # event counts repeat too
+    new_line = partial(tuple.__new__, ListLine)   # ListLine(file, n) without its Python-level __new__
     out = []
     for n, text in enumerate(lines, 1):
         parts = text.split()
@@ -265,7 +267,7 @@ def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem])
                     problems.append(Problem(file, n, "", f"events must be a whole number, not '{parts[2]}'"))
                     continue
                 events = counts[parts[2]] = int(parts[2])
-        out.append((first, size, events, ListLine(file, n)))
+        out.append((first, size, events, new_line((file, n))))
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
@@ -21,8 +21,10 @@ def name_width(n_inputs: int) -> int:
 
 
 def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, cpus: int,
-               buffer: BufferChoice, checks: Checks, notes: List[str]) -> List[Job]:
-    """One job per ``files_per_job`` inputs, with its chains, outputs and buffer size."""
+               buffer: BufferChoice, checks: Checks, notes: List[str],
+               outputs: Optional[Sequence[str]] = None) -> List[Job]:
+    """One job per ``files_per_job`` inputs, with its chains, outputs (named here unless the output
+    check named them already, input by input) and buffer size."""
     js = campaign.jobs
     sizing = Sizing()
     width = name_width(len(items))
@@ -30,10 +32,12 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
     per, pattern, name = js.files_per_job, campaign.outputs.pattern, campaign.name
     fixed = None if js.chains_per_node == "auto" else int(js.chains_per_node)
     namer = ph.output_namer(pattern)
+    if outputs is None or len(outputs) != len(items):
+        outputs = [namer(i.stem, i.path.rpartition("/")[2]) for i in items]
     sized = buffer.writer is not None    # jobs without a buffer need no sizing (10^5 calls saved)
     if per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
-        jobs = [Job(index, f"{name}.{index + 1:0{width}d}", (i,), (namer(i.stem, i.path.rpartition("/")[2]),),
-                    fixed, None, None, (value,)) for index, (i, value) in enumerate(zip(items, sums.values))]
+        jobs = [Job(index, f"{name}.{index + 1:0{width}d}", (i,), (out,), fixed, None, None, (value,))
+                for index, (i, out, value) in enumerate(zip(items, outputs, sums.values))]
     for index, start in enumerate(range(0, len(items) if not jobs else 0, per)):
         group = tuple(items[start:start + per])
         in_bytes = sum(i.size for i in group)
@@ -42,9 +46,8 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
             chains = max(1, min(cpus, math.ceil(in_bytes / js.bytes_per_chain)))
         else:
             chains = fixed
-        outputs = tuple([namer(i.stem, i.path.rpartition("/")[2]) for i in group])
         needed, capacity = sizing.size(buffer, campaign, index, in_bytes) if sized else (None, None)
-        jobs.append(Job(index, f"{name}.{index + 1:0{width}d}", group, outputs, chains,
+        jobs.append(Job(index, f"{name}.{index + 1:0{width}d}", group, tuple(outputs[start:start + per]), chains,
                         needed, capacity, tuple(sums.values[start:start + per])))
     sizing.report(buffer, checks, notes)
     if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
