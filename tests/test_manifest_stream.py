@@ -47,3 +47,24 @@ def test_streamed_manifest_is_the_whole_one(example, tmp_path, monkeypatch):
         digests.update({s["path"]: s["sha256"] for s in cluster["scripts"]})
     assert text == mf.manifest_json(mf.manifest(plan, str(tmp_path / "plan"), digests))
     assert json.loads(json.dumps(written.manifest)) == {k: v for k, v in data.items() if k != "jobs"}
+
+
+def test_task_rows_one_format_for_one_and_several_inputs():
+    """tasks.tsv: the one-input fast path writes what the general loop writes."""
+    from types import SimpleNamespace
+
+    from hpcrun.render.scripts import tasks_chunks
+
+    def reference(job):
+        sums = job.checksums or (None,) * len(job.inputs)
+        return "".join(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{i.path}\t"
+                       f"{'-' if i.events is None else i.events}\t{i.stem}\t{o}\t{c or '-'}\n"
+                       for i, o, c in zip(job.inputs, job.outputs, sums))
+
+    jobs = []
+    for k, path in enumerate(HOSTILE[:4]):
+        item = InputItem(path, k, None if k % 2 else 7, f"s{k}")
+        jobs.append(Job(k, f"c.{k}", (item,), (f"o{k}",), 2, None, None, ("adler32:00000001",) if k % 2 else ()))
+    jobs.append(Job(4, "c.4", (InputItem("/a", 1, 3, "a"), InputItem("/b", 2, None, "b")), ("oa", "ob"), 1))
+    text = "".join(tasks_chunks(SimpleNamespace(jobs=jobs), per_chunk=2))
+    assert text == "".join(reference(j) for j in jobs)

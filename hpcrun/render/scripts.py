@@ -256,6 +256,12 @@ def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
     for start in range(0, len(jobs), per_chunk):
         rows = []
         for job in jobs[start:start + per_chunk]:
+            if len(job.inputs) == 1 and len(job.outputs) == 1:   # the usual: one input, one row, one format
+                i = job.inputs[0]
+                rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{i.path}\t"
+                            f"{'-' if i.events is None else i.events}\t{i.stem}\t{job.outputs[0]}\t"
+                            f"{(job.checksums[0] if job.checksums else None) or '-'}\n")
+                continue
             sums = job.checksums or (None,) * len(job.inputs)
             head = f"{job.index}\t{job.name}\t{job.chains_per_node}\t"
             for item, output, checksum in zip(job.inputs, job.outputs, sums):
