@@ -112,6 +112,9 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
         raw.extend(_read_list(spec.list_file, src, spec_dir, problems))
     if problems:   # a list file that cannot be read as a list: say so before looking at 10^5 paths
         raise InputError(problems)
+    quick = _all_listed(raw, spec)
+    if quick is not None:
+        return quick
     sized, wheres, asked = _sized(raw, spec, src, problems)
     if asked and not problems:
         _ask_sizes(sized, asked, spec, src, remote or Remote(None, spec.checksum), problems)
@@ -122,6 +125,24 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
         file, line = src.where(("inputs",))
         raise InputError([Problem(file, line, "inputs", "no input files were found")])
     return items
+
+
+def _all_listed(raw: Sequence[Tuple[str, Optional[int], Optional[int], Where]],
+                spec: InputsSpec) -> Optional[List[InputItem]]:
+    """The inputs at C speed when nothing can be wrong with them (the usual list of 10^5-10^6 lines:
+    every size given, each path once, no control character, unique stems); else None, and the
+    checks below find and report what is."""
+    if not raw or any([r[1] is None for r in raw]):
+        return None
+    paths = [r[0] for r in raw]
+    if len(set(paths)) != len(paths) or _TABLE_BREAKERS.search("".join(paths)):
+        return None
+    stems = stems_of(paths, spec.stem)
+    if len(set(stems)) != len(stems) or not all(stems):
+        return None
+    events = spec.events
+    return [InputItem(p, s or 0, e if e is not None else events, stem)   # s is given (checked above)
+            for (p, s, e, _w), stem in zip(raw, stems)]
 
 
 def _sized(raw: Sequence[Tuple[str, Optional[int], Optional[int], Where]], spec: InputsSpec, src: Located,
