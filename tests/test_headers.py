@@ -126,3 +126,15 @@ def test_template_fill(lines):
         assert text == "#!/bin/bash\nx one y\nx two y\na c.00005 b 4 c 5\nend\n"
     else:
         assert text == "one\ntwo\n"
+
+
+def test_a_template_the_markers_cannot_carry_gets_a_file_per_job(tmp_path, monkeypatch):
+    """When filling the template does not give what rendering gives (a site template laying a job out
+    otherwise), every job gets its file: the plan never submits a script it did not check."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(headers.HeaderTemplate, "fill", lambda self, *a: "#!/bin/bash\n# not the job\n")
+    plan_dir = tmp_path / "plan"
+    write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
+    files = _files(plan_dir)
+    assert len(files) == 40 and headers.TABLE_NAME not in files
+    assert all(s.get("headers") is None for s in read_manifest(plan_dir, jobs=False)["scripts"])

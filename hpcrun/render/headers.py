@@ -18,6 +18,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import jinja2
 
+from hpcrun.backends.burstbuffer.base import grammar_checked
+from hpcrun.backends.burstbuffer.grammar import check_script
+from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.plan.values import Job, Plan
 from hpcrun.render.scripts import RenderedFile, job_comments, render_job, render_script
 from hpcrun.shell import Shell
@@ -117,15 +120,20 @@ def header_files(env: jinja2.Environment, template: str, plan: Plan, common: Dic
 
 
 def _rows(plan: Plan) -> Iterator[str]:
-    """headers.tsv, 2000 jobs per piece."""
+    """headers.tsv, 2000 jobs per piece; each job's directive lines checked against the grammar, as
+    every job script's are when it is a file."""
+    prefix, grammar = "#" + plan.profile.burst_buffer.directive, grammar_checked(plan.profile.burst_buffer.system)
+    directive = scheduler_for(plan.scheduler).directive
     chunk: List[str] = []
     for script in plan.scripts:
         job = script.jobs[0]
         assert script.request is not None
         comments = job_comments(job)
         fields = [script.request.name, *comments, *script.bb_lines]
-        if any("\t" in f or "\n" in f or "\r" in f for f in fields):   # a bug: rendered values are one line
-            raise ValueError(f"job {script.request.name}: a rendered header value has a TAB or line break")
+        bad = [f for f in fields if "\t" in f or "\n" in f or "\r" in f] or check_script(
+            list(script.bb_lines), prefix, grammar, job_directive=directive)
+        if bad:   # a bug in hpcrun or a site's profile: rendered values are single, valid lines
+            raise ValueError(f"job {script.request.name}: rendered header lines are invalid: {bad}")
         chunk.append(row_of(job, script.request.name, comments, script.bb_lines))
         if len(chunk) >= 2000:
             yield "".join(chunk)
