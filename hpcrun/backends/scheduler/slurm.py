@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler import slurm_describe
 from hpcrun.backends.scheduler.base import (
@@ -126,7 +126,11 @@ def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
     raise AssertionError("unreachable")
 
 
-def sbatch(script: Path, extra: Iterable[str] = (), text: Optional[str] = None) -> str:
+def _job_name(options: Sequence[str]) -> str:
+    return next((o.partition("=")[2] for o in options if o.startswith("--job-name=")), "the job")
+
+
+def sbatch(script: Path, extra: Sequence[str] = (), text: Optional[str] = None) -> str:
     """Submit a script (``text`` on standard input, else the file); return its job id. sbatch's
     rejection is shown verbatim.
 
@@ -135,14 +139,15 @@ def sbatch(script: Path, extra: Iterable[str] = (), text: Optional[str] = None) 
     """
     argv = ["sbatch", "--parsable", *extra] + ([] if text is not None else [str(script)])
     proc = _run(argv, cwd=script.parent, transient=NOT_REACHED, stdin=text)
+    what = str(script) if text is None else f"{script} (filled for {_job_name(extra)}, on standard input)"
     if proc.returncode != 0:
-        text = proc.stderr.strip() or proc.stdout.strip()
-        if proc.returncode == 124 or (any(t in text for t in TRANSIENT) and not any(t in text for t in NOT_REACHED)):
-            raise SbatchUncertain(f"sbatch of {script} did not finish cleanly; the job may exist:\n{text}")
-        raise SlurmError(f"sbatch rejected {script}:\n{text}")
+        said = proc.stderr.strip() or proc.stdout.strip()
+        if proc.returncode == 124 or (any(t in said for t in TRANSIENT) and not any(t in said for t in NOT_REACHED)):
+            raise SbatchUncertain(f"sbatch of {what} did not finish cleanly; the job may exist:\n{said}")
+        raise SlurmError(f"sbatch rejected {what}:\n{said}")
     job_id = proc.stdout.strip().split(";")[0]
     if not job_id.isdigit():
-        raise SlurmError(f"sbatch printed no job id for {script}: {proc.stdout!r}")
+        raise SlurmError(f"sbatch printed no job id for {what}: {proc.stdout!r}")
     return job_id
 
 
