@@ -60,6 +60,9 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
     unknown: List[str] = []
     dirs: Dict[str, bool] = {}  # plans made away from the data: one stat per directory
     served = _served(paths, given.values, catalog, remote or Remote(None, algo), src, out.problems)
+    if not given.values and not catalog and not served and _none_here(paths):
+        out.values, unknown = [None] * len(paths), list(paths)   # planned away from the data: nothing to read
+        paths = ()
     for path in paths:
         value = given.values.get(path)
         if value is None and catalog:
@@ -85,10 +88,18 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
     return out
 
 
+def _none_here(paths: Sequence[str]) -> bool:
+    """No input is a URL and no input's directory exists here (a plan made away from the data):
+    one stat per directory, at C speed over 10^5-10^6 paths."""
+    heads = {p[:p.rfind("/") + 1] for p in paths}
+    return not any("://" in h and is_url(h) for h in heads) and not any(
+        os.path.isdir(parent_dir(h)) for h in heads)
+
+
 def _served(paths: Sequence[str], given: Dict[str, str], catalog: Dict[str, str], remote: Remote,
             src: Located, problems: List[Problem]) -> Dict[str, str]:
     """Checksums of the URL inputs neither the spec nor the catalog gives, from their servers."""
-    urls = [p for p in paths if is_url(p) and p not in given and p not in catalog]
+    urls = [p for p in paths if "://" in p and is_url(p) and p not in given and p not in catalog]
     if not urls:
         return {}
     try:

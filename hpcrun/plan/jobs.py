@@ -36,7 +36,8 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
         outputs = [namer(i.stem, i.path.rpartition("/")[2]) for i in items]
     sized = buffer.writer is not None    # jobs without a buffer need no sizing (10^5 calls saved)
     if per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
-        jobs = [Job(index, f"{name}.{index + 1:0{width}d}", (i,), (out,), fixed, None, None, (value,))
+        named = name.replace("%", "%%") + f".%0{width}d"   # the f-string below, without its per-call format spec
+        jobs = [Job(index, named % (index + 1), (i,), (out,), fixed, None, None, (value,))
                 for index, (i, out, value) in enumerate(zip(items, outputs, sums.values))]
     for index, start in enumerate(range(0, len(items) if not jobs else 0, per)):
         group = tuple(items[start:start + per])

@@ -21,7 +21,7 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
 
     A campaign's inputs are all paths or all URLs: staged URLs land in one directory the job
     reads them from, which local paths would then be looked for in too."""
-    urls = [p for p in paths if is_url(p)]
+    urls = [p for p in paths if "://" in p and is_url(p)]   # the test inline first: 10^5-10^6 paths
     if not urls:
         if campaign.jobs.locality == "prefer":
             checks.spec_error(("jobs", "locality"), (

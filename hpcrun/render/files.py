@@ -62,4 +62,4 @@ def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     if plan.checksum and plan.checksum.helper and common["checksum"]:
         yield RenderedFile("bin/hpcrun-checksum.py",
                            env.get_template("hpcrun-checksum.py.j2").render(common), True)
-    yield RenderedFile("tasks.tsv", "", chunks=tasks_chunks(plan))
+    yield RenderedFile("tasks.tsv", "", chunks=tasks_chunks(plan), digest=False)

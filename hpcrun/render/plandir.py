@@ -134,21 +134,24 @@ def _write_files(plan: Plan, plan_dir: str, tmp: Path) -> Tuple[List[RenderedFil
             if sub and sub not in made:
                 os.makedirs(os.path.join(tmp, sub), exist_ok=True)
                 made.add(sub)
-            digests[f.path] = _write_one(os.path.join(tmp, f.path), f)
+            digest = _write_one(os.path.join(tmp, f.path), f)
+            if digest is not None:
+                digests[f.path] = digest
             files.append(RenderedFile(f.path, "", f.executable))
 
 
-def _write_one(path: str, f: RenderedFile) -> str:
-    """Write one rendered file (whole or in its chunks); its sha256."""
-    digest = hashlib.sha256()
+def _write_one(path: str, f: RenderedFile) -> Optional[str]:
+    """Write one rendered file (whole or in its chunks); its sha256 when the manifest needs it."""
+    digest = hashlib.sha256() if f.digest else None
     with open(path, "wb") as out:
         for piece in ((f.text,) if f.chunks is None else f.chunks):
             raw = piece.encode("utf-8")
-            digest.update(raw)
+            if digest is not None:
+                digest.update(raw)
             out.write(raw)
         if f.executable:
             os.fchmod(out.fileno(), 0o755)
-    return digest.hexdigest()
+    return None if digest is None else digest.hexdigest()
 
 
 def _swap_in(out_dir: Path, tmp: Path, old: Path) -> None:

@@ -32,6 +32,7 @@ class RenderedFile:
     text: str
     executable: bool = False
     chunks: Optional[Iterator[str]] = None   # the text in pieces instead (a long table: flat memory)
+    digest: bool = True    # the manifest records its sha256 (tasks.tsv: not needed, 10^5 lines not hashed)
 
 
 def environment(search: Iterable[Path]) -> jinja2.Environment:
