@@ -321,7 +321,7 @@ def job_script(plan_dir: PathLike, job: str) -> str:
     from hpcrun.operate.headers import job_script as find
     from hpcrun.operate.plandir import read_manifest
     path = Path(os.path.abspath(plan_dir))
-    return find(path, read_manifest(path, jobs=False), job)[2]
+    return find(path, read_manifest(path, jobs=False), job)
 
 
 def submit(plan_dir: PathLike, *, dry_run: bool = False, limit: Optional[int] = None, db: Optional[str] = None,

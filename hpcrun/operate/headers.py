@@ -65,26 +65,22 @@ class HeaderBook:
         index, name, comments, bb_lines = self.row(job_index)
         return template.fill(index, name, comments, bb_lines)
 
-    def name(self, job_index: int) -> str:
-        return self.row(job_index)[1]
-
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def job_script(plan_dir: Path, manifest: Dict[str, Any], word: str) -> Tuple[int, str, str]:
-    """(plan job, where its script is, its text) for ``hpcrun plan show``: JOB is a plan job's name
-    (``camp.00042``), its number (``42``) or its script's name (``job00042``)."""
+def job_script(plan_dir: Path, manifest: Dict[str, Any], word: str) -> str:
+    """The script of one job for ``hpcrun plan show``: JOB is a plan job's name (``camp.00042``), its
+    number (``42``) or its script's name (``job00042``)."""
     index = _job_index(manifest, word)
     for s in manifest["scripts"]:
         first, last = s["jobs"]
         if first <= index <= last:
             if s.get("headers"):
-                return index, f"{s['path']} + {s['headers']} (rendered at submission)", HeaderBook(
-                    plan_dir, s["path"], s["headers"]).text(index)
+                return HeaderBook(plan_dir, s["path"], s["headers"]).text(index)
             try:
-                return index, s["path"], (plan_dir / s["path"]).read_text(encoding="utf-8")
+                return (plan_dir / s["path"]).read_text(encoding="utf-8")
             except OSError as exc:
                 raise InputError([Problem(str(plan_dir / s["path"]), None, "", f"cannot be read: {exc}")]) from None
     raise InputError([Problem(str(plan_dir / "manifest.json"), None, "", f"has no script for job {index + 1}")])

@@ -28,32 +28,37 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
     js = campaign.jobs
     sizing = Sizing()
     width = name_width(len(items))
-    jobs: List[Job] = []
     per, pattern, name = js.files_per_job, campaign.outputs.pattern, campaign.name
     fixed = None if js.chains_per_node == "auto" else int(js.chains_per_node)
     namer = ph.output_namer(pattern)
     if outputs is None or len(outputs) != len(items):
         outputs = [namer(i.stem, i.path.rpartition("/")[2]) for i in items]
     sized = buffer.writer is not None    # jobs without a buffer need no sizing (10^5 calls saved)
+    named = name.replace("%", "%%") + f".%0{width}d"   # camp.00042, without a per-job format spec
     if per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
-        named = name.replace("%", "%%") + f".%0{width}d"   # the f-string below, without its per-call format spec
         jobs = [Job(index, named % (index + 1), (i,), (out,), fixed, None, None, (value,))
                 for index, (i, out, value) in enumerate(zip(items, outputs, sums.values))]
-    for index, start in enumerate(range(0, len(items) if not jobs else 0, per)):
-        group = tuple(items[start:start + per])
-        in_bytes = sum(i.size for i in group)
-        if fixed is None:
-            assert js.bytes_per_chain
-            chains = max(1, min(cpus, math.ceil(in_bytes / js.bytes_per_chain)))
-        else:
-            chains = fixed
-        needed, capacity = sizing.size(buffer, campaign, index, in_bytes) if sized else (None, None)
-        jobs.append(Job(index, f"{name}.{index + 1:0{width}d}", group, tuple(outputs[start:start + per]), chains,
-                        needed, capacity, tuple(sums.values[start:start + per])))
+    else:
+        jobs = [_job(campaign, sizing, buffer, cpus, fixed, index, named % (index + 1),
+                     tuple(items[start:start + per]), tuple(outputs[start:start + per]),
+                     tuple(sums.values[start:start + per]))
+                for index, start in enumerate(range(0, len(items), per))]
     sizing.report(buffer, checks, notes)
     if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
         notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")
     return jobs
+
+
+def _job(campaign: Campaign, sizing: Sizing, buffer: BufferChoice, cpus: int, fixed: Optional[int], index: int,
+         name: str, group: Tuple[InputItem, ...], outputs: Tuple[str, ...], sums: Tuple[Optional[str], ...]) -> Job:
+    """One job of several inputs, or with chains from its bytes, or with a buffer to size."""
+    in_bytes = sum(i.size for i in group)
+    chains = fixed
+    if chains is None:
+        assert campaign.jobs.bytes_per_chain
+        chains = max(1, min(cpus, math.ceil(in_bytes / campaign.jobs.bytes_per_chain)))
+    needed, capacity = sizing.size(buffer, campaign, index, in_bytes) if buffer.writer is not None else (None, None)
+    return Job(index, name, group, outputs, chains, needed, capacity, sums)
 
 
 def data_dirs(campaign: Campaign, buffer: BufferChoice) -> Tuple[str, str, str, str]:
