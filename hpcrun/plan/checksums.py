@@ -21,7 +21,7 @@ from hpcrun.errors import Problem, dotted
 from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.yamlsrc import Located
-from hpcrun.plan.inputs import parent_dir, read_listed
+from hpcrun.plan.inputs import parent_dir, parent_dirs, read_listed
 from hpcrun.plan.remote import Remote, is_url
 
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
@@ -90,10 +90,8 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
 
 def _none_here(paths: Sequence[str]) -> bool:
     """No input is a URL and no input's directory exists here (a plan made away from the data):
-    one stat per directory, at C speed over 10^5-10^6 paths."""
-    heads = {p[:p.rfind("/") + 1] for p in paths}
-    return not any("://" in h and is_url(h) for h in heads) and not any(
-        os.path.isdir(parent_dir(h)) for h in heads)
+    one stat per directory."""
+    return not any("://" in p and is_url(p) for p in paths) and not any(map(os.path.isdir, parent_dirs(paths)))
 
 
 def _served(paths: Sequence[str], given: Dict[str, str], catalog: Dict[str, str], remote: Remote,

@@ -10,7 +10,7 @@ from hpcrun.backends.container import Bind, Runtime
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
-from hpcrun.plan.inputs import InputItem, parent_dir
+from hpcrun.plan.inputs import InputItem, parent_dirs
 from hpcrun.plan.remote import is_url
 from hpcrun.plan.values import ContainerPlan, DatabasePlan
 from hpcrun.shell import quote
@@ -114,9 +114,7 @@ def binds_of(campaign: Campaign, profile: SiteProfile, items: Sequence[InputItem
 
 def _input_binds(campaign: Campaign, items: Sequence[InputItem]) -> List[Bind]:
     # URLs are read over the network (streamed) or copied into a bound directory (staged)
-    # a path's parent depends on its text up to the last "/" only: those first (few), then each once
-    heads = {p[:p.rfind("/") + 1] for p in [i.path for i in items] if not ("://" in p and is_url(p))}
-    parents = sorted({parent_dir(h) for h in heads})
+    parents = sorted(parent_dirs([i.path for i in items]))
     if len(parents) > 20:
         parents = [os.path.commonpath(parents)]
     inputs_key = next(k for k in ("glob", "files", "list_file") if getattr(campaign.inputs, k))

@@ -7,7 +7,7 @@ import os
 import re
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from hpcrun.backends.storage import StorageError, url_problem
 from hpcrun.errors import InputError, Problem
@@ -30,6 +30,13 @@ def parent_dir(path: str) -> str:
     """``os.path.dirname`` of a str path, inline: called per input (10^5-10^6 times per plan)."""
     head = path[:path.rfind("/") + 1]
     return head.rstrip("/") if head and head != "/" * len(head) else head
+
+
+def parent_dirs(paths: Iterable[str]) -> Set[str]:
+    """The distinct parents of these paths (URLs left out): a parent follows from a path's text up
+    to its last "/" alone, so the few distinct ones are found first, then each is made once."""
+    heads = {p[:p.rfind("/") + 1] for p in paths if not ("://" in p and is_url(p))}
+    return {parent_dir(h) for h in heads}
 
 
 def stem_of(path: str) -> str:
