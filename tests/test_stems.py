@@ -158,3 +158,66 @@ def test_parent_dir_is_os_path_dirname():
     for path in ["/a/b", "/a", "/", "//", "//a", "a//b", "/a//b", "a", "", "/a/b/", "///a/b", "a/", "x//",
                  "/d/ünï/€.daq", "/a\nb/c"]:
         assert parent_dir(path) == posixpath.dirname(path), path
+
+
+@pytest.mark.parametrize("text", [
+    "# PATH SIZE EVENTS\n/d/a.daq 1GB 10\n\n   # indented comment\n/d/b.daq 2GB 20\n/e/c.raw 1.5GB 7\n",
+    "/d/a.daq 1GB\n/d/b.daq 5MB\n",                                                   # sizes only
+    "root://xrd.example.org//store/a.daq 1GB 5\nroot://xrd.example.org//store/b.daq 1GB 6\n",   # URLs
+    "/d/a.daq 1GB 10\n/d/b.daq 2GB\n",                                                # widths mixed
+    "/d/ünï.daq 1GB 10\n/d/.hidden 1GB 10\n",
+])
+def test_the_quick_list_reading_gives_what_the_line_by_line_reading_gives(tmp_path, monkeypatch, text):
+    """The list read at C speed (the usual list) and line by line (any list) give the same inputs."""
+    import hpcrun.plan.inputs as inputs
+
+    (tmp_path / "l.txt").write_text(text)
+    spec = _spec(tmp_path, {"list_file": "l.txt", "events": 99})
+    quick = [(i.path, i.size, i.events, i.stem) for j in load_plan(spec).jobs for i in j.inputs]
+    monkeypatch.setattr(inputs, "_quick_list", lambda lines, spec: None)
+    slow = [(i.path, i.size, i.events, i.stem) for j in load_plan(spec).jobs for i in j.inputs]
+    assert quick == slow and len(quick) == text.count(".daq") + text.count(".raw") + text.count(".hidden")
+
+
+@pytest.mark.parametrize("text", ["/d/a.daq 1GB 10\nrelative/b.daq 1GB 10\n", "/d/a.daq 1GB 10\n/d/a.daq 1GB 10\n",
+                                  "/d/a.daq 1XB 10\n", "/d/a.daq 1GB ten\n", "/d/a.daq 1GB 1 2\n",
+                                  "root://bad host//a 1GB 1\n"])
+def test_a_list_the_quick_reading_cannot_take_goes_line_by_line(tmp_path, text):
+    """Anything unusual (a relative path, a path twice, a bad size or count, a bad URL) is left to the
+    reading line by line, which says which line is wrong."""
+    from hpcrun.plan.inputs import _quick_list
+
+    (tmp_path / "l.txt").write_text(text)
+    assert _quick_list(text.splitlines(), _inputs_spec()) is None
+    with pytest.raises(InputError):
+        load_plan(_spec(tmp_path, {"list_file": "l.txt"}))
+
+
+def _inputs_spec():
+    from hpcrun.model.spec import InputsSpec
+    return InputsSpec(list_file="l.txt")
+
+
+@pytest.mark.parametrize("pattern, per_job, stage", [("{stem}.out", 1, False), ("{name}.out", 1, False),
+                                                       ("x_{stem}_{name}", 3, True), ("{stem}.out", 3, True)])
+def test_output_names_at_c_speed_are_the_loops_and_clashes_still_go_to_the_loop(pattern, per_job, stage):
+    """The bulk output names equal the loop's; a clash (same output, same file name staged in one job)
+    is left to the loop, which names the inputs."""
+    from hpcrun.plan import checks
+    from hpcrun.plan.inputs import InputItem
+
+    items = [InputItem(f"/d/r{k}/f{k % 4 if '{name}' == pattern[:6] else k}.daq", 1, None, f"r{k}_f")
+             for k in range(12)]
+    loop_said: list = []
+    bulk = checks._unique_outputs(pattern, items, stage and per_job > 1)
+    if "{stem}" in pattern:
+        assert bulk == [checks.ph.output_namer(pattern)(i.stem, i.path.rpartition("/")[2]) for i in items]
+    else:   # names repeat (f0.daq ... f3.daq): a clash, found and told by the loop
+        assert bulk is None
+        assert checks.check_output_names(pattern, items, per_job, stage, lambda k, m: loop_said.append(m)) is None
+        assert "would share the output name" in loop_said[0]
+    same_name = [InputItem(f"/d/r{k}/f.daq", 1, None, f"r{k}") for k in range(6)]
+    assert (checks._unique_outputs("{stem}.out", same_name, True) is None) and checks._unique_outputs(
+        "{stem}.out", same_name, False) is not None
+    assert checks.check_output_names("{stem}.out", same_name, 3, True, lambda k, m: loop_said.append(m)) is None
+    assert "chain parts" in loop_said[-1]

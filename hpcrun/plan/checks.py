@@ -114,7 +114,7 @@ def check_table_values(items: Sequence[InputItem], inputs_key: str, spec_error: 
                 return
 
 
-def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]], stage_inputs: bool,
+def check_output_names(pattern: str, items: Sequence[InputItem], per_job: int, stage_inputs: bool,
                        spec_error: Report) -> Optional[List[str]]:
     """Every input of the campaign gets its own output name, and every input of a job its own
     chain parts (``<stem>.part<k>``) and staged copy (``in/<file name>``): two inputs sharing
@@ -133,9 +133,12 @@ def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]],
     if sample in ("", ".", ".."):
         spec_error(("outputs", "pattern"), f"'{pattern}' is not a usable file name.")
         return None
+    quick = _unique_outputs(pattern, items, stage_inputs and per_job > 1)
+    if quick is not None:
+        return quick
     seen: Dict[str, str] = {}
     namer = ph.output_namer(pattern)
-    for group in jobs_inputs:
+    for group in (items[s:s + per_job] for s in range(0, len(items), per_job)):
         # within one job, chain parts (by stem) and staged copies (by name) must differ too
         stems: Dict[str, str] = {}
         names: Dict[str, str] = {}
@@ -159,3 +162,17 @@ def check_output_names(pattern: str, jobs_inputs: Sequence[Sequence[InputItem]],
             if several:
                 stems[item.stem] = names[name] = item.path
     return list(seen)   # in insertion order: input by input
+
+
+def _unique_outputs(pattern: str, items: Sequence[InputItem], names_apart: bool) -> Optional[List[str]]:
+    """The output names at C speed when nothing can clash (the usual, 10^5-10^6 inputs): names unique
+    and usable, stems unique (so chain parts differ within a job), and file names unique where a job's
+    inputs are staged side by side. None sends the loop above to find and name what clashes."""
+    stems = [i.stem for i in items]
+    names = [i.path.rpartition("/")[2] for i in items] if names_apart or "name" in ph.used([pattern]) else stems
+    outs = list(map(ph.output_namer(pattern), stems, names))
+    distinct = set(outs)
+    if (len(distinct) != len(outs) or distinct & {"", ".", ".."} or _CONTROL.search("".join(outs))
+            or len(set(stems)) != len(stems) or (names_apart and len(set(names)) != len(names))):
+        return None
+    return outs

@@ -91,7 +91,8 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
 def _none_here(paths: Sequence[str]) -> bool:
     """No input is a URL and no input's directory exists here (a plan made away from the data):
     one stat per directory."""
-    return not any("://" in p and is_url(p) for p in paths) and not any(map(os.path.isdir, parent_dirs(paths)))
+    urls = "://" in "".join(paths) and any("://" in p and is_url(p) for p in paths)
+    return not urls and not any(map(os.path.isdir, parent_dirs(paths)))
 
 
 def _served(paths: Sequence[str], given: Dict[str, str], catalog: Dict[str, str], remote: Remote,

@@ -62,9 +62,8 @@ def check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Checks
         checks.spec_error(("outputs", "pattern"), "the output name pattern cannot contain '/'.")
     else:
         stage_inputs = bool(campaign.burst_buffer and campaign.burst_buffer.stage_inputs)
-        per = campaign.jobs.files_per_job
-        groups = [items[s:s + per] for s in range(0, len(items), per)]
-        return carried.check_output_names(campaign.outputs.pattern, groups, stage_inputs, checks.spec_error)
+        return carried.check_output_names(campaign.outputs.pattern, items, campaign.jobs.files_per_job,
+                                          stage_inputs, checks.spec_error)
     return None
 
 

@@ -6,6 +6,8 @@ import glob as globmod
 import os
 import re
 from functools import partial
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
@@ -116,12 +118,13 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
                                     f"the pattern '{spec.glob}' matches no file"))
         raw.extend((m, None, None, ("inputs", "glob")) for m in matches)
     if spec.list_file:
-        raw.extend(_read_list(spec.list_file, src, spec_dir, problems))
+        file, lines = _list_lines(spec.list_file, src, spec_dir, problems)
+        quick = None if raw or lines is None else _quick_list(lines, spec)
+        if quick is not None:
+            return quick
+        raw.extend(_read_list(file, lines or [], problems))
     if problems:   # a list file that cannot be read as a list: say so before looking at 10^5 paths
         raise InputError(problems)
-    quick = _all_listed(raw, spec)
-    if quick is not None:
-        return quick
     sized, wheres, asked = _sized(raw, spec, src, problems)
     if asked and not problems:
         _ask_sizes(sized, asked, spec, src, remote or Remote(None, spec.checksum), problems)
@@ -134,22 +137,47 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
     return items
 
 
-def _all_listed(raw: Sequence[Tuple[str, Optional[int], Optional[int], Where]],
-                spec: InputsSpec) -> Optional[List[InputItem]]:
-    """The inputs at C speed when nothing can be wrong with them (the usual list of 10^5-10^6 lines:
-    every size given, each path once, no control character, unique stems); else None, and the
-    checks below find and report what is."""
-    if not raw or any([r[1] is None for r in raw]):
+def _quick_list(lines: List[str], spec: InputsSpec) -> Optional[List[InputItem]]:
+    """The inputs of a list file at C speed when nothing can be wrong with them (the usual list of
+    10^5-10^6 lines ``PATH SIZE [EVENTS]``: every size given, each path once, unique stems); else None,
+    and the reading line by line (``_read_list``) finds and reports what is."""
+    rows = [r for r in map(str.split, lines) if r and r[0][0] != "#"]
+    widths = set(map(len, rows))
+    if not rows or not (widths == {2} or widths == {3}):
         return None
-    paths = [r[0] for r in raw]
-    if len(set(paths)) != len(paths) or _TABLE_BREAKERS.search("".join(paths)):
+    paths = list(map(itemgetter(0), rows))
+    joined = "\n" + "\n".join(paths)
+    if "\0" in joined or ((joined.count("\n/") != len(paths) or "://" in joined) and not _places_fine(paths)):
         return None
+    if len(set(paths)) != len(paths):
+        return None
+    size_texts = list(map(itemgetter(1), rows))
+    try:
+        known = {text: parse_size(text) for text in set(size_texts)}
+    except UnitError:
+        return None
+    if widths == {3}:
+        event_texts = list(map(itemgetter(2), rows))
+        counts = set(event_texts)
+        if not all(map(str.isdigit, counts)):
+            return None
+        events: Iterable[Optional[int]] = map({text: int(text) for text in counts}.__getitem__, event_texts)
+    else:
+        events = repeat(spec.events, len(paths))
     stems = stems_of(paths, spec.stem)
     if len(set(stems)) != len(stems) or not all(stems):
         return None
-    events = spec.events
-    return [InputItem(p, s or 0, e if e is not None else events, stem)   # s is given (checked above)
-            for (p, s, e, _w), stem in zip(raw, stems)]
+    new = partial(tuple.__new__, InputItem)   # InputItem(...) without its Python-level __new__
+    return list(map(new, zip(paths, map(known.__getitem__, size_texts), events, stems)))
+
+
+def _places_fine(paths: Sequence[str]) -> bool:
+    """Every path absolute or a well-formed URL (the few lists that hold URLs or a bad line)."""
+    for p in paths:
+        url = "://" in p and is_url(p)
+        if (url and url_problem(p)) or not (url or p.startswith("/")):
+            return False
+    return True
 
 
 def _sized(raw: Sequence[Tuple[str, Optional[int], Optional[int], Where]], spec: InputsSpec, src: Located,
@@ -252,14 +280,16 @@ def _ask_sizes(items: List[_Sized], asked: List[Tuple[int, Where]], spec: Inputs
         items[i] = _Sized(item.path, size, item.events)
 
 
-def _read_list(name: str, src: Located, spec_dir: Path, problems: List[Problem]):
+def _list_lines(name: str, src: Located, spec_dir: Path,
+                problems: List[Problem]) -> Tuple[str, Optional[List[str]]]:
+    """The list file's path and lines (None after a problem saying why it cannot be read)."""
+    path = Path(name) if os.path.isabs(name) else spec_dir / name
+    return str(path), read_listed(path, "list file", src, "inputs.list_file", problems)
+
+
+def _read_list(file: str, lines: List[str], problems: List[Problem]):
     """(path, size, events, its line) of each list line; a bad line is a problem at the list file's line.
     10^5 lines in well under a second: sizes repeat (parsed once each), the file name is made once."""
-    path = Path(name) if os.path.isabs(name) else spec_dir / name
-    lines = read_listed(path, "list file", src, "inputs.list_file", problems)
-    if lines is None:
-        return []
-    file = str(path)
     sizes: Dict[str, int] = {}
     counts: Dict[str, int] = {}   # event counts repeat too
     new_line = partial(tuple.__new__, ListLine)   # ListLine(file, n) without its Python-level __new__

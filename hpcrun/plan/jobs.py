@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from functools import partial
+from itertools import repeat
 from typing import List, Optional, Sequence, Tuple
 
 from hpcrun.model.site import SiteProfile
@@ -36,8 +38,10 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
     sized = buffer.writer is not None    # jobs without a buffer need no sizing (10^5 calls saved)
     named = name.replace("%", "%%") + f".%0{width}d"   # camp.00042, without a per-job format spec
     if per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
-        jobs = [Job(index, named % (index + 1), (i,), (out,), fixed, None, None, (value,))
-                for index, (i, out, value) in enumerate(zip(items, outputs, sums.values))]
+        n = len(items)   # the jobs made at C speed: zip of one iterable gives the one-element tuples
+        jobs = list(map(partial(tuple.__new__, Job), zip(
+            range(n), map(named.__mod__, range(1, n + 1)), zip(items), zip(outputs), repeat(fixed),
+            repeat(None), repeat(None), zip(sums.values))))
     else:
         jobs = [_job(campaign, sizing, buffer, cpus, fixed, index, named % (index + 1),
                      tuple(items[start:start + per]), tuple(outputs[start:start + per]),
