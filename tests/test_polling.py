@@ -36,3 +36,33 @@ def test_watch_sleeps_politely(monkeypatch, tmp_path):
     sleeps = []
     track.watch(tmp_path, interval=2, sleep=sleeps.append)
     assert sleeps == [4, 8, 2, 4]
+
+
+def test_qa_files_of_many_ended_jobs_are_found_through_one_listing_of_the_run_directory(tmp_path, monkeypatch):
+    """Above LIST_RUN_DIR_ABOVE ended jobs, run/ is listed once and only the jobs with a directory
+    are opened; the rows found are those found by opening every job's file."""
+    import datetime as dt
+
+    from hpcrun.operate import qa_rows
+    from hpcrun.store.records import ActiveSubmission
+
+    when = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    ended = [(ActiveSubmission(k, "100", k, "RUNNING", when, k, f"camp.{k:05d}"), f"{200 + k}") for k in range(12)]
+    for a, raw in ended[::3]:   # a third of the jobs ran and wrote QA; the others never started
+        (tmp_path / a.job_name / raw).mkdir(parents=True)
+        (tmp_path / a.job_name / raw / "qa.tsv").write_text(f"s{a.id}\t10\t10\tpass\ts{a.id}.out\t/d/s{a.id}.daq\n")
+    (tmp_path / ended[1][0].job_name).mkdir()   # a directory without a QA file
+
+    def job_dir(a, raw):
+        return f"{tmp_path}/{a.job_name}/{raw}"
+    opened = []
+    real_read = qa_rows.read_or_empty
+    monkeypatch.setattr(qa_rows, "read_or_empty", lambda path: opened.append(path) or real_read(path))
+    direct = qa_rows._qa_texts(str(tmp_path), job_dir, ended)
+    assert len(opened) == 12
+    opened.clear()
+    monkeypatch.setattr(qa_rows, "LIST_RUN_DIR_ABOVE", 5)
+    listed = qa_rows._qa_texts(str(tmp_path), job_dir, ended)
+    assert listed == direct and [a.id for a, _ in listed] == [0, 3, 6, 9]
+    assert len(opened) == 5   # the four that ran and the one with an empty directory
+    assert qa_rows._qa_texts(str(tmp_path / "none"), job_dir, ended) == []   # no run/ yet: nothing ran

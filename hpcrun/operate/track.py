@@ -38,7 +38,8 @@ from hpcrun.operate.plandir import (
     poll_interval,
     read_manifest,
 )
-from hpcrun.plan.inputs import stem_of
+from hpcrun.operate.qa_rows import qa_outcomes
+from hpcrun.operate.qa_rows import read_or_empty as _read
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.mounts import INPUT_STATES
 from hpcrun.store.records import (
@@ -107,14 +108,6 @@ class StatusReport:
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
                 "exports": self.exports, "jobs": [j.as_dict() for j in self.jobs]}
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def _fmt_elapsed(seconds: Optional[float]) -> str:
@@ -286,26 +279,8 @@ class Poller:
         return change, (rec.raw_id if rec.state in TERMINAL and a.last_state not in TERMINAL else None)
 
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
-        """QA rows the finished jobs wrote (run/<job>/<id>/qa.tsv: stem, events in, events out, verdict,
-        output name, input: the input is how a row finds its input, as stems may come from the path)."""
-        if not ended:
-            return []
-        inputs = self.store.submission_inputs([a.id for a, _ in ended])
-        results = []
-        for a, raw in ended:
-            by_path = {path: iid for iid, path in inputs.get(a.id, [])}
-            by_stem = {stem_of(path): iid for iid, path in inputs.get(a.id, [])}   # records without the input
-            for line in _read(self._job_dir(a, raw) + "/qa.tsv").splitlines() if raw else []:
-                parts = line.split("\t")
-                iid = by_path.get(parts[5]) if len(parts) == 6 else by_stem.get(parts[0])
-                if len(parts) not in (4, 5, 6) or iid is None:
-                    continue
-                stem, ev_in, ev_out, verdict = parts[:4]
-                output = parts[4] if len(parts) >= 5 else stem
-                results.append(QaResult(iid, output, verdict == "pass",
-                                        int(ev_in) if ev_in.isdigit() else None,
-                                        int(ev_out) if ev_out.isdigit() else None, a.id))
-        return results
+        """QA rows the finished jobs wrote (see :mod:`hpcrun.operate.qa_rows`)."""
+        return qa_outcomes(self.store, self.run_dir, self._job_dir, ended)
 
 
 def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[FinalizeRecord]:

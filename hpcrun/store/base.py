@@ -67,13 +67,11 @@ def _failure_reason(state: str, exit_code: Optional[int], signal: Optional[int],
     return text
 
 
-def _all_null(table: Any, key: str, rows: List[Dict[str, Any]]) -> bool:
-    """A column no row gives a value, which the insert may leave out (NULL is what it gets anyway:
-    the column has no default of its own). Fewer columns bound is less work per row at 10^5 rows."""
-    column = table.c[key]
+def _all_null(column: Any, values: List[Any]) -> bool:
+    """No row gives this column a value, and the column has no default of its own."""
     if column.default is not None or column.server_default is not None or column.primary_key:
         return False
-    return [r[key] for r in rows].count(None) == len(rows)
+    return values.count(None) == len(values)
 
 
 class StoreBase:
@@ -132,25 +130,32 @@ class StoreBase:
 
     @staticmethod
     def _insert_many(conn: Connection, table: Any, rows: List[Dict[str, Any]]) -> None:
-        """Insert many rows through the driver's own executemany, after binding each value once.
+        """Insert many rows (dicts of one shape) through the driver's own executemany."""
+        StoreBase._insert_columns(conn, table, {k: [r[k] for r in rows] for k in rows[0]})
+
+    @staticmethod
+    def _insert_columns(conn: Connection, table: Any, columns: Dict[str, List[Any]]) -> None:
+        """Insert rows given column by column through the driver's own executemany, after binding each
+        value once.
 
         SQLAlchemy's executemany processes every parameter of every row in Python; a status
         poll of a large campaign inserts 100k observations at once, where that costs seconds.
         The statement is still compiled by SQLAlchemy for the dialect (placeholders, quoting).
+        A column no row fills is left out (a start has no exit code): NULL is what it gets anyway.
         """
-        keys = [k for k in rows[0] if not _all_null(table, k, rows)]   # a start has no exit code ...
+        keys = [k for k, values in columns.items() if not _all_null(table.c[k], values)]
         compiled = insert(table).values({k: bindparam(k) for k in keys}).compile(dialect=conn.dialect)
         order = list(compiled.positiontup or keys)
-        columns = []
+        bound = []
         for k in order:  # column by column; a value repeated down a column (a timestamp) is bound once
-            values = [r[k] for r in rows]
+            values = columns[k]
             convert = table.c[k].type.bind_processor(conn.dialect)
             if convert is not None:
                 memo: Dict[Any, Any] = {}
                 values = [v if v is None else memo[v] if v in memo else memo.setdefault(v, convert(v))
                           for v in values]
-            columns.append(values)
-        params: Any = list(zip(*columns))
+            bound.append(values)
+        params: Any = list(zip(*bound))
         if compiled.positiontup is None:  # named paramstyle (pyformat: psycopg)
             params = [dict(zip(order, p)) for p in params]
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]

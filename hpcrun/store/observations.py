@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from operator import attrgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sqlalchemy import func, insert, select, text, type_coerce, update
@@ -19,6 +20,8 @@ from hpcrun.store.records import (
     StateChangeRecord,
 )
 
+_OBSERVED = ("submission_id", "exit_code", "signal", "node", "elapsed_s", "cpu_s", "max_rss_bytes", "reason",
+             "alloc_cpus", "started_at", "ended_at", "req_mem_bytes")   # taken as observed; the state normalized
 _ID_CHUNK = 20000   # ids written into one IN (...) list as literals (they are our own integers)
 
 
@@ -118,7 +121,9 @@ class Observations(StoreBase):
             if missing:
                 raise StateStoreError(f"{self.location}: campaign {campaign_id} has no submission with id "
                                       f"{missing[:10]}{' ...' if len(missing) > 10 else ''}")
-            rows: List[Dict[str, Any]] = []
+            kept: List[NewStateChange] = []   # the transitions among the changes offered
+            states: List[str] = []
+            stamps: List[dt.datetime] = []
             latest: Dict[int, Tuple[str, dt.datetime]] = {}
             inputs_to: Dict[int, Tuple[str, Optional[str]]] = {}
             for c in changes:
@@ -127,19 +132,18 @@ class Observations(StoreBase):
                     continue
                 last[c.submission_id] = state
                 at = c.observed_at or now
-                rows.append({"submission_id": c.submission_id, "observed_at": at, "slurm_state": state,
-                             "exit_code": c.exit_code, "signal": c.signal, "node": c.node, "elapsed_s": c.elapsed_s,
-                             "cpu_s": c.cpu_s, "max_rss_bytes": c.max_rss_bytes, "reason": c.reason,
-                             "alloc_cpus": c.alloc_cpus, "started_at": c.started_at, "ended_at": c.ended_at,
-                             "req_mem_bytes": c.req_mem_bytes})
+                kept.append(c)
+                states.append(state)
+                stamps.append(at)
                 latest[c.submission_id] = (state, at)
                 target = INPUT_STATE_OF.get(state)
                 if target is not None:
                     why = _failure_reason(state, c.exit_code, c.signal, c.reason) if target == "failed" else None
                     inputs_to[c.submission_id] = (target, why)
-            if not rows:
+            if not kept:
                 return 0
-            self._insert_many(conn, sc, rows)
+            columns = {name: list(map(attrgetter(name), kept)) for name in _OBSERVED}   # column by column
+            self._insert_columns(conn, sc, {**columns, "observed_at": stamps, "slurm_state": states})
             # one statement per (state, time) seen, not per row: a poll gives few distinct pairs
             by_state: Dict[Tuple[str, dt.datetime], List[int]] = {}
             for sid, state_at in latest.items():
@@ -157,7 +161,7 @@ class Observations(StoreBase):
                 follow = update(t).where(t.c.state != "pending", t.c.state != "parked").values(**values)
                 for chunk in _id_chunks(sids):
                     conn.execute(follow.where(_id_in(t.c.last_submission_id, chunk)))
-        return len(rows)
+        return len(kept)
 
     @staticmethod
     def _raw_rows(conn: Any, query: Any) -> List[Any]:
