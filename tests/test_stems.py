@@ -181,10 +181,11 @@ def test_the_quick_list_reading_gives_what_the_line_by_line_reading_gives(tmp_pa
 
 @pytest.mark.parametrize("text", ["/d/a.daq 1GB 10\nrelative/b.daq 1GB 10\n", "/d/a.daq 1GB 10\n/d/a.daq 1GB 10\n",
                                   "/d/a.daq 1XB 10\n", "/d/a.daq 1GB ten\n", "/d/a.daq 1GB 1 2\n",
-                                  "root://bad host//a 1GB 1\n"])
+                                  "root://bad host//a 1GB 1\n", "/d/a.daq 1GB \u00b2\n"])
 def test_a_list_the_quick_reading_cannot_take_goes_line_by_line(tmp_path, text):
     """Anything unusual (a relative path, a path twice, a bad size or count, a bad URL) is left to the
-    reading line by line, which says which line is wrong."""
+    reading line by line, which says which line is wrong (a superscript digit is a digit to isdigit,
+    not to int: refused, not a traceback)."""
     from hpcrun.plan.inputs import _quick_list
 
     (tmp_path / "l.txt").write_text(text)

@@ -159,7 +159,7 @@ def _quick_list(lines: List[str], spec: InputsSpec) -> Optional[List[InputItem]]
     if widths == {3}:
         event_texts = list(map(itemgetter(2), rows))
         counts = set(event_texts)
-        if not all(map(str.isdigit, counts)):
+        if not all(map(str.isdecimal, counts)):
             return None
         events: Iterable[Optional[int]] = map({text: int(text) for text in counts}.__getitem__, event_texts)
     else:
@@ -321,7 +321,7 @@ def _read_list(file: str, lines: List[str], problems: List[Problem]):
         if len(parts) > 2:
             events = counts.get(parts[2])
             if events is None:
-                if not parts[2].isdigit():
+                if not parts[2].isdecimal():
                     problems.append(Problem(file, n, "", f"events must be a whole number, not '{parts[2]}'"))
                     continue
                 events = counts[parts[2]] = int(parts[2])
