@@ -162,6 +162,13 @@ def test_a_step_killed_for_memory_makes_a_failed_job_out_of_memory():
     assert recs["701"].state == "TIMEOUT" and recs["702"].state == "FAILED"
     assert classify(recs["700"].state, 14) == "out_of_memory"
     assert classify(recs["702"].state, 14) == "chain_killed" and classify("FAILED", 7) == "chain"
+    # a step whose name holds the separator is not a whole line: no MaxRSS from it, its OOM still counts;
+    # whole-KiB MaxRSS (read without the general parser) and other units agree
+    odd = ("703|703|t.d|FAILED|14:0|NonZeroExitCode|60|00:30.0|2|n1|2026-11-22T08:00:00|2026-11-22T08:01:00|4G|\n"
+           "703.0|703.0|a|b|OUT_OF_MEMORY|0:125||50|00:29.0|2|n1|2026-11-22T08:00:05|2026-11-22T08:00:55||4000M\n"
+           "703.1|703.1|bash|COMPLETED|0:0||50|00:29.0|2|n1|2026-11-22T08:00:05|2026-11-22T08:00:55||2048K\n")
+    recs = slurm.parse_acct(odd)
+    assert recs["703"].state == "OUT_OF_MEMORY" and recs["703"].max_rss_bytes == 2048 * 1024
 
 
 def test_parse_acct_answers_known_unchanged_jobs_with_the_shared_record():

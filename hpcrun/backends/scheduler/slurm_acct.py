@@ -99,14 +99,15 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
         dot = line.find(".", 0, bar)
         if dot >= 0:  # a step: 123.batch, 123_4.0 - only its memory (the last field) and an OOM kill matter
             owner = line[:dot]
-            if owner in same or line.count("|") != width - 1:
-                continue   # a job still as it was (its steps change nothing), or not a whole line
-            mem_text = line[line.rfind("|") + 1:]
-            # the usual MaxRSS is whole KiB (14404K): read without the general parser (3 steps a job)
-            kib = mem_text[-1:] == "K" and mem_text[:-1].isdecimal()
-            mem = int(mem_text[:-1]) << 10 if kib else parse_mem(mem_text)
-            if mem is not None and mem > rss.get(owner, -1):
-                rss[owner] = mem
+            if owner in same:
+                continue   # a job still as it was: its steps change nothing
+            if line.count("|") == width - 1:   # a whole line: its last field is the step's MaxRSS
+                mem_text = line[line.rfind("|") + 1:]
+                # the usual MaxRSS is whole KiB (14404K): read without the general parser (3 steps a job)
+                kib = mem_text[-1:] == "K" and mem_text[:-1].isdecimal()
+                mem = int(mem_text[:-1]) << 10 if kib else parse_mem(mem_text)
+                if mem is not None and mem > rss.get(owner, -1):
+                    rss[owner] = mem
             if "|OUT_OF_MEMORY" in line:
                 oom.add(owner)
             continue
