@@ -22,7 +22,7 @@ from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.inputs import parent_dir, parent_dirs, read_listed
-from hpcrun.plan.remote import Remote, is_url
+from hpcrun.plan.remote import Remote, is_url, urls_of
 
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
 
@@ -91,14 +91,13 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
 def _none_here(paths: Sequence[str]) -> bool:
     """No input is a URL and no input's directory exists here (a plan made away from the data):
     one stat per directory."""
-    urls = "://" in "".join(paths) and any("://" in p and is_url(p) for p in paths)
-    return not urls and not any(map(os.path.isdir, parent_dirs(paths)))
+    return not urls_of(paths) and not any(map(os.path.isdir, parent_dirs(paths)))
 
 
 def _served(paths: Sequence[str], given: Dict[str, str], catalog: Dict[str, str], remote: Remote,
             src: Located, problems: List[Problem]) -> Dict[str, str]:
     """Checksums of the URL inputs neither the spec nor the catalog gives, from their servers."""
-    urls = [p for p in paths if "://" in p and is_url(p) and p not in given and p not in catalog]
+    urls = [p for p in urls_of(paths) if p not in given and p not in catalog]
     if not urls:
         return {}
     try:

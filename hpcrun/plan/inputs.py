@@ -15,7 +15,7 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.textfile import LIST_MAX_BYTES, TextFileError, read_text
 from hpcrun.model.yamlsrc import Located
-from hpcrun.plan.remote import Remote, is_url
+from hpcrun.plan.remote import Remote, is_url, urls_of
 from hpcrun.units import UnitError, parse_size
 
 
@@ -36,7 +36,9 @@ def parent_dir(path: str) -> str:
 def parent_dirs(paths: Iterable[str]) -> Set[str]:
     """The distinct parents of these paths (URLs left out): a parent follows from a path's text up
     to its last "/" alone, so the few distinct ones are found first, then each is made once."""
-    heads = {p[:p.rfind("/") + 1] for p in paths if not ("://" in p and is_url(p))}
+    paths = list(paths)
+    urls = set(urls_of(paths))
+    heads = {p[:p.rfind("/") + 1] for p in paths if p not in urls}
     return {parent_dir(h) for h in heads}
 
 
@@ -179,7 +181,7 @@ def _places_fine(paths: Sequence[str]) -> bool:
         return True
     del joined
     for p in paths:
-        url = "://" in p and is_url(p)
+        url = is_url(p)
         if (url and url_problem(p)) or not (url or p.startswith("/")):
             return False
     return True
@@ -304,7 +306,7 @@ def _read_list(file: str, lines: List[str], problems: List[Problem]):
         if not parts or parts[0].startswith("#"):
             continue
         first = parts[0]
-        url = "://" in first and is_url(first)
+        url = is_url(first)
         if len(parts) > 3 or not (first.startswith("/") or url):
             problems.append(Problem(file, n, "", (
                 "each line is: ABSOLUTE_PATH-OR-URL [SIZE [EVENTS]], e.g. /data/run1.daq 5GB 2000 "

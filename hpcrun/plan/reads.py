@@ -10,7 +10,7 @@ from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.database import node_dir
-from hpcrun.plan.remote import is_url
+from hpcrun.plan.remote import is_url, urls_of
 from hpcrun.plan.values import NodeCachePlan, RemotePlan
 from hpcrun.shell import quote
 
@@ -21,7 +21,7 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
 
     A campaign's inputs are all paths or all URLs: staged URLs land in one directory the job
     reads them from, which local paths would then be looked for in too."""
-    urls = [p for p in paths if "://" in p and is_url(p)]   # the test inline first: 10^5-10^6 paths
+    urls = urls_of(paths)
     if not urls:
         if campaign.jobs.locality == "prefer":
             checks.spec_error(("jobs", "locality"), (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import fields
 from operator import attrgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -20,8 +21,8 @@ from hpcrun.store.records import (
     StateChangeRecord,
 )
 
-_OBSERVED = ("submission_id", "exit_code", "signal", "node", "elapsed_s", "cpu_s", "max_rss_bytes", "reason",
-             "alloc_cpus", "started_at", "ended_at", "req_mem_bytes")   # taken as observed; the state normalized
+# a state change's columns taken as observed (its state is normalized, its time defaults to the poll's)
+_OBSERVED = tuple(f.name for f in fields(NewStateChange) if f.name not in ("slurm_state", "observed_at"))
 _ID_CHUNK = 20000   # ids written into one IN (...) list as literals (they are our own integers)
 
 
