@@ -286,11 +286,12 @@ def validate(spec: PathLike) -> Validation:
     """Load and check SPEC against its site profile, as `hpcrun plan` does, without writing anything.
     Problems are returned, not raised (an unreadable spec too)."""
     from hpcrun.plan.load import load_plan
+    from hpcrun.plan.values import inputs_in
     try:
         p = load_plan(Path(spec))
     except InputError as exc:
         return Validation(str(spec), False, [_problem(x) for x in exc.problems])
-    return Validation(str(spec), True, [], len(p.jobs), sum(len(j.inputs) for j in p.jobs))
+    return Validation(str(spec), True, [], len(p.jobs), inputs_in(p.jobs))
 
 
 def _problem(p: Problem) -> Dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 from rich.table import Table
 
-from hpcrun.plan.values import Plan
+from hpcrun.plan.values import Plan, chains_of, inputs_in
 from hpcrun.units import format_capacity, format_duration, format_size
 
 
@@ -15,13 +15,13 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
     table = Table(title=f"hpcrun plan: {c.name} at {plan.profile.name}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    chains = sorted({j.chains_per_node for j in plan.jobs})
+    chains = sorted(chains_of(plan.jobs))
     arrays = sum(1 for s in plan.scripts if s.array)
     rows = [
         ("plan directory", out_dir),
         ("partition / QOS", f"{plan.partition_name} / {plan.qos or '-'}"),
         ("container", c.container.runtime + (f" ({c.container.image})" if c.container.image else "")),
-        ("inputs", f"{sum(len(j.inputs) for j in plan.jobs)} files, {format_size(plan.input_bytes)}"),
+        ("inputs", f"{inputs_in(plan.jobs)} files, {format_size(plan.input_bytes)}"),
         ("jobs", f"{len(plan.jobs)} in {len(plan.scripts)} script(s)" + (f", {arrays} array(s)" if arrays else "")),
         ("nodes per job", str(c.jobs.nodes)),
         ("chains per node", ", ".join(map(str, chains[:5])) + (" ..." if len(chains) > 5 else "")),

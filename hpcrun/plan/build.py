@@ -7,7 +7,7 @@ at once, pointing at the spec key (and naming the profile value it conflicts wit
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.errors import InputError
@@ -18,18 +18,20 @@ from hpcrun.plan import checks as carried
 from hpcrun.plan.buffer import choose_buffer
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.checksums import assign as assign_checksums
+from hpcrun.plan.checksums import assign_listed
 from hpcrun.plan.commands import check_outputs, commands_of
 from hpcrun.plan.container import check_runtime, container_plan
 from hpcrun.plan.database import database_and_runtime
 from hpcrun.plan.exports import export_plan
-from hpcrun.plan.inputs import expand
+from hpcrun.plan.inputs import InputItem, expand
 from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
+from hpcrun.plan.listed import Listed, expand_inputs
 from hpcrun.plan.locality import group_by_node
 from hpcrun.plan.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.remote import Remote
 from hpcrun.plan.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
-from hpcrun.plan.values import ChecksumPlan, Job, Plan
+from hpcrun.plan.values import ChecksumPlan, Job, Plan, StreamedJobs, chains_of
 from hpcrun.shell import quote
 
 
@@ -40,14 +42,20 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     spec_dir = Path(spec_src.file).resolve().parent
     site = choose_site(campaign, profile, checks)
     remote = Remote(profile, campaign.inputs.checksum)  # URL inputs: each server asked once
-    try:
-        items = expand(campaign.inputs, spec_src, spec_dir, remote)
+    items: Sequence[InputItem]
+    try:   # a large list file is scanned, not held (Listed); else read whole
+        items = expand_inputs(campaign, spec_src, spec_dir,
+                              lambda: expand(campaign.inputs, spec_src, spec_dir, remote))
     except InputError as exc:
         checks.problems.extend(exc.problems)
         items = []
     inputs_key = next(k for k in ("files", "glob", "list_file") if getattr(campaign.inputs, k))
-    carried.check_table_values(items, inputs_key, checks.spec_error)
-    sums = assign_checksums(campaign.inputs, spec_src, spec_dir, [i.path for i in items], remote=remote)
+    # a Listed's paths are local and were checked as they were read
+    paths = () if isinstance(items, Listed) else [i.path for i in items]
+    if not isinstance(items, Listed):
+        carried.check_table_values(items, inputs_key, checks.spec_error)
+    sums = assign_listed(campaign.inputs, spec_src, spec_dir, items) if isinstance(items, Listed) else \
+        assign_checksums(campaign.inputs, spec_src, spec_dir, paths, remote=remote)
     checks.problems.extend(sums.problems)
     _check_chains(campaign, site.partition.cpus, site.name, checks)
     notes: List[str] = list(sums.notes)
@@ -55,7 +63,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     helper_python = "python3" if campaign.container.runtime != "none" else profile.tools.python
     commands = commands_of(campaign, items, site, profile.name, checks, helper_python)
     outputs = check_outputs(campaign, items, checks)
-    remote_reads = remote_plan(campaign, profile, [i.path for i in items], inputs_key, checks, notes)
+    remote_reads = remote_plan(campaign, profile, paths, inputs_key, checks, notes)
     exports = export_plan(campaign, profile, checks)
     buffer = choose_buffer(campaign, profile, items, inputs_key, checks)
     db_plan, runtime = database_and_runtime(campaign, profile, checks)
@@ -80,11 +88,11 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 profile_files=tuple(profile_files), partition_name=site.name, partition=site.partition,
                 qos=site.qos, container=container,
                 bb_system=profile.burst_buffer.system if buffer.writer else None, pool=buffer.pool,
-                jobs=tuple(jobs), scripts=tuple(scripts), database=db_plan, input_dir_expr=input_dir,
+                jobs=jobs if isinstance(jobs, StreamedJobs) else tuple(jobs), scripts=tuple(scripts),
+                database=db_plan, input_dir_expr=input_dir,
                 work_dir_expr=work_dir, out_dir_expr=out_dir, notes=tuple(notes), commands=commands,
                 checksum=checksum_plan(campaign.inputs.checksum, profile),
-                chain_overcommit=campaign.jobs.overcommit and any(
-                    j.chains_per_node > site.partition.cpus for j in jobs),
+                chain_overcommit=campaign.jobs.overcommit and max(chains_of(jobs), default=0) > site.partition.cpus,
                 cleanup_workdir=buffer.writer is None and "merge" in commands,
                 scheduler=profile.scheduler.kind, launcher=launcher(profile),
                 accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
@@ -94,11 +102,11 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5))
 
 
-def _idle_cores_note(campaign: Campaign, pname: str, part: Partition, jobs: List[Job], notes: List[str]) -> None:
+def _idle_cores_note(campaign: Campaign, pname: str, part: Partition, jobs: Sequence[Job], notes: List[str]) -> None:
     """Whole nodes held for far fewer chains than they have cores: say what it costs and what to change."""
     if not part.exclusive or not jobs:
         return
-    chains = max(j.chains_per_node for j in jobs)
+    chains = max(chains_of(jobs))
     if chains * 2 > part.cores_per_node:
         return
     node_hours = len(jobs) * campaign.jobs.nodes * campaign.walltime / 3600.0

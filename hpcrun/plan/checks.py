@@ -23,7 +23,7 @@ from hpcrun.plan import placeholders as ph
 from hpcrun.plan.inputs import InputItem
 
 Report = Callable[[Sequence[object], str], None]
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Checks:
@@ -103,11 +103,11 @@ def check_dw_values(values: Sequence[Tuple[Tuple[object, ...], str]], spec_error
 
 def check_table_values(items: Sequence[InputItem], inputs_key: str, spec_error: Report) -> None:
     """Input paths and stems go into tasks.tsv, one TAB-separated line per input."""
-    if not (_CONTROL.search("".join([i.path for i in items])) or _CONTROL.search("".join([i.stem for i in items]))):
+    if not (CONTROL.search("".join([i.path for i in items])) or CONTROL.search("".join([i.stem for i in items]))):
         return   # the usual answer, in one search (the loop below names the first culprit)
     for item in items:
         for what, value in (("path", item.path), ("name stem", item.stem)):
-            if _CONTROL.search(value):
+            if CONTROL.search(value):
                 spec_error(("inputs", inputs_key), (
                     f"input {item.path!r} cannot be planned: its {what} contains a TAB, line break or "
                     "other control character, which the job's task table cannot carry; rename the file."))
@@ -126,7 +126,7 @@ def check_output_names(pattern: str, items: Sequence[InputItem], per_job: int, s
             "overwrite each other; use {stem} or {name}, e.g. '{stem}.out'."))
         return None
     sample = ph.expand_pattern(pattern, stem="x", name="x.raw")
-    if _CONTROL.search(pattern):
+    if CONTROL.search(pattern):
         spec_error(("outputs", "pattern"), "the output name pattern cannot contain a TAB or another "
                                            "control character (the job's task table is TAB-separated).")
         return None
@@ -146,7 +146,7 @@ def check_output_names(pattern: str, items: Sequence[InputItem], per_job: int, s
         for item in group:
             name = item.path.rpartition("/")[2]   # os.path.basename, at 10^5 calls
             out = namer(item.stem, name)
-            if out in ("", ".", "..") or _CONTROL.search(out):
+            if out in ("", ".", "..") or CONTROL.search(out):
                 spec_error(("outputs", "pattern"), f"input {item.path!r} would get the output name "
                                                    f"{out!r}, which is not a usable file name.")
                 return None
@@ -172,7 +172,7 @@ def _unique_outputs(pattern: str, items: Sequence[InputItem], names_apart: bool)
     names = [i.path.rpartition("/")[2] for i in items] if names_apart or "name" in ph.used([pattern]) else stems
     outs = list(map(ph.output_namer(pattern), stems, names))
     distinct = set(outs)
-    if (len(distinct) != len(outs) or distinct & {"", ".", ".."} or _CONTROL.search("".join(outs))
+    if (len(distinct) != len(outs) or distinct & {"", ".", ".."} or CONTROL.search("".join(outs))
             or len(set(stems)) != len(stems) or (names_apart and len(set(names)) != len(names))):
         return None
     return outs

@@ -22,6 +22,7 @@ from hpcrun.model.checksum import HEX_DIGITS
 from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.inputs import parent_dir, parent_dirs, read_listed
+from hpcrun.plan.listed import Listed
 from hpcrun.plan.remote import Remote, is_url, urls_of
 
 _HEX = re.compile(r"^[0-9A-Fa-f]+$")
@@ -82,9 +83,22 @@ def assign(spec: InputsSpec, src: Located, spec_dir: Path, paths: Sequence[str],
             unknown.append(path)
         out.values.append(value)
     if unknown:
-        shown = ", ".join(unknown[:readable_limit]) + (" ..." if len(unknown) > readable_limit else "")
-        out.notes.append(f"{len(unknown)} input(s) have no checksum and will not be verified "
-                         f"(not readable here, none given): {shown}")
+        out.notes.append(_unverified(len(unknown), unknown[:readable_limit + 1], readable_limit))
+    return out
+
+
+def _unverified(count: int, first: Sequence[str], limit: int) -> str:
+    shown = ", ".join(first[:limit]) + (" ..." if count > limit else "")
+    return f"{count} input(s) have no checksum and will not be verified (not readable here, none given): {shown}"
+
+
+def assign_listed(spec: InputsSpec, src: Located, spec_dir: Path, listed: Listed, readable_limit: int = 5) -> Assigned:
+    """What ``assign`` says of a Listed's inputs, which have no checksum (``listed.streamable``: none is
+    given, there is no catalog, no input is readable here): the notes; jobs share one ``(None,)``."""
+    out = assign(spec, src, spec_dir, ())
+    if spec.checksum != "none":
+        out.notes.append(_unverified(len(listed), [i.path for i in listed.block(0)[:readable_limit + 1]],
+                                     readable_limit))
     return out
 
 

@@ -9,6 +9,7 @@ from hpcrun.plan import checks as carried
 from hpcrun.plan import placeholders as ph
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.inputs import InputItem
+from hpcrun.plan.listed import Listed
 from hpcrun.plan.site import SiteChoice
 from hpcrun.units import format_duration
 
@@ -62,7 +63,9 @@ def check_outputs(campaign: Campaign, items: Sequence[InputItem], checks: Checks
         checks.spec_error(("outputs", "pattern"), "the output name pattern cannot contain '/'.")
     else:
         stage_inputs = bool(campaign.burst_buffer and campaign.burst_buffer.stage_inputs)
-        return carried.check_output_names(campaign.outputs.pattern, items, campaign.jobs.files_per_job,
+        # a Listed's output names were checked as it was read, and are made with its jobs
+        return carried.check_output_names(campaign.outputs.pattern, () if isinstance(items, Listed) else items,
+                                          campaign.jobs.files_per_job,
                                           stage_inputs, checks.spec_error)
     return None
 
@@ -77,8 +80,9 @@ def _check_chain_needs(campaign: Campaign, items: Sequence[InputItem], checks: C
         checks.spec_error(("chain", "command"), (
             "{db_port} is used but database.networking is 'socket'; set it to 'tcp' or use {db_socket}."))
     needs_events = used & {"first_event", "last_event", "nevents"}
-    if needs_events and items and any(i.events is None for i in items):
-        missing = next(i.path for i in items if i.events is None)
+    missing = None if not needs_events else (items.first_without_events if isinstance(items, Listed) else next(
+        (i.path for i in items if i.events is None), None))
+    if missing is not None:
         checks.spec_error(("chain", "command"), (
             f"the chain command uses {{{sorted(needs_events)[0]}}} but the number of events of "
             f"'{missing}' is unknown; give inputs.events or EVENTS in the list file, or slice "

@@ -11,6 +11,7 @@ from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.inputs import InputItem, parent_dirs
+from hpcrun.plan.listed import Listed
 from hpcrun.plan.remote import is_url
 from hpcrun.plan.values import ContainerPlan, DatabasePlan
 from hpcrun.shell import quote
@@ -100,7 +101,7 @@ def binds_of(campaign: Campaign, profile: SiteProfile, items: Sequence[InputItem
     if not (root_var and bb and bb.stage_inputs):
         binds += _input_binds(campaign, items)
     x = profile.xrootd
-    if x.access == "stage" and x.stage_dir and any(is_url(i.path) for i in items):
+    if x.access == "stage" and x.stage_dir and not isinstance(items, Listed) and any(is_url(i.path) for i in items):
         binds.append(Bind(quote(x.stage_dir), quote(x.stage_dir), path=x.stage_dir,
                           origin=("profile", "xrootd", "stage_dir")))
     seen = set()
@@ -114,7 +115,7 @@ def binds_of(campaign: Campaign, profile: SiteProfile, items: Sequence[InputItem
 
 def _input_binds(campaign: Campaign, items: Sequence[InputItem]) -> List[Bind]:
     # URLs are read over the network (streamed) or copied into a bound directory (staged)
-    parents = sorted(parent_dirs([i.path for i in items]))
+    parents = sorted(items.parents if isinstance(items, Listed) else parent_dirs([i.path for i in items]))
     if len(parents) > 20:
         parents = [os.path.commonpath(parents)]
     inputs_key = next(k for k in ("glob", "files", "list_file") if getattr(campaign.inputs, k))

@@ -123,7 +123,7 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
         quick = None if raw or lines is None else _quick_list(lines, spec)
         if quick is not None:
             return quick
-        raw.extend(_read_list(file, lines or [], problems))
+        raw.extend(read_list(file, lines or [], problems))
     if problems:   # a list file that cannot be read as a list: say so before looking at 10^5 paths
         raise InputError(problems)
     sized, wheres, asked = _sized(raw, spec, src, problems)
@@ -141,7 +141,7 @@ def expand(spec: InputsSpec, src: Located, spec_dir: Path, remote: Optional[Remo
 def _quick_list(lines: List[str], spec: InputsSpec) -> Optional[List[InputItem]]:
     """The inputs of a list file at C speed when nothing can be wrong with them (the usual list of
     10^5-10^6 lines ``PATH SIZE [EVENTS]``: every size given, each path once, unique stems); else None,
-    and the reading line by line (``_read_list``) finds and reports what is."""
+    and the reading line by line (``read_list``) finds and reports what is."""
     rows = [r for r in map(str.split, lines) if r and r[0][0] != "#"]
     widths = set(map(len, rows))
     if not rows or not (widths == {2} or widths == {3}):
@@ -151,22 +151,33 @@ def _quick_list(lines: List[str], spec: InputsSpec) -> Optional[List[InputItem]]
     paths: Sequence[str] = columns[0]
     if not _places_fine(paths) or len(set(paths)) != len(paths):
         return None
-    size_texts = columns[1]
-    try:
-        known = {text: parse_size(text) for text in set(size_texts)}
-    except UnitError:
+    known: Dict[str, int] = {}
+    if not parse_sizes(columns[1], known) or (widths == {3} and not all(map(str.isdecimal, set(columns[2])))):
         return None
-    if widths == {3}:
-        event_texts = columns[2]
-        counts = set(event_texts)
-        if not all(map(str.isdecimal, counts)):
-            return None
-        events: Iterable[Optional[int]] = map({text: int(text) for text in counts}.__getitem__, event_texts)
-    else:
-        events = repeat(spec.events, len(paths))
     stems = stems_of(paths, spec.stem)
     if len(set(stems)) != len(stems) or not all(stems):
         return None
+    return item_columns(columns, widths.pop(), spec.events, known, stems)
+
+
+def parse_sizes(texts: Iterable[str], known: Dict[str, int]) -> bool:
+    """Each new size text parsed once into ``known`` (sizes repeat); False when one is not a size."""
+    try:
+        known.update({text: parse_size(text) for text in set(texts) - known.keys()})
+    except UnitError:
+        return False
+    return True
+
+
+def item_columns(columns: Sequence[Sequence[str]], width: int, default_events: Optional[int],
+                 known: Dict[str, int], stems: Sequence[str]) -> List[InputItem]:
+    """InputItems from a list's checked columns (PATH SIZE [EVENTS], every size in ``known``), at C speed."""
+    paths, size_texts = columns[0], columns[1]
+    if width == 3:
+        event_texts = columns[2]
+        events: Iterable[Optional[int]] = map({t: int(t) for t in set(event_texts)}.__getitem__, event_texts)
+    else:
+        events = repeat(default_events, len(paths))
     new = partial(tuple.__new__, InputItem)   # InputItem(...) without its Python-level __new__
     return list(map(new, zip(paths, map(known.__getitem__, size_texts), events, stems)))
 
@@ -290,18 +301,23 @@ def _ask_sizes(items: List[_Sized], asked: List[Tuple[int, Where]], spec: Inputs
 def _list_lines(name: str, src: Located, spec_dir: Path,
                 problems: List[Problem]) -> Tuple[str, Optional[List[str]]]:
     """The list file's path and lines (None after a problem saying why it cannot be read)."""
-    path = Path(name) if os.path.isabs(name) else spec_dir / name
-    return str(path), read_listed(path, "list file", src, "inputs.list_file", problems)
+    path = list_path(name, spec_dir)
+    return path, read_listed(path, "list file", src, "inputs.list_file", problems)
 
 
-def _read_list(file: str, lines: List[str], problems: List[Problem]):
+def list_path(name: str, spec_dir: Path) -> str:
+    """The list file's path: as given when absolute, else beside the spec."""
+    return name if os.path.isabs(name) else str(spec_dir / name)
+
+
+def read_list(file: str, lines: List[str], problems: List[Problem], first_line: int = 1):
     """(path, size, events, its line) of each list line; a bad line is a problem at the list file's line.
     10^5 lines in well under a second: sizes repeat (parsed once each), the file name is made once."""
     sizes: Dict[str, int] = {}
     counts: Dict[str, int] = {}   # event counts repeat too
     new_line = partial(tuple.__new__, ListLine)   # ListLine(file, n) without its Python-level __new__
     out = []
-    for n, text in enumerate(lines, 1):
+    for n, text in enumerate(lines, first_line):
         parts = text.split()
         if not parts or parts[0].startswith("#"):
             continue

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import partial
-from itertools import repeat
 from typing import List, Optional, Sequence, Tuple
 
 from hpcrun.model.site import SiteProfile
@@ -14,7 +12,8 @@ from hpcrun.plan.buffer import BufferChoice, Sizing, bb_lines
 from hpcrun.plan.checks import Checks
 from hpcrun.plan.checksums import Assigned
 from hpcrun.plan.inputs import InputItem
-from hpcrun.plan.values import Job, ScriptPlan
+from hpcrun.plan.listed import Listed, ListedJobs, one_input_jobs
+from hpcrun.plan.values import Job, ScriptPlan, bb_capacities, chains_of
 from hpcrun.shell import quote
 
 
@@ -24,7 +23,7 @@ def name_width(n_inputs: int) -> int:
 
 def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, cpus: int,
                buffer: BufferChoice, checks: Checks, notes: List[str],
-               outputs: Optional[Sequence[str]] = None) -> List[Job]:
+               outputs: Optional[Sequence[str]] = None) -> Sequence[Job]:
     """One job per ``files_per_job`` inputs, with its chains, outputs (named here unless the output
     check named them already, input by input) and buffer size."""
     js = campaign.jobs
@@ -32,24 +31,24 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
     width = name_width(len(items))
     per, pattern, name = js.files_per_job, campaign.outputs.pattern, campaign.name
     fixed = None if js.chains_per_node == "auto" else int(js.chains_per_node)
-    namer = ph.output_namer(pattern)
-    if outputs is None or len(outputs) != len(items):
-        outputs = [namer(i.stem, i.path.rpartition("/")[2]) for i in items]
+    if (outputs is None or len(outputs) != len(items)) and not isinstance(items, Listed):
+        outputs = ph.output_names(pattern, [i.stem for i in items], [i.path for i in items])
     sized = buffer.writer is not None    # jobs without a buffer need no sizing (10^5 calls saved)
     named = name.replace("%", "%%") + f".%0{width}d"   # camp.00042, without a per-job format spec
-    if per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
-        n = len(items)   # the jobs made at C speed: zip of one iterable gives the one-element tuples
-        no_sums = sums.values.count(None) == n   # then one shared (None,) (48 bytes a job at 10^6 jobs)
-        jobs = list(map(partial(tuple.__new__, Job), zip(
-            range(n), map(named.__mod__, range(1, n + 1)), zip(items), zip(outputs), repeat(fixed),
-            repeat(None), repeat(None), repeat((None,)) if no_sums else zip(sums.values))))
+    jobs: Sequence[Job]
+    if isinstance(items, Listed):   # made from the list file block by block when read (streamable)
+        assert fixed is not None
+        jobs = ListedJobs(items, fixed, named, pattern)
+    elif per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
+        jobs = one_input_jobs(0, items, pattern, fixed, named, outputs, sums.values)
     else:
+        assert outputs is not None
         jobs = [_job(campaign, sizing, buffer, cpus, fixed, index, named % (index + 1),
                      tuple(items[start:start + per]), tuple(outputs[start:start + per]),
                      tuple(sums.values[start:start + per]))
                 for index, start in enumerate(range(0, len(items), per))]
     sizing.report(buffer, checks, notes)
-    if js.overcommit and any(j.chains_per_node > cpus for j in jobs):
+    if js.overcommit and max(chains_of(jobs), default=0) > cpus:
         notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")
     return jobs
 
@@ -110,10 +109,11 @@ def _array_scripts(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job]
     size = profile.max_array_size
     scripts = []
     for c in range(math.ceil(len(jobs) / size)):
-        chunk = tuple(jobs[c * size:(c + 1) * size])
+        chunk = jobs[c * size:(c + 1) * size]   # a tuple, or a view of streamed jobs
         spec_array = f"0-{len(chunk) - 1}" + (f"%{throttle}" if throttle else "")
-        lines = bb_lines(buffer, campaign, None, max(j.bb_capacity or 0 for j in chunk))
+        lines = bb_lines(buffer, campaign, None, max(bb_capacities(chunk), default=0))
         scripts.append(ScriptPlan(f"array{c + 1:03d}", chunk, spec_array, tuple(lines)))
-    if any(j.bb_capacity for j in jobs) and len({j.bb_capacity for j in jobs}) > 1:
+    capacities = bb_capacities(jobs)
+    if capacities and (len(set(capacities)) > 1 or len(capacities) < len(jobs)):
         notes.append("array tasks share one #DW jobdw line sized for the largest task.")
     return scripts

@@ -119,10 +119,26 @@ def output_namer(pattern: str) -> Callable[[str, str], str]:
     if not _plain(pattern):
         return lambda stem, name: expand_pattern(pattern, stem=stem, name=name)
     parts = _NAME_TOKENS.split(pattern)
-    if parts.count("{stem}") == 1 and "{name}" not in parts:
+    if stem_only(pattern):
         head, tail = pattern.split("{stem}")
         return lambda stem, name: head + stem + tail
     return lambda stem, name: "".join(stem if p == "{stem}" else name if p == "{name}" else p for p in parts)
+
+
+def output_names(pattern: str, stems: Sequence[str], paths: Sequence[str]) -> List[str]:
+    """Each input's output name, from its stem and its path's file name."""
+    if stem_only(pattern):
+        head, tail = pattern.split("{stem}")
+        return [head + stem + tail for stem in stems]
+    return list(map(output_namer(pattern), stems, [p.rpartition("/")[2] for p in paths]))
+
+
+def stem_only(pattern: str) -> bool:
+    """Whether the pattern's only varying part is one {stem}: then distinct stems give distinct names."""
+    if not _plain(pattern):
+        return False
+    parts = _NAME_TOKENS.split(pattern)
+    return parts.count("{stem}") == 1 and "{name}" not in parts
 
 
 def expand_pattern(pattern: str, **values: str) -> str:

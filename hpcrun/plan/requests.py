@@ -8,7 +8,7 @@ from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
-from hpcrun.plan.values import ContainerPlan, ScriptPlan
+from hpcrun.plan.values import ContainerPlan, ScriptPlan, chains_of
 
 LOG_DIR = "logs"   # relative to the plan directory; the renderer makes it absolute
 
@@ -27,7 +27,7 @@ def _site(campaign: Campaign, part: Partition, qos: Optional[str]) -> dict:
 def with_request(campaign: Campaign, profile: SiteProfile, part: Partition, qos: Optional[str],
                  container: ContainerPlan, script: ScriptPlan) -> ScriptPlan:
     """The script with its request: its nodes and tasks, time limit, array and options."""
-    tasks = None if part.exclusive else min(max(j.chains_per_node for j in script.jobs), part.cpus)
+    tasks = None if part.exclusive else min(max(chains_of(script.jobs)), part.cpus)
     request = JobRequest(
         name=campaign.name if script.array else script.jobs[0].name, nodes=campaign.jobs.nodes,
         walltime_s=campaign.walltime, signal_before_s=profile.signal_before_timeout, log_dir=LOG_DIR,

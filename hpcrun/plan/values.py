@@ -8,11 +8,12 @@ data (shell text where the answer is shell text, built in Python and vetted ther
 from __future__ import annotations
 
 import gc
+from abc import abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Iterator, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
@@ -58,10 +59,60 @@ class Job(NamedTuple):
         return sum(i.events or 0 for i in self.inputs)
 
 
+class StreamedJobs(Sequence[Job]):
+    """A plan's jobs when they are not held: made again from their source whenever they are read (a
+    large list file, block by block; a slice is a view). What the plan's totals and its scripts need
+    of all of them is known without reading them: their jobs are alike (one input, the same chains,
+    no checksums, no buffer) and numbered from 0 in order."""
+
+    @property
+    @abstractmethod
+    def input_bytes(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def chains_per_node(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def first_index(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def last_index(self) -> int: ...
+
+
+def chains_of(jobs: Sequence[Job]) -> Set[int]:
+    """The chains per node the jobs use."""
+    if isinstance(jobs, StreamedJobs):
+        return {jobs.chains_per_node} if len(jobs) else set()
+    return {j.chains_per_node for j in jobs}
+
+
+def inputs_in(jobs: Sequence[Job]) -> int:
+    return len(jobs) if isinstance(jobs, StreamedJobs) else sum(map(len, [j.inputs for j in jobs]))
+
+
+def index_range(jobs: Sequence[Job]) -> Tuple[int, int]:
+    """The first and last job's index (of a script's jobs)."""
+    if isinstance(jobs, StreamedJobs):
+        return jobs.first_index, jobs.last_index
+    return jobs[0].index, jobs[-1].index
+
+
+def has_checksums(jobs: Sequence[Job]) -> bool:
+    return not isinstance(jobs, StreamedJobs) and any(v for j in jobs for v in j.checksums)
+
+
+def bb_capacities(jobs: Sequence[Job]) -> List[int]:
+    """The jobs' buffer capacities (streamed jobs have no buffer)."""
+    return [] if isinstance(jobs, StreamedJobs) else [j.bb_capacity for j in jobs if j.bb_capacity]
+
+
 @dataclass(frozen=True)
 class ScriptPlan:
     name: str                      # file stem in the plan directory
-    jobs: Tuple[Job, ...]
+    jobs: Sequence[Job]            # a tuple, or a view of StreamedJobs
     array: Optional[str]           # array spec ("0-9%4"), None for a single job
     bb_lines: Tuple[str, ...]      # #DW/#BB lines (already checked)
     request: Optional[JobRequest] = None   # what the job asks of the scheduler (set by the planner)
@@ -172,7 +223,7 @@ class Plan:
     container: ContainerPlan
     bb_system: Optional[str]       # None: the campaign uses no burst buffer
     pool: Optional[Pool]
-    jobs: Tuple[Job, ...]
+    jobs: Sequence[Job]            # a tuple, or StreamedJobs (a large list file's, never held)
     scripts: Tuple[ScriptPlan, ...]
     database: Optional[DatabasePlan]
     input_dir_expr: str            # shell text: where a job finds its inputs
@@ -203,7 +254,7 @@ class Plan:
     def capacity_jobs(self) -> int:
         """Plan jobs the partition runs at once (whole nodes, or chains' CPUs side by side on a node)."""
         per_node = 1 if self.partition.exclusive else max(
-            1, self.partition.cpus // max(1, max((j.chains_per_node for j in self.jobs), default=1)))
+            1, self.partition.cpus // max(1, max(chains_of(self.jobs), default=1)))
         return max(1, self.partition.nodes // max(1, self.campaign.jobs.nodes) * per_node)
 
     @property
@@ -220,6 +271,8 @@ class Plan:
 
     @cached_property
     def input_bytes(self) -> int:
+        if isinstance(self.jobs, StreamedJobs):
+            return self.jobs.input_bytes
         return sum([i.size for j in self.jobs for i in j.inputs])
 
     @property
@@ -238,9 +291,9 @@ class Plan:
 
     @cached_property
     def bb_total(self) -> int:
-        return sum([j.bb_capacity for j in self.jobs if j.bb_capacity])
+        return sum(bb_capacities(self.jobs))
 
     @cached_property
     def bb_max(self) -> int:
-        return max([j.bb_capacity for j in self.jobs if j.bb_capacity], default=0)
+        return max(bb_capacities(self.jobs), default=0)
 

@@ -9,6 +9,7 @@ from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (
     BODY_PATH,
+    TASKS_PATH,
     RenderedFile,
     common_context,
     environment,
@@ -28,15 +29,18 @@ def render_all(plan: Plan, plan_dir: str) -> List[RenderedFile]:
             for f in iter_rendered(plan, plan_dir)]
 
 
-def iter_rendered(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
+def iter_rendered(plan: Plan, plan_dir: str, tasks: bool = True) -> Iterator[RenderedFile]:
     """render_all one file at a time, so a caller can write each and drop its text: the first
-    cluster's files, then each other cluster's scripts and helpers (the shared ones once)."""
+    cluster's files, then each other cluster's scripts and helpers (the shared ones once), then
+    the task table (unless the caller writes it beside the manifest, from the same pass over the jobs)."""
     seen = set()
     for p in plan.all_clusters:
         for f in _iter_cluster(p, plan_dir):
             if f.path not in seen:
                 seen.add(f.path)
                 yield f
+    if tasks:
+        yield RenderedFile(TASKS_PATH, "", chunks=tasks_chunks(plan), digest=False)
 
 
 def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
@@ -62,4 +66,3 @@ def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     if plan.checksum and plan.checksum.helper and common["checksum"]:
         yield RenderedFile("bin/hpcrun-checksum.py",
                            env.get_template("hpcrun-checksum.py.j2").render(common), True)
-    yield RenderedFile("tasks.tsv", "", chunks=tasks_chunks(plan), digest=False)

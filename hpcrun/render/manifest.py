@@ -12,12 +12,12 @@ import hashlib
 import json
 from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from hpcrun import __version__
 from hpcrun.model.retry import effective_rules
 from hpcrun.plan.requests import finalize_name
-from hpcrun.plan.values import Job, Plan
+from hpcrun.plan.values import Job, Plan, index_range, inputs_in
 from hpcrun.render.headers import TABLE_NAME, TEMPLATE_NAME
 from hpcrun.render.scripts import node_key, run_prefix, script_path
 
@@ -116,7 +116,7 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
         "checksum": c.inputs.checksum, "node_key": node_key(c.name, plan_dir),
         "totals": {
             "jobs": len(plan.jobs), "scripts": len(plan.scripts),
-            "inputs": sum(map(len, [j.inputs for j in plan.jobs])),
+            "inputs": inputs_in(plan.jobs),
             "input_bytes": plan.input_bytes, "estimated_output_bytes": plan.output_bytes,
             "nodes": len(plan.jobs) * c.jobs.nodes, "core_hours": round(plan.core_hours, 2),
             "node_hours": round(plan.node_hours, 2), "bb_capacity_bytes": plan.bb_total,
@@ -158,10 +158,10 @@ def script_entries(plan: Plan, digests: Dict[str, str]) -> List[Dict[str, Any]]:
     if table in digests:
         template = f"{own}jobs/{TEMPLATE_NAME}"
         return [{"name": "job", "path": template, "array": None,
-                 "jobs": [plan.scripts[0].jobs[0].index, plan.scripts[-1].jobs[0].index],
+                 "jobs": [index_range(plan.scripts[0].jobs)[0], index_range(plan.scripts[-1].jobs)[0]],
                  "sha256": digests[template], "headers": table, "headers_sha256": digests[table]}]
     return [{"name": s.name, "path": script_path(plan, s.name), "array": s.array,
-             "jobs": [s.jobs[0].index, s.jobs[-1].index], "sha256": digests[script_path(plan, s.name)]}
+             "jobs": list(index_range(s.jobs)), "sha256": digests[script_path(plan, s.name)]}
             for s in plan.scripts]
 
 
@@ -180,12 +180,16 @@ def manifest_text(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> str:
     return "".join(manifest_chunks(plan, manifest_head(plan, plan_dir, digests)))
 
 
-def write_manifest(out: IO[str], plan: Plan, head: Dict[str, Any]) -> None:
-    for chunk in manifest_chunks(plan, head):
+def write_manifest(out: IO[str], plan: Plan, head: Dict[str, Any],
+                   each: Optional[Callable[[List[Job]], object]] = None) -> None:
+    """The manifest, written in pieces; ``each`` is given every piece's jobs (the task table is written
+    from them: jobs made from a list file block by block are then made once, not twice)."""
+    for chunk in manifest_chunks(plan, head, each):
         out.write(chunk)
 
 
-def manifest_chunks(plan: Plan, head: Dict[str, Any]) -> Iterator[str]:
+def manifest_chunks(plan: Plan, head: Dict[str, Any],
+                    each: Optional[Callable[[List[Job]], object]] = None) -> Iterator[str]:
     """The manifest's text in pieces: the head, then the jobs ``JOBS_PER_WRITE`` at a time."""
     parts = [_entry(key, value) for key, value in head.items()]
     jobs = plan.jobs
@@ -194,8 +198,10 @@ def manifest_chunks(plan: Plan, head: Dict[str, Any]) -> Iterator[str]:
         return
     yield "{\n" + ",\n".join(parts) + ',\n "jobs": [\n  '
     for start in range(0, len(jobs), JOBS_PER_WRITE):
-        lines = [job_line(j) for j in jobs[start:start + JOBS_PER_WRITE]]
-        yield (",\n  " if start else "") + ",\n  ".join(lines)
+        piece = list(jobs[start:start + JOBS_PER_WRITE])
+        if each is not None:
+            each(piece)
+        yield (",\n  " if start else "") + ",\n  ".join(map(job_line, piece))
     yield "\n ]\n}\n"
 
 

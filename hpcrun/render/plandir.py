@@ -16,7 +16,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
@@ -26,7 +26,7 @@ from hpcrun.plan import checks as carried
 from hpcrun.plan.values import Plan, bulk
 from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
-from hpcrun.render.scripts import RenderedFile
+from hpcrun.render.scripts import TASKS_PATH, RenderedFile, task_rows
 
 MANIFEST = "manifest.json"
 SUBMITTED_MARKERS = ("submitted.json", "state.db")
@@ -121,7 +121,7 @@ def _write_files(plan: Plan, plan_dir: str, tmp: Path) -> Tuple[List[RenderedFil
     made = {"jobs", "bin", "logs", "run"}
     files: List[RenderedFile] = []
     digests: Dict[str, str] = {}
-    rendered = iter_rendered(plan, plan_dir)
+    rendered = iter_rendered(plan, plan_dir, tasks=False)   # the task table: with the manifest
     while True:
         # chunks, not one file at a time: alternating render and write per file is ~25%
         # slower (cache effects), a chunk keeps memory flat (500 x ~6 KB)
@@ -138,6 +138,14 @@ def _write_files(plan: Plan, plan_dir: str, tmp: Path) -> Tuple[List[RenderedFil
             if digest is not None:
                 digests[f.path] = digest
             files.append(RenderedFile(f.path, "", f.executable))
+
+
+def _write_jobs(plan: Plan, head: Dict[str, Any], tmp: Path) -> None:
+    """The manifest and the task table from one pass over the jobs."""
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as out, open(tmp / TASKS_PATH, "w", encoding="utf-8") as tasks:
+        write_manifest(out, plan, head, lambda jobs: tasks.write(task_rows(jobs)))
+        if not plan.jobs:
+            tasks.write("\n")
 
 
 def _write_one(path: str, f: RenderedFile) -> Optional[str]:
@@ -201,8 +209,8 @@ def _write_plan(plan: Plan, out_dir: Path, want_diff: bool, force: bool) -> Writ
             shutil.rmtree(tmp)
         files, digests = _write_files(plan, plan_dir, tmp)
         data = manifest_head(plan, plan_dir, digests)
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as out:
-            write_manifest(out, plan, data)
+        _write_jobs(plan, data, tmp)
+        files.append(RenderedFile(TASKS_PATH, "", False))
         previous = (out_dir / MANIFEST).is_file()
         diff = _diff_dirs(out_dir, tmp) if want_diff and previous else None
         _swap_in(out_dir, tmp, old)

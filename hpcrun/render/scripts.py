@@ -20,7 +20,7 @@ from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.model.retry import KILL_SIGNALS
 from hpcrun.plan.requests import finalize_name
-from hpcrun.plan.values import Job, Plan, ScriptPlan
+from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
 from hpcrun.resources import site_template_dirs
 from hpcrun.shell import Shell, comment, finalize, join, quote
 from hpcrun.units import format_capacity
@@ -168,7 +168,7 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
 
 def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
     cs = plan.checksum
-    if cs is None or not any(v for j in plan.jobs for v in j.checksums) or (
+    if cs is None or not has_checksums(plan.jobs) or (
             plan.remote is not None and plan.remote.access == "stream"):
         return None  # nothing to verify: the job has no checksum step
     return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint}
@@ -196,11 +196,12 @@ def render_body(env: jinja2.Environment, template: str, plan: Plan, common: Dict
 
 def render_script(env: jinja2.Environment, template: str, plan: Plan, script: ScriptPlan,
                   common: Dict[str, Any], plan_dir: str) -> str:
-    first = script.jobs[0]
     if script.array:
-        label = f"array {script.name}: jobs {first.index + 1}..{script.jobs[-1].index + 1}"
-        return render_job(env, template, plan, common, plan_dir, script.request, script.bb_lines, first.index,
+        lo, hi = index_range(script.jobs)
+        label = f"array {script.name}: jobs {lo + 1}..{hi + 1}"
+        return render_job(env, template, plan, common, plan_dir, script.request, script.bb_lines, lo,
                           label, [], True)
+    first = script.jobs[0]
     return render_job(env, template, plan, common, plan_dir, script.request, script.bb_lines, first.index,
                       f"job {first.index + 1} of {len(plan.jobs)}", job_comments(first), False)
 
@@ -251,23 +252,31 @@ def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any],
     return env.get_template("finalize.sh.j2").render(ctx)
 
 
+TASKS_PATH = "tasks.tsv"
+
+
 def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
     """tasks.tsv, one row per input, ``per_chunk`` jobs' rows at a time."""
     jobs = plan.jobs
     for start in range(0, len(jobs), per_chunk):
-        rows = []
-        for job in jobs[start:start + per_chunk]:
-            if len(job.inputs) == 1 and len(job.outputs) == 1:   # the usual: one input, one row, one format
-                i = job.inputs[0]
-                rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{i.path}\t"
-                            f"{'-' if i.events is None else i.events}\t{i.stem}\t{job.outputs[0]}\t"
-                            f"{(job.checksums[0] if job.checksums else None) or '-'}\n")
-                continue
-            sums = job.checksums or (None,) * len(job.inputs)
-            head = f"{job.index}\t{job.name}\t{job.chains_per_node}\t"
-            for item, output, checksum in zip(job.inputs, job.outputs, sums):
-                events = "-" if item.events is None else str(item.events)
-                rows.append(f"{head}{item.path}\t{events}\t{item.stem}\t{output}\t{checksum or '-'}\n")
-        yield "".join(rows)
+        yield task_rows(jobs[start:start + per_chunk])
     if not jobs:
         yield "\n"
+
+
+def task_rows(jobs: Iterable[Job]) -> str:
+    """The rows of tasks.tsv of these jobs: one per input."""
+    rows: List[str] = []
+    for job in jobs:
+        if len(job.inputs) == 1 and len(job.outputs) == 1:   # the usual: one input, one row, one format
+            i = job.inputs[0]
+            rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{i.path}\t"
+                        f"{'-' if i.events is None else i.events}\t{i.stem}\t{job.outputs[0]}\t"
+                        f"{(job.checksums[0] if job.checksums else None) or '-'}\n")
+            continue
+        sums = job.checksums or (None,) * len(job.inputs)
+        head = f"{job.index}\t{job.name}\t{job.chains_per_node}\t"
+        for item, output, checksum in zip(job.inputs, job.outputs, sums):
+            events = "-" if item.events is None else str(item.events)
+            rows.append(f"{head}{item.path}\t{events}\t{item.stem}\t{output}\t{checksum or '-'}\n")
+    return "".join(rows)
