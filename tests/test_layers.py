@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "hpcrun"
 
 # Bottom first. A module may import its own layer and every layer below it.
 LAYERS: List[Tuple[str, ...]] = [
-    ("hpcrun", "hpcrun.errors", "hpcrun.units", "hpcrun.shell", "hpcrun.resources"),
+    ("hpcrun", "hpcrun.errors", "hpcrun.units", "hpcrun.shell", "hpcrun.resources", "hpcrun.bulk"),
     ("hpcrun.backends",),
     ("hpcrun.model",),
     ("hpcrun.plan",),

@@ -25,6 +25,7 @@ from hpcrun.backends.scheduler.base import (
     normalize_state,
     parse_exit_code,
 )
+from hpcrun.bulk import bulk
 from hpcrun.operate.clusterview import cluster_figures
 from hpcrun.operate.exports import exported_counts
 from hpcrun.operate.inflight import after_recording, in_flight
@@ -409,6 +410,11 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
 
 def poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_jobs: bool = False) -> StatusReport:
     """``poll`` on a plan directory already open (retry and submit reuse their manifest and store)."""
+    with bulk():   # a poll of 10^5 ended jobs makes ~10 objects each: no collector passes over them
+        return _poll_store(plan_dir, manifest, store, all_jobs)
+
+
+def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_jobs: bool) -> StatusReport:
     try:
         campaign = store.get_campaign(manifest["campaign"])
     except StateStoreError:

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from hpcrun.backends.scheduler import scheduler_for
+from hpcrun.bulk import bulk
 from hpcrun.errors import InputError, Problem
 from hpcrun.model.profiles import LoadedProfile, load_profile
 from hpcrun.model.spec import Campaign, ClusterRef
 from hpcrun.model.validate import build
 from hpcrun.model.yamlsrc import Located, load_yaml
 from hpcrun.plan.build import Plan, plan
-from hpcrun.plan.values import ClusterSeat, bulk
+from hpcrun.plan.values import ClusterSeat
 
 
 def load_plan(spec_path: Path) -> Plan:

@@ -7,32 +7,16 @@ data (shell text where the answer is shell text, built in Python and vetted ther
 
 from __future__ import annotations
 
-import gc
 from abc import abstractmethod
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.inputs import InputItem
-
-
-@contextmanager
-def bulk() -> Iterator[None]:
-    """No cyclic garbage collection while a plan of 10^5-10^6 inputs is built or written: the
-    objects made live until the end (nothing to collect), and each collection would scan them
-    all again (a third of the planning time at 10^5 inputs). Reference counting still frees."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class Job(NamedTuple):

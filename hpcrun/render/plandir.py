@@ -21,9 +21,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
 from hpcrun.backends.scheduler import scheduler_for
+from hpcrun.bulk import bulk
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
-from hpcrun.plan.values import Plan, bulk
+from hpcrun.plan.values import Plan
 from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
 from hpcrun.render.scripts import TASKS_PATH, RenderedFile, task_rows

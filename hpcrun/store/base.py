@@ -8,9 +8,9 @@ import hashlib
 import os
 import socket
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from sqlalchemy import bindparam, insert
+from sqlalchemy import DateTime, TypeDecorator, bindparam, insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
@@ -72,6 +72,19 @@ def _all_null(column: Any, values: List[Any]) -> bool:
     if column.default is not None or column.server_default is not None or column.primary_key:
         return False
     return values.count(None) == len(values)
+
+
+def _bind(column_type: Any, dialect: Any) -> Optional[Callable[[Any], Any]]:
+    """A column's conversion to what the driver stores; on SQLite a datetime is made the text
+    sqlite3's own adapter would make of it (``isoformat(" ")``), once per distinct value, not per row."""
+    convert = column_type.bind_processor(dialect)
+    if dialect.name != "sqlite" or not isinstance(column_type, (DateTime, TypeDecorator)):
+        return convert
+
+    def text(value: Any) -> Any:
+        value = convert(value) if convert is not None else value
+        return value.isoformat(" ") if isinstance(value, dt.datetime) else value
+    return text
 
 
 class StoreBase:
@@ -149,7 +162,7 @@ class StoreBase:
         bound = []
         for k in order:  # column by column; a value repeated down a column (a timestamp) is bound once
             values = columns[k]
-            convert = table.c[k].type.bind_processor(conn.dialect)
+            convert = _bind(table.c[k].type, conn.dialect)
             if convert is not None:
                 memo: Dict[Any, Any] = {}
                 values = [v if v is None else memo[v] if v in memo else memo.setdefault(v, convert(v))

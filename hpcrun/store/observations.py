@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import fields
-from operator import attrgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sqlalchemy import func, insert, select, text, type_coerce, update
@@ -22,7 +20,6 @@ from hpcrun.store.records import (
 )
 
 # a state change's columns taken as observed (its state is normalized, its time defaults to the poll's)
-_OBSERVED = tuple(f.name for f in fields(NewStateChange) if f.name not in ("slurm_state", "observed_at"))
 _ID_CHUNK = 20000   # ids written into one IN (...) list as literals (they are our own integers)
 
 
@@ -143,8 +140,9 @@ class Observations(StoreBase):
                     inputs_to[c.submission_id] = (target, why)
             if not kept:
                 return 0
-            columns = {name: list(map(attrgetter(name), kept)) for name in _OBSERVED}   # column by column
-            self._insert_columns(conn, sc, {**columns, "observed_at": stamps, "slurm_state": states})
+            columns = dict(zip(NewStateChange._fields, map(list, zip(*kept))))   # column by column
+            columns.update(observed_at=stamps, slurm_state=states)
+            self._insert_columns(conn, sc, columns)
             # one statement per (state, time) seen, not per row: a poll gives few distinct pairs
             by_state: Dict[Tuple[str, dt.datetime], List[int]] = {}
             for sid, state_at in latest.items():

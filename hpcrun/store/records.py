@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import task_id
 
@@ -83,9 +83,9 @@ class NewSubmission:
     script_text: Optional[str] = None   # a script rendered at submission: its exact text (by script_digest)
 
 
-@dataclass(frozen=True)
-class NewStateChange:
-    """One observation of a submission's state (from the scheduler's accounting or its queue)."""
+class NewStateChange(NamedTuple):
+    """One observation of a submission's state (from the scheduler's accounting or its queue); a
+    tuple: a poll of a large campaign makes 10^5 at once (a frozen dataclass costs five times more)."""
 
     submission_id: int
     slurm_state: str

@@ -92,6 +92,7 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
     known = known or {}
     cpu_memo: Dict[str, Optional[float]] = {}
     req_memo: Dict[Tuple[str, Optional[int]], Optional[int]] = {}
+    mem_memo: Dict[str, Optional[int]] = {}   # MaxRSS texts repeat (sacct prints 3 significant digits)
     oom: Set[str] = set()
     same: Set[str] = set()
     for line in text.splitlines():
@@ -105,7 +106,8 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
                 mem_text = line[line.rfind("|") + 1:]
                 # the usual MaxRSS is whole KiB (14404K): read without the general parser (3 steps a job)
                 kib = mem_text[-1:] == "K" and mem_text[:-1].isdecimal()
-                mem = int(mem_text[:-1]) << 10 if kib else parse_mem(mem_text)
+                mem = int(mem_text[:-1]) << 10 if kib else (
+                    mem_memo[mem_text] if mem_text in mem_memo else mem_memo.setdefault(mem_text, parse_mem(mem_text)))
                 if mem is not None and mem > rss.get(owner, -1):
                     rss[owner] = mem
             if "|OUT_OF_MEMORY" in line:
