@@ -190,12 +190,15 @@ def floor_s(db: Path, text: str, state: str) -> float:
     """Seconds of the least a poll recording these transitions must do, on a copy of the store: one
     join for the jobs in flight, one split per sacct line, one dict match per task, one row inserted
     per transition, two updates by id lists, one commit (see the module's docstring). With the
-    collector paused, as hpcrun's poll pauses it."""
+    collector paused and the connection set up as the store sets up its own (foreign keys checked,
+    WAL with synchronous NORMAL)."""
     import sqlite3
 
     from hpcrun.bulk import bulk
 
     con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA foreign_keys = ON")   # as the store opens it on a local filesystem
+    con.execute("PRAGMA synchronous = NORMAL")
     ended = state != "RUNNING"
     try:
         with bulk():

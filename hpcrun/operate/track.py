@@ -200,8 +200,9 @@ class Poller:
         candidates = {a.id: a for a in need}
         candidates.update((sid, a) for sid, (a, _rec) in found.items())
         for a in candidates.values():
-            rec = found[a.id][1] if a.id in found else None
-            q = queued.get((a.cluster if a.cluster in self.clusters else self.first.name, a.slurm_id))
+            hit = found.get(a.id)
+            rec = hit[1] if hit is not None else None
+            q = queued.get((self._cluster_of(a), a.slurm_id)) if queued else None   # usually none was asked
             if rec is None and q is None:
                 seen = None if self._cluster_of(a) in self.unreachable else self._unseen(a, now)
             elif rec is None or (rec.state == "PENDING" and q is not None):
