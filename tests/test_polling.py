@@ -66,3 +66,54 @@ def test_qa_files_of_many_ended_jobs_are_found_through_one_listing_of_the_run_di
     assert listed == direct and [a.id for a, _ in listed] == [0, 3, 6, 9]
     assert len(opened) == 5   # the four that ran and the one with an empty directory
     assert qa_rows._qa_texts(str(tmp_path / "none"), job_dir, ended) == []   # no run/ yet: nothing ran
+
+
+def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flight(tmp_path, monkeypatch):
+    """A poll runs with the cyclic collector paused (and gives it back, also when it fails); the jobs in
+    flight are kept between polls, updated with the states just recorded, and emptied when every job
+    ended in one poll, so the next poll reads nothing from the store's list of them."""
+    import gc
+    import os
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "benchmarks"))
+    try:
+        import status_scale as ss
+        from synthetic_campaign import make_plan
+    finally:
+        sys.path.remove(str(repo / "benchmarks"))
+    from hpcrun.operate import inflight
+    from hpcrun.store.observations import Observations
+
+    plan = make_plan(tmp_path, "kept", 40, "always")
+    arrays = ss.record_submissions(plan)
+    bindir, answer = tmp_path / "bin", tmp_path / "sacct.txt"
+    bindir.mkdir()
+    (bindir / "sacct").write_text(ss.SACCT.format(log=tmp_path / "calls", answer=answer))
+    (bindir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    reads, collector = [], []
+    real_read, real_record = Observations.active_submissions, Observations.record_state_changes
+    monkeypatch.setattr(Observations, "active_submissions", lambda self, cid: reads.append(1) or real_read(self, cid))
+    monkeypatch.setattr(Observations, "record_state_changes",
+                        lambda self, cid, ch: collector.append(gc.isenabled()) or real_record(self, cid, ch))
+    inflight._KEPT.clear()
+    assert gc.isenabled()
+    answer.write_text(ss.sacct_text(arrays, "RUNNING"))
+    assert track.poll(plan).counts["running"] == 40 and len(reads) == 1
+    assert track.poll(plan).counts["running"] == 40 and len(reads) == 1   # the kept list, up to date
+    answer.write_text(ss.sacct_text(arrays, "COMPLETED"))
+    assert track.poll(plan).counts["done"] == 40 and len(reads) == 1
+    assert [k.active for k in inflight._KEPT.values()] == [[]]   # every job ended: nothing kept
+    assert track.poll(plan).counts["done"] == 40 and len(reads) == 1
+    assert collector == [False] * 4 and gc.isenabled()   # each poll recorded with the collector paused
+    monkeypatch.setattr(Observations, "record_state_changes", lambda *a: 1 / 0)
+    answer.write_text(ss.sacct_text(arrays, "RUNNING").replace("RUNNING", "FAILED"))
+    inflight._KEPT.clear()
+    with pytest.raises(ZeroDivisionError):
+        track.poll(plan)
+    assert gc.isenabled()

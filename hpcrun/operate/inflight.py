@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import TERMINAL, normalize_state
-from hpcrun.operate.lookup import index_of, keep_index
+from hpcrun.operate.lookup import Index, index_of, keep_index
 from hpcrun.store.records import ActiveSubmission, NewStateChange
 from hpcrun.store.store import StateStore
 
@@ -58,6 +58,11 @@ def after_recording(store: StateStore, campaign_id: int, active: Sequence[Active
         del _KEPT[key]
         return
     new_state = {c.submission_id: normalize_state(c.slurm_state) for c in changes}
+    if (len(new_state) == len(active) and all(s in TERMINAL or s == "LOST" for s in set(new_state.values()))
+            and new_state.keys() == {a.id for a in active}):
+        _KEPT[key] = _Kept(store.active_fingerprint(campaign_id), [], kept.polls)   # every job ended
+        keep_index(_KEPT[key].active, Index([]))
+        return
     index = index_of(active)
     updated = []
     for a in active:
