@@ -195,12 +195,13 @@ def test_a_list_changed_after_the_scan_is_refused_and_no_plan_is_left(tmp_path, 
 
 
 def _rss_child(spec: Path, out: Path, stream_above: Optional[int]) -> int:
-    """Peak RSS (KiB) of a child that plans and writes ``spec``."""
-    code = ("import resource, sys; from pathlib import Path; import hpcrun.plan.listed as L\n"
+    """Peak RSS (KiB) of a child that plans and writes ``spec``: VmHWM, which starts afresh at exec
+    (ru_maxrss would carry the forking test process's own peak over)."""
+    code = ("from pathlib import Path; import hpcrun.plan.listed as L\n"
             f"if {stream_above!r} is not None: L.STREAM_ABOVE_BYTES = {stream_above!r}\n"
             "from hpcrun.plan.load import load_plan; from hpcrun.render.plandir import write_plan\n"
             f"write_plan(load_plan(Path({str(spec)!r})), Path({str(out)!r}))\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+            "print([ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0])\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, HPCRUN_PROFILE_PATH=str(Path(__file__).parents[1] / "site-profiles")))
     assert proc.returncode == 0, proc.stderr

@@ -2,7 +2,7 @@
 
 A plan of 10^6 inputs held as Python objects costs ~700 bytes an input (a 1M-input plan: ~800 MB).
 Above ``STREAM_ABOVE_BYTES`` a list file that the usual campaign reads (one input per job, paths and
-sizes on every line, no checksums, no burst buffer) is scanned once in blocks: every line checked as
+sizes on every line, no checksum to compute here, no burst buffer) is scanned once in blocks: every line checked as
 the whole-file reading checks it, the totals summed, each stem's 64-bit hash kept (8 bytes an input)
 to prove the stems unique. The plan then holds only where each block starts; the jobs are made
 again from the file, a block at a time, whenever the renderer reads them. Anything the quick checks
@@ -40,10 +40,9 @@ _BOUNDS = [(k << 56) - (1 << 63) for k in range(1, 256)]   # the 256 buckets of 
 
 @dataclass(frozen=True)
 class Span:
-    """One block of the list file: its bytes, its first line, and the inputs (jobs) it holds."""
+    """One block of the list file: its bytes, and the inputs (jobs) it holds."""
     offset: int
     length: int
-    first_line: int
     first: int        # index of its first input
     count: int
 
@@ -137,7 +136,7 @@ def _scan_blocks(f, file: str, campaign: Campaign, state: _Scan, hashes: _Hashes
         if count == UNUSUAL and not state.problems:
             return False
         if count >= 0 and not state.problems:
-            state.spans.append(Span(offset, len(data), line, state.count - count, count))
+            state.spans.append(Span(offset, len(data), state.count - count, count))
         offset += len(data)
         line += len(lines)
 
