@@ -67,7 +67,8 @@ def _both(spec: Path, tmp_path: Path, monkeypatch, block: int = 4096):
     return kinds, trees
 
 
-@pytest.mark.parametrize("case", ["events", "no-events", "adler32", "name-pattern", "regex", "comments-crlf"])
+@pytest.mark.parametrize("case", ["events", "no-events", "adler32", "name-pattern", "regex", "comments-crlf",
+                                  "apptainer"])
 def test_streamed_plan_is_byte_identical_to_the_whole_reading(tmp_path, monkeypatch, case):
     lines = _lines(700, events=case != "no-events", every_comment=97 if case == "comments-crlf" else 0)
     if case == "comments-crlf":
@@ -79,10 +80,16 @@ def test_streamed_plan_is_byte_identical_to_the_whole_reading(tmp_path, monkeypa
         over["outputs__pattern"] = "{name}.{stem}.reco"
     if case == "regex":
         over["inputs__stem"] = r"physics_(?P<stem>\d+)"
+    if case == "apptainer":   # the inputs' directories bound into the container, from the scan's parents
+        over.update(site={"profile": "generic-apptainer", "partition": "compute"},
+                    container={"runtime": "apptainer", "image": "/hpcrun-test-nonexistent/img.sif"})
     kinds, trees = _both(_spec(tmp_path, lines, **over), tmp_path, monkeypatch)
     assert kinds == {"whole": "tuple", "streamed": "ListedJobs"}
     assert trees["whole"] == trees["streamed"]
     assert trees["whole"]["tasks.tsv"].count(b"\n") == 700
+    if case == "apptainer":
+        script = trees["streamed"]["jobs/array001.sbatch"].decode()
+        assert all(f"{DATA}/d{k}" in script for k in range(3)), "each input directory bound"
     if case == "adler32":   # the note the whole reading gives, with its first paths
         manifest = trees["streamed"]["manifest.json"].decode()
         assert "700 input(s) have no checksum" in manifest and "st_physics_0000000.daq" in manifest

@@ -50,9 +50,9 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         checks.problems.extend(exc.problems)
         items = []
     inputs_key = next(k for k in ("files", "glob", "list_file") if getattr(campaign.inputs, k))
-    # a Listed's paths are local and were checked as they were read
-    paths = () if isinstance(items, Listed) else [i.path for i in items]
-    if not isinstance(items, Listed):
+    listed = isinstance(items, Listed)   # its paths are local, and were checked as they were read
+    paths = () if listed else [i.path for i in items]
+    if not listed:
         carried.check_table_values(items, inputs_key, checks.spec_error)
     sums = assign_listed(campaign.inputs, spec_src, spec_dir, items) if isinstance(items, Listed) else \
         assign_checksums(campaign.inputs, spec_src, spec_dir, paths, remote=remote)
