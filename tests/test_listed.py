@@ -223,3 +223,20 @@ def test_the_scan_holds_no_input(tmp_path):
     held = _rss_child(spec, tmp_path / "held", 1 << 40)
     scanned = _rss_child(spec, tmp_path / "scanned", None)
     assert (held - scanned) * 1024 > n * 300, (held, scanned)
+
+
+def test_a_campaign_on_two_clusters_streams_each_cluster_alike(tmp_path, monkeypatch):
+    """Each cluster's plan scans the list itself; the plan directory is the whole reading's."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "two-clusters-local"
+    for f in example.iterdir():
+        if f.is_file():
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+    spec = yaml.safe_load((example / "campaign.yaml").read_text())
+    spec["inputs"] = {"list_file": "files.txt"}
+    for key in ("burst_buffer", "qa"):   # a buffer sizes each job: not streamable
+        del spec[key]
+    (tmp_path / "files.txt").write_text("".join(f"{DATA}/raw/run{i:05d}.h5 1GB\n" for i in range(1500)))
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(spec))
+    kinds, trees = _both(tmp_path / "campaign.yaml", tmp_path, monkeypatch)
+    assert kinds == {"whole": "tuple", "streamed": "ListedJobs"}
+    assert trees["whole"] == trees["streamed"] and any(k.startswith("clusters/") for k in trees["streamed"])
