@@ -83,3 +83,42 @@ def test_status_scale_benchmark_runs(tmp_path):
     assert list(polls) == ["running", "unchanged", "completed"]
     assert [polls[p]["transitions"] for p in polls] == [300, 0, 300]
     assert all(polls[p]["sacct_calls"] == 1 for p in polls)
+
+
+def test_the_full_floor_records_what_hpcrun_records(tmp_path, monkeypatch):
+    """status_scale's second floor inserts, for a start and for an end, the very rows hpcrun's poll
+    inserts (every column but the id and the observation time): it is a floor of the same work."""
+    import os
+    import sqlite3
+    from contextlib import closing
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import status_scale as ss
+        from synthetic_campaign import make_plan
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from hpcrun.operate.track import poll
+
+    plan = make_plan(tmp_path, "floor", 60, "always")
+    arrays = ss.record_submissions(plan)
+    bindir, answer = tmp_path / "bin", tmp_path / "sacct.txt"
+    bindir.mkdir()
+    (bindir / "sacct").write_text(ss.SACCT.format(log=tmp_path / "calls", answer=answer))
+    (bindir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    cols = ("submission_id, slurm_state, exit_code, signal, node, elapsed_s, cpu_s, max_rss_bytes, alloc_cpus, "
+            "started_at, ended_at, req_mem_bytes")
+    for state in ("RUNNING", "COMPLETED"):
+        answer.write_text(ss.sacct_text(arrays, state))
+        ss.snapshot(plan / "state.db", tmp_path / "full.db")
+        with closing(sqlite3.connect(plan / "state.db")) as con:
+            before = con.execute("SELECT coalesce(max(id), 0) FROM hpcrun_state_change").fetchone()[0]
+        poll(plan)
+        assert ss.floor_s(tmp_path / "full.db", answer.read_text(), state, True) > 0
+        rows = []
+        for db in (plan / "state.db", tmp_path / "full.db"):
+            with closing(sqlite3.connect(db)) as con:
+                rows.append(con.execute(f"SELECT {cols} FROM hpcrun_state_change WHERE id > ? ORDER BY submission_id",
+                                        (before,)).fetchall())
+        assert len(rows[0]) == 60 and rows[0] == rows[1]
