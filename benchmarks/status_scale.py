@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -131,12 +131,7 @@ def main() -> int:
         plan = make_plan(work, "status-bench", args.tasks, "always")
         arrays = record_submissions(plan)
         setup_s = time.perf_counter() - t0
-        bindir = work / "bin"
-        bindir.mkdir()
-        answer = work / "sacct.txt"
-        log = work / "sacct.calls"
-        (bindir / "sacct").write_text(SACCT.format(log=log, answer=answer))
-        (bindir / "sacct").chmod(0o755)
+        bindir, answer, log = stand_in_sacct(work)
         os.environ["PATH"] = f"{bindir}:{os.environ['PATH']}"
         result: dict = {"tasks": args.tasks, "arrays": len(arrays), "setup_s": setup_s, "polls": {}}
         for label, state in (("running", "RUNNING"), ("unchanged", "RUNNING"), ("completed", "COMPLETED")):
@@ -192,6 +187,15 @@ def main() -> int:
               f"{d['with_sacct_s']:.0f} s = {d['share_with_sacct']:.2%} of a core "
               f"(target < {DAY_TARGET:.0%}: {'PASS' if d['pass'] else 'FAIL'})")
     return 0
+
+
+def stand_in_sacct(work: Path) -> Tuple[Path, Path, Path]:
+    """work/bin/sacct printing work/sacct.txt and logging each call in work/sacct.calls: (bin, answer, log)."""
+    bindir, answer, log = work / "bin", work / "sacct.txt", work / "sacct.calls"
+    bindir.mkdir()
+    (bindir / "sacct").write_text(SACCT.format(log=log, answer=answer))
+    (bindir / "sacct").chmod(0o755)
+    return bindir, answer, log
 
 
 def snapshot(db: Path, copy: Path) -> None:

@@ -88,25 +88,14 @@ def test_status_scale_benchmark_runs(tmp_path):
 def test_the_full_floor_records_what_hpcrun_records(tmp_path, monkeypatch):
     """status_scale's second floor inserts, for a start and for an end, the very rows hpcrun's poll
     inserts (every column but the id and the observation time): it is a floor of the same work."""
-    import os
     import sqlite3
     from contextlib import closing
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import status_scale as ss
-        from synthetic_campaign import make_plan
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
     from hpcrun.operate.track import poll
 
-    plan = make_plan(tmp_path, "floor", 60, "always")
-    arrays = ss.record_submissions(plan)
-    bindir, answer = tmp_path / "bin", tmp_path / "sacct.txt"
-    bindir.mkdir()
-    (bindir / "sacct").write_text(ss.SACCT.format(log=tmp_path / "calls", answer=answer))
-    (bindir / "sacct").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    from .synthetic_status import status_campaign
+
+    ss, plan, arrays, answer = status_campaign(tmp_path, monkeypatch, "floor", 60)
     cols = ("submission_id, slurm_state, exit_code, signal, node, elapsed_s, cpu_s, max_rss_bytes, alloc_cpus, "
             "started_at, ended_at, req_mem_bytes")
     for state in ("RUNNING", "COMPLETED"):

@@ -73,29 +73,15 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
     flight are kept between polls, updated with the states just recorded, and emptied when every job
     ended in one poll, so the next poll reads nothing from the store's list of them."""
     import gc
-    import os
-    import sys
-    from pathlib import Path
 
     import pytest
 
-    repo = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(repo / "benchmarks"))
-    try:
-        import status_scale as ss
-        from synthetic_campaign import make_plan
-    finally:
-        sys.path.remove(str(repo / "benchmarks"))
     from hpcrun.operate import inflight
     from hpcrun.store.observations import Observations
 
-    plan = make_plan(tmp_path, "kept", 40, "always")
-    arrays = ss.record_submissions(plan)
-    bindir, answer = tmp_path / "bin", tmp_path / "sacct.txt"
-    bindir.mkdir()
-    (bindir / "sacct").write_text(ss.SACCT.format(log=tmp_path / "calls", answer=answer))
-    (bindir / "sacct").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    from .synthetic_status import status_campaign
+
+    ss, plan, arrays, answer = status_campaign(tmp_path, monkeypatch, "kept", 40)
     reads, collector = [], []
     real_read, real_record = Observations.active_submissions, Observations.record_state_changes
     monkeypatch.setattr(Observations, "active_submissions", lambda self, cid: reads.append(1) or real_read(self, cid))
