@@ -25,7 +25,7 @@ from hpcrun.plan.database import database_and_runtime
 from hpcrun.plan.exports import export_plan
 from hpcrun.plan.inputs import InputItem, expand
 from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
-from hpcrun.plan.listed import Listed, expand_inputs
+from hpcrun.plan.listed import Listed, scan
 from hpcrun.plan.locality import group_by_node
 from hpcrun.plan.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.remote import Remote
@@ -44,8 +44,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     remote = Remote(profile, campaign.inputs.checksum)  # URL inputs: each server asked once
     items: Sequence[InputItem]
     try:   # a large list file is scanned, not held (Listed); else read whole
-        items = expand_inputs(campaign, spec_src, spec_dir,
-                              lambda: expand(campaign.inputs, spec_src, spec_dir, remote))
+        scanned = scan(campaign, spec_src, spec_dir)
+        items = scanned if scanned is not None else expand(campaign.inputs, spec_src, spec_dir, remote)
     except InputError as exc:
         checks.problems.extend(exc.problems)
         items = []

@@ -18,10 +18,10 @@ import os
 import stat
 from array import array
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union, overload
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union, overload
 
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.model.spec import Campaign
@@ -222,9 +222,8 @@ class Listed(Sequence[InputItem]):
     def __getitem__(self, i: Union[int, slice]) -> Union[InputItem, List[InputItem]]:
         if isinstance(i, slice):
             return list(self)[i]
-        at = range(self.total)[i]
-        k = bisect.bisect_right([s.first for s in self.spans], at) - 1
-        return self.block(k)[at - self.spans[k].first]
+        k, at = self.block_of(range(self.total)[i])
+        return self.block(k)[at]
 
     def __iter__(self) -> Iterator[InputItem]:
         for k in range(len(self.spans)):
@@ -239,6 +238,16 @@ class Listed(Sequence[InputItem]):
     def parents(self) -> Set[str]:
         """The distinct parent directories of the inputs."""
         return {parent_dir(h) for h in self.heads}
+
+    @cached_property
+    def firsts(self) -> List[int]:
+        """Each block's first input, in order (what a position is looked up in)."""
+        return [s.first for s in self.spans]
+
+    def block_of(self, at: int) -> Tuple[int, int]:
+        """(block, position in it) of input ``at``."""
+        k = bisect.bisect_right(self.firsts, at) - 1
+        return k, at - self.firsts[k]
 
     def block(self, k: int) -> List[InputItem]:
         """The inputs of block ``k``, read again (the file must not have changed)."""
@@ -266,7 +275,6 @@ class ListedJobs(StreamedJobs):
         self.listed, self.chains, self.named, self.pattern = listed, chains, named, pattern
         self.start, self.stop = start, listed.total if stop is None else stop
         self._cache: List[Any] = cache if cache is not None else [None, None]   # [block, its jobs], shared by views
-        self._firsts = [s.first for s in listed.spans]
 
     # what the plan's totals need, without reading the file again
     @property
@@ -308,16 +316,15 @@ class ListedJobs(StreamedJobs):
         n = len(self)
         if not -n <= i < n:
             raise IndexError(i)
-        at = self.start + (i % n)
-        k = bisect.bisect_right(self._firsts, at) - 1
-        return self._jobs(k)[at - self._firsts[k]]
+        k, at = self.listed.block_of(self.start + (i % n))
+        return self._jobs(k)[at]
 
     def __iter__(self) -> Iterator[Job]:
         if self.start >= self.stop:
             return
-        k = bisect.bisect_right(self._firsts, self.start) - 1
-        for block in range(k, len(self._firsts)):
-            first = self._firsts[block]
+        firsts = self.listed.firsts
+        for block in range(self.listed.block_of(self.start)[0], len(firsts)):
+            first = firsts[block]
             if first >= self.stop:
                 return
             yield from self._jobs(block)[max(0, self.start - first):self.stop - first]
@@ -325,7 +332,7 @@ class ListedJobs(StreamedJobs):
     def _jobs(self, k: int) -> List[Job]:
         if self._cache[0] != k:
             self._cache[:] = [None, None]   # the previous block's jobs freed before the next is made
-            self._cache[:] = [k, one_input_jobs(self._firsts[k], self.listed.block(k), self.pattern, self.chains,
+            self._cache[:] = [k, one_input_jobs(self.listed.firsts[k], self.listed.block(k), self.pattern, self.chains,
                                                 self.named)]
         jobs: List[Job] = self._cache[1]
         return jobs
@@ -345,12 +352,5 @@ def one_input_jobs(first: int, items: Sequence[InputItem], pattern: str, chains:
         repeat(chains), repeat(None), repeat(None), repeat((None,)) if no_sums else zip(sums or ()))))
 
 
-def expand_inputs(campaign: Campaign, src: Located, spec_dir: Path,
-                  expand: Callable[[], List[InputItem]]) -> Union[Listed, List[InputItem]]:
-    """The scan's :class:`Listed` where it applies, else the inputs read whole by ``expand``."""
-    listed = scan(campaign, src, spec_dir)
-    return listed if listed is not None else expand()
-
-
-__all__ = ["Listed", "ListedJobs", "STREAM_ABOVE_BYTES", "expand_inputs", "one_input_jobs", "scan",
+__all__ = ["Listed", "ListedJobs", "STREAM_ABOVE_BYTES", "one_input_jobs", "scan",
            "streamable"]
