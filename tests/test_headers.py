@@ -138,3 +138,73 @@ def test_a_template_the_markers_cannot_carry_gets_a_file_per_job(tmp_path, monke
     files = _files(plan_dir)
     assert len(files) == 40 and headers.TABLE_NAME not in files
     assert all(s.get("headers") is None for s in read_manifest(plan_dir, jobs=False)["scripts"])
+
+
+def _arrays(tmp_path: Path, n: int, script_files: str) -> Path:
+    """A campaign of ``n`` one-input jobs in arrays of at most 1001 (the local-test profile)."""
+    lst = tmp_path / "inputs.list"
+    lst.write_text("".join(f"/data/raw/f{i:05d}.raw 1GB 20\n" for i in range(n)))
+    spec = tmp_path / "arrays.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "arrays", "site": {"profile": "local-test"}, "walltime": "10m",
+        "inputs": {"list_file": str(lst), "checksum": "none"},
+        "jobs": {"files_per_job": 1, "chains_per_node": 1, "array": "always", "throttle": 7,
+                 "script_files": script_files},
+        "chain": {"command": ["/bin/true", "{input}"]},
+        "outputs": {"location": str(tmp_path / "out"), "pattern": "{stem}.out"}}))
+    return spec
+
+
+def test_array_scripts_rendered_at_submission_are_byte_identical(tmp_path, monkeypatch):
+    """An array plan above 1000 jobs writes one template and a line per array; each array's script,
+    asked for by any of its jobs, is the file a small plan writes."""
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(REPO / "site-profiles"))
+    plan_dir = tmp_path / "plan"
+    write_plan(load_plan(_arrays(tmp_path, 2500, "always")), plan_dir)
+    files = _files(plan_dir)
+    assert sorted(files) == ["array001.sbatch", "array002.sbatch", "array003.sbatch"]
+    write_plan(load_plan(_arrays(tmp_path, 2500, "auto")), plan_dir)
+    assert sorted(_files(plan_dir)) == sorted([headers.ARRAY_TABLE_NAME, headers.ARRAY_TEMPLATE_NAME])
+    entries = read_manifest(plan_dir, jobs=False)["scripts"]
+    assert [(e["name"], e["jobs"], e["array"], e["path"], e["headers"]) for e in entries] == [
+        ("array001", [0, 1000], "0-1000%7", "jobs/array.header", "jobs/arrays.tsv"),
+        ("array002", [1001, 2001], "0-1000%7", "jobs/array.header", "jobs/arrays.tsv"),
+        ("array003", [2002, 2499], "0-497%7", "jobs/array.header", "jobs/arrays.tsv")]
+    for entry in entries:
+        lo, hi = entry["jobs"]
+        for job in (lo, (lo + hi) // 2, hi):
+            assert job_script(plan_dir, str(job + 1)) == files[entry["name"] + ".sbatch"], job
+    # at or below 1000 jobs, files as before; `never`: the template whatever the size
+    write_plan(load_plan(_arrays(tmp_path, 1000, "auto")), plan_dir)
+    assert sorted(_files(plan_dir)) == ["array001.sbatch"]
+    write_plan(load_plan(_arrays(tmp_path, 3, "never")), plan_dir)
+    assert sorted(_files(plan_dir)) == sorted([headers.ARRAY_TABLE_NAME, headers.ARRAY_TEMPLATE_NAME])
+
+
+def test_array_template_fill_leaves_values_alone():
+    template = headers.HeaderTemplate.parse(
+        "#A --array=HPCRUN_FILL_ARRAY\n# HPCRUN_FILL_NAME: jobs HPCRUN_FILL_NUMBER..HPCRUN_FILL_LAST\n"
+        "x=$(( HPCRUN_FILL_INDEX + 1 ))\n#DW HPCRUN_FILL_BB\n")
+    text = template.fill_array(1001, 2001, "HPCRUN_FILL_INDEX", "0-1000%7", ["jobdw a", "jobdw b"])
+    assert text == ("#A --array=0-1000%7\n# HPCRUN_FILL_INDEX: jobs 1002..2002\nx=$(( 1001 + 1 ))\n"
+                    "#DW jobdw a\n#DW jobdw b\n")
+
+
+def test_submit_hands_an_array_its_text_and_records_it(tmp_path, monkeypatch, fake_slurm):
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(REPO / "site-profiles"))
+    plan_dir = tmp_path / "plan"
+    write_plan(load_plan(_arrays(tmp_path, 1500, "auto")), plan_dir)
+    report = submit(plan_dir)
+    assert [(b.job_id, b.array_spec) for b in report.batches] == [("100", "0-1000%7"), ("101", "0-498%7")]
+    assert all(not a.endswith((".header", ".sbatch", ".tsv")) for a in fake_slurm.args())   # no script argument
+    with sqlite3.connect(plan_dir / "state.db") as db:
+        recorded = set(db.execute("SELECT job_id, script_path, script_digest FROM hpcrun_submission"))
+        kept = db.execute("SELECT count(*) FROM hpcrun_script_text").fetchone()[0]
+    sent = {job_id: (fake_slurm.bin / f"stdin-{job_id}").read_text() for job_id in ("100", "101")}
+    assert sent["100"] == job_script(plan_dir, "1") and sent["101"] == job_script(plan_dir, "1500")
+    assert "#SBATCH --array=0-498%7" in sent["101"] and "$(( 1001 + HPCRUN_ARRAY_INDEX ))" in sent["101"]
+    assert recorded == {("100", "jobs/arrays.tsv#0", digest(sent["100"])),
+                        ("101", "jobs/arrays.tsv#1001", digest(sent["101"]))}
+    assert kept == 2
+    with open_plan_store(plan_dir) as store:
+        assert all(store.script_text(digest(t)) == t for t in sent.values())

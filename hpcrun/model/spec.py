@@ -199,8 +199,8 @@ class JobsSpec(Strict):
         "auto: job arrays unless each job needs its own #DW stage lines"))
     throttle: Optional[int] = Field(None, ge=1, description="array %N: max tasks running at once")
     script_files: Literal["auto", "always", "never"] = Field("auto", description=(
-        "per-job scripts as files in the plan directory (auto: up to 1000 jobs), else each job's "
-        "script is rendered at submission from one template and a table of per-job lines"))
+        "job and array scripts as files in the plan directory (auto: up to 1000 jobs), else each "
+        "job's or array's script is rendered at submission from one template and a table of lines"))
     locality: Literal["any", "prefer"] = Field("any", description=(
         "prefer: group inputs by the node whose cache holds them and ask for that node (the site's "
         "xrootd.node_cache); any: every node alike"))

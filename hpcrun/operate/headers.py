@@ -2,7 +2,8 @@
 and table (``jobs/job.header``, ``jobs/headers.tsv``), one job at a time.
 
 The table is read once per process to note where each job's line starts (8 bytes per job: 8 MB
-at 10^6 jobs), then each job's line is read alone; nothing else of it is kept.
+at 10^6 jobs), then each job's line is read alone; nothing else of it is kept. An array plan's
+table (``jobs/arrays.tsv``, a line per array: 10^3 at 10^6 jobs) is read whole.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.render.headers import HeaderTemplate, parse_row
+from hpcrun.render.headers import ARRAY_TABLE_NAME, HeaderTemplate, parse_array_row, parse_row
 
 
 class HeaderBook:
@@ -25,6 +26,7 @@ class HeaderBook:
         self._template: Optional[HeaderTemplate] = None
         self._offsets: Optional[array] = None   # where the line of job first + k starts
         self._first = 0
+        self._arrays: Optional[Dict[int, Tuple[int, int, str, str, List[str]]]] = None
 
     def _problem(self, path: Path, why: str) -> InputError:
         return InputError([Problem(str(path), None, "", f"{why}; re-run `hpcrun plan` (the plan directory "
@@ -60,10 +62,25 @@ class HeaderBook:
         return row
 
     def text(self, job_index: int) -> str:
-        """Job ``job_index``'s script, byte for byte what the scheduler is handed."""
+        """Job ``job_index``'s script (an array's: its first job's), byte for byte what the scheduler
+        is handed."""
         template, _ = self._load()
+        if self.table_path.name == ARRAY_TABLE_NAME:
+            return template.fill_array(*self._array_row(job_index))
         index, name, comments, bb_lines = self.row(job_index)
         return template.fill(index, name, comments, bb_lines)
+
+    def _array_row(self, first: int) -> Tuple[int, int, str, str, List[str]]:
+        if self._arrays is None:
+            try:
+                with open(self.table_path, encoding="utf-8") as f:
+                    self._arrays = {row[0]: row for row in map(parse_array_row, f)}
+            except (OSError, ValueError, IndexError) as exc:
+                raise self._problem(self.table_path, f"cannot be read: {exc}") from None
+        row = self._arrays.get(first)
+        if row is None:
+            raise self._problem(self.table_path, f"has no array starting at job {first}")
+        return row
 
 
 def digest(text: str) -> str:
@@ -78,7 +95,7 @@ def job_script(plan_dir: Path, manifest: Dict[str, Any], word: str) -> str:
         first, last = s["jobs"]
         if first <= index <= last:
             if s.get("headers"):
-                return HeaderBook(plan_dir, s["path"], s["headers"]).text(index)
+                return HeaderBook(plan_dir, s["path"], s["headers"]).text(first if s["array"] else index)
             try:
                 return (plan_dir / s["path"]).read_text(encoding="utf-8")
             except OSError as exc:

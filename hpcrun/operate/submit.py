@@ -84,6 +84,11 @@ def register(store: StateStore, manifest: Dict[str, Any]) -> Campaign:
     return campaign
 
 
+def _text_key(script: ScriptInfo, job_index: int) -> int:
+    """Whose text a job is submitted with: its own, or its array's (named by the array's first job)."""
+    return script.first if script.is_array else job_index
+
+
 class Submitter:
     """Claims, submits and records the batches of one plan; settles claims left by a stopped run."""
 
@@ -104,13 +109,14 @@ class Submitter:
         self._books: Dict[str, HeaderBook] = {}
 
     def script_text(self, script: ScriptInfo, job_index: int) -> Optional[str]:
-        """The script of a job rendered at submission (None: the script is a file of the plan)."""
+        """The script of a job (an array task: of its array) rendered at submission (None: the script
+        is a file of the plan)."""
         if script.headers is None:
             return None
         book = self._books.get(script.headers)
         if book is None:
             book = self._books[script.headers] = HeaderBook(self.plan_dir, script.path, script.headers)
-        return book.text(job_index)
+        return book.text(_text_key(script, job_index))
 
     def on(self, cluster: ClusterInfo) -> Submitter:
         """The same submitter sending work to another cluster of the plan."""
@@ -158,9 +164,9 @@ class Submitter:
                                   else None, adjust=batch.adjust, changes=batch.changes)
                 batch.tag = f"{base}.{jobs[0]}" if grouped else base
                 self.store.check_fences()   # a holder that lost its lock hands the scheduler nothing
-                text = None if batch.array_spec else self.script_text(batch.script, jobs[0])
+                text = self.script_text(batch.script, jobs[0])
                 if text is not None:
-                    self.texts[jobs[0]] = text
+                    self.texts[_text_key(batch.script, jobs[0])] = text
                 batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
                                                  array=batch.array_spec or None, adjust=batch.adjust, text=text)
                 changes.update(dict.fromkeys(jobs, batch.changes))
@@ -197,12 +203,15 @@ class Submitter:
         if not by_job:
             return
         subs = []
+        digests: Dict[int, str] = {}
         tag = tag_of(self.campaign.name, claim.token)
         for job_index, input_ids in sorted(by_job.items()):
             script = self.script_of(job_index)
-            text = self.texts.get(job_index) or self.script_text(script, job_index)  # settled: the same text
-            path, digest = (script.path, script.sha256) if text is None else (
-                f"{script.headers}#{job_index}", text_digest(text))
+            key = _text_key(script, job_index)
+            text = self.texts.get(key) or self.script_text(script, job_index)  # settled: the same text
+            if text is not None and key not in digests:   # an array's tasks: filled and hashed once
+                self.texts[key], digests[key] = text, text_digest(text)
+            path, digest = (script.path, script.sha256) if text is None else (f"{script.headers}#{key}", digests[key])
             subs.append(NewSubmission(job_ids[job_index], path, digest, tag, input_ids,
                                       job_index - script.first if script.is_array else None, claim.token,
                                       changes=self.changes.get(job_index), cluster=self.cluster.name,

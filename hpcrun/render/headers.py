@@ -9,37 +9,48 @@ name, its comment lines, its burst-buffer lines; every value already rendered an
 prints. Before using this, the plan renders its first, middle and last job both ways and
 requires the same bytes (a site template that lays a job out in a way the markers cannot carry
 falls back to a file per job).
+
+Array plans do the same with their array scripts above the same number of jobs: one template
+(``jobs/array.header``) and one line per array (``jobs/arrays.tsv``: first and last job, array
+name, the ``--array`` spec, its burst-buffer lines), so an array plan of 10^6 jobs writes no
+thousand scripts either.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import jinja2
 
 from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
 from hpcrun.backends.scheduler import scheduler_for
-from hpcrun.plan.values import Job, Plan
+from hpcrun.plan.values import Job, Plan, ScriptPlan, index_range
 from hpcrun.render.scripts import RenderedFile, job_comments, render_job, render_script
 from hpcrun.shell import Shell
 
-SCRIPT_FILES_MAX = 1000          # jobs.script_files: auto writes a file per job up to this many jobs
+SCRIPT_FILES_MAX = 1000          # jobs.script_files: auto writes script files up to this many jobs
 TEMPLATE_NAME = "job.header"
 TABLE_NAME = "headers.tsv"
+ARRAY_TEMPLATE_NAME = "array.header"
+ARRAY_TABLE_NAME = "arrays.tsv"
 _MARK = "HPCRUN_FILL_"          # letters and _ only: no quoting rule of a scheduler or the shell changes it
-NAME, INDEX, NUMBER, COMMENTS, BB = (_MARK + k for k in ("NAME", "INDEX", "NUMBER", "COMMENTS", "BB"))
+NAME, INDEX, NUMBER, LAST, SPEC, COMMENTS, BB = (
+    _MARK + k for k in ("NAME", "INDEX", "NUMBER", "LAST", "ARRAY", "COMMENTS", "BB"))
 _SLOTS = (COMMENTS, BB)
+_WORDS = re.compile("|".join((NAME, INDEX, NUMBER, LAST, SPEC)))
 
 
 def at_submission(plan: Plan) -> bool:
-    """Whether this plan's per-job scripts are rendered at submission instead of written as files."""
-    per_job = [s for s in plan.scripts if s.array is None]
+    """Whether this plan's scripts (per-job, or arrays) are rendered at submission instead of written
+    as files: above SCRIPT_FILES_MAX jobs under ``auto``, always under ``never``."""
+    scripts = plan.scripts
     mode = plan.campaign.jobs.script_files
-    if len(per_job) < 2 or mode == "always":
+    if not scripts or mode == "always" or len({s.array is None for s in scripts}) > 1:
         return False
-    return mode == "never" or len(per_job) > SCRIPT_FILES_MAX
+    return mode == "never" or len(plan.jobs) > SCRIPT_FILES_MAX
 
 
 @dataclass(frozen=True)
@@ -76,14 +87,23 @@ class HeaderTemplate:
 
     def fill(self, index: int, name: str, comments: Sequence[str], bb_lines: Sequence[str]) -> str:
         """A job's script: the markers replaced by its values (the values are not searched again)."""
+        return self.fill_words({NAME: name, NUMBER: str(index + 1), INDEX: str(index)}, comments, bb_lines)
+
+    def fill_words(self, words: Mapping[str, str], comments: Sequence[str], bb_lines: Sequence[str]) -> str:
+        """The markers replaced in one pass (a value holding a marker's text is left as it is)."""
         out: List[str] = []
         for part in self.parts:
             if isinstance(part, Slot):
                 lines = comments if part.marker == COMMENTS else bb_lines
                 out.extend(f"{part.before}{line}{part.after}\n" for line in lines)
             else:
-                out.append(part.replace(NAME, name).replace(NUMBER, str(index + 1)).replace(INDEX, str(index)))
+                out.append(_WORDS.sub(lambda m: words.get(m.group(0), m.group(0)), part))
         return "".join(out)
+
+    def fill_array(self, first: int, last: int, name: str, spec: str, bb_lines: Sequence[str]) -> str:
+        """An array's script: jobs first..last (indices), its name and its ``--array`` spec."""
+        words = {NAME: name, INDEX: str(first), NUMBER: str(first + 1), LAST: str(last + 1), SPEC: spec}
+        return self.fill_words(words, (), bb_lines)
 
 
 def row_of(job: Job, name: str, comments: Sequence[str], bb_lines: Sequence[str]) -> str:
@@ -98,42 +118,84 @@ def parse_row(line: str) -> Tuple[int, str, List[str], List[str]]:
     return int(fields[0]), fields[1], fields[3:3 + n], fields[3 + n:]
 
 
+def array_row(first: int, last: int, name: str, spec: str, bb_lines: Sequence[str]) -> str:
+    """An array's line of arrays.tsv."""
+    return "\t".join([str(first), str(last), name, spec, *bb_lines]) + "\n"
+
+
+def parse_array_row(line: str) -> Tuple[int, int, str, str, List[str]]:
+    """(first, last, name, spec, burst-buffer lines) of an arrays.tsv line."""
+    fields = line.rstrip("\n").split("\t")
+    return int(fields[0]), int(fields[1]), fields[2], fields[3], fields[4:]
+
+
 def header_files(env: jinja2.Environment, template: str, plan: Plan, common: Dict[str, Any],
                  plan_dir: str) -> Optional[List[RenderedFile]]:
-    """The template and the table of a plan's per-job scripts, or None when filling the template
-    does not give, byte for byte, what rendering gives (then every job gets its file)."""
+    """The template and the table of a plan's scripts (per-job or arrays), or None when filling the
+    template does not give, byte for byte, what rendering gives (then every script is a file)."""
+    arrays = plan.scripts[0].array is not None
     first = plan.scripts[0]
     assert first.request is not None
-    text = render_job(env, template, plan, common, plan_dir, replace(first.request, name=NAME), (BB,),
-                      Shell(INDEX), f"job {NUMBER} of {len(plan.jobs)}", [COMMENTS], False)
+    if arrays:
+        text = render_job(env, template, plan, common, plan_dir, replace(first.request, array=SPEC), (BB,),
+                          Shell(INDEX), f"array {NAME}: jobs {NUMBER}..{LAST}", [], True)
+    else:
+        text = render_job(env, template, plan, common, plan_dir, replace(first.request, name=NAME), (BB,),
+                          Shell(INDEX), f"job {NUMBER} of {len(plan.jobs)}", [COMMENTS], False)
     parsed = HeaderTemplate.parse(text)
     scripts = plan.scripts
     for k in sorted({0, len(scripts) // 2, len(scripts) - 1}):
         s = scripts[k]
-        assert s.request is not None
-        real = render_script(env, template, plan, s, common, plan_dir)
-        if parsed.fill(s.jobs[0].index, s.request.name, job_comments(s.jobs[0]), s.bb_lines) != real:
+        if _filled(parsed, s) != render_script(env, template, plan, s, common, plan_dir):
             return None
     own = plan.seat.subdir
+    if arrays:
+        return [RenderedFile(f"{own}jobs/{ARRAY_TEMPLATE_NAME}", text),
+                RenderedFile(f"{own}jobs/{ARRAY_TABLE_NAME}", "", chunks=_array_rows(plan))]
     return [RenderedFile(f"{own}jobs/{TEMPLATE_NAME}", text),
             RenderedFile(f"{own}jobs/{TABLE_NAME}", "", chunks=_rows(plan))]
+
+
+def _filled(template: HeaderTemplate, script: ScriptPlan) -> str:
+    """A script of the plan as the template filled with its line gives it."""
+    assert script.request is not None
+    if script.array is not None:
+        first, last = index_range(script.jobs)
+        return template.fill_array(first, last, script.name, script.array, script.bb_lines)
+    return template.fill(script.jobs[0].index, script.request.name, job_comments(script.jobs[0]), script.bb_lines)
+
+
+def _checked(plan: Plan, name: str, fields: Sequence[str], bb_lines: Sequence[str]) -> None:
+    """Rendered values are single lines without TAB, directive lines valid: else a bug in hpcrun or a
+    site's profile (every script file's lines are checked the same way)."""
+    prefix, grammar = "#" + plan.profile.burst_buffer.directive, grammar_checked(plan.profile.burst_buffer.system)
+    bad = [f for f in fields if "\t" in f or "\n" in f or "\r" in f] or check_script(
+        list(bb_lines), prefix, grammar, job_directive=scheduler_for(plan.scheduler).directive)
+    if bad:
+        raise ValueError(f"{name}: rendered header lines are invalid: {bad}")
+
+
+def _array_rows(plan: Plan) -> Iterator[str]:
+    """arrays.tsv: one line per array script (10^3 at 10^6 jobs: one piece)."""
+    rows = []
+    for script in plan.scripts:
+        assert script.array is not None
+        first, last = index_range(script.jobs)
+        _checked(plan, script.name, [script.name, script.array, *script.bb_lines], script.bb_lines)
+        rows.append(array_row(first, last, script.name, script.array, script.bb_lines))
+    yield "".join(rows)
 
 
 def _rows(plan: Plan) -> Iterator[str]:
     """headers.tsv, 2000 jobs per piece; each job's directive lines checked against the grammar, as
     every job script's are when it is a file."""
-    prefix, grammar = "#" + plan.profile.burst_buffer.directive, grammar_checked(plan.profile.burst_buffer.system)
-    directive = scheduler_for(plan.scheduler).directive
     chunk: List[str] = []
     for script in plan.scripts:
         job = script.jobs[0]
         assert script.request is not None
         comments = job_comments(job)
-        fields = [script.request.name, *comments, *script.bb_lines]
-        bad = [f for f in fields if "\t" in f or "\n" in f or "\r" in f] or check_script(
-            list(script.bb_lines), prefix, grammar, job_directive=directive)
-        if bad:   # a bug in hpcrun or a site's profile: rendered values are single, valid lines
-            raise ValueError(f"job {script.request.name}: rendered header lines are invalid: {bad}")
+        _checked(plan, f"job {script.request.name}", [script.request.name, *comments, *script.bb_lines],
+                 script.bb_lines)
         chunk.append(row_of(job, script.request.name, comments, script.bb_lines))
         if len(chunk) >= 2000:
             yield "".join(chunk)

@@ -18,7 +18,7 @@ from hpcrun import __version__
 from hpcrun.model.retry import effective_rules
 from hpcrun.plan.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, index_range, inputs_in
-from hpcrun.render.headers import TABLE_NAME, TEMPLATE_NAME
+from hpcrun.render.headers import ARRAY_TABLE_NAME, ARRAY_TEMPLATE_NAME, TABLE_NAME, TEMPLATE_NAME
 from hpcrun.render.scripts import node_key, run_prefix, script_path
 
 JOBS_PER_WRITE = 2000   # job lines encoded and written together: flat memory, few write calls
@@ -152,9 +152,16 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
 
 def script_entries(plan: Plan, digests: Dict[str, str]) -> List[Dict[str, Any]]:
     """The plan's scripts for submit: one per array or per-job file, or one for all the jobs whose
-    scripts are rendered at submission (its template, and the table of what varies per job)."""
+    scripts are rendered at submission (its template, and the table of what varies per job); arrays
+    rendered at submission keep an entry each, naming the shared template and table."""
     own = plan.seat.subdir
     table = f"{own}jobs/{TABLE_NAME}"
+    arrays = f"{own}jobs/{ARRAY_TABLE_NAME}"
+    if arrays in digests:   # each array its own entry (its jobs, its spec), all from one template and table
+        template = f"{own}jobs/{ARRAY_TEMPLATE_NAME}"
+        return [{"name": s.name, "path": template, "array": s.array, "jobs": list(index_range(s.jobs)),
+                 "sha256": digests[template], "headers": arrays, "headers_sha256": digests[arrays]}
+                for s in plan.scripts]
     if table in digests:
         template = f"{own}jobs/{TEMPLATE_NAME}"
         return [{"name": "job", "path": template, "array": None,
