@@ -72,7 +72,7 @@ def after_recording(store: StateStore, campaign_id: int, active: Sequence[Active
         elif state in TERMINAL or state == "LOST":
             index.forget(a)
         else:   # the kept record takes the state just recorded (records are this module's own copies)
-            object.__setattr__(a, "last_state", state)
+            a.last_state = state
             index.note(a)
             updated.append(a)
     index.active = updated

@@ -184,22 +184,25 @@ class ReportData:
     qa: List[QaRow]
 
 
-@dataclass(frozen=True)
 class ActiveSubmission:
-    id: int
-    job_id: str
-    array_index: Optional[int]
-    last_state: Optional[str]
-    submitted_at: dt.datetime
-    job_index: Optional[int]
-    job_name: Optional[str] = None
-    cluster: Optional[str] = None   # job ids are per cluster: (cluster, job_id) is the key
-    # computed once, when made: a poll asks for it several times for each of up to 10^5 submissions
-    slurm_id: str = field(init=False, repr=False, compare=False)
+    """A submission in flight as a poll reads it. A plain class with slots, not a frozen dataclass: a
+    poll makes 10^5 of them (a fifth of the cost), and the poller that keeps them between polls sets
+    ``last_state`` to what it just recorded."""
+    __slots__ = ("id", "job_id", "array_index", "last_state", "submitted_at", "job_index", "job_name", "cluster",
+                 "slurm_id")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "slurm_id", self.job_id if self.array_index is None
-                           else f"{self.job_id}_{self.array_index}")   # task_id(), inline: 10^5 per read
+    def __init__(self, id: int, job_id: str, array_index: Optional[int], last_state: Optional[str],
+                 submitted_at: dt.datetime, job_index: Optional[int], job_name: Optional[str] = None,
+                 cluster: Optional[str] = None):
+        self.id, self.job_id, self.array_index, self.last_state = id, job_id, array_index, last_state
+        self.submitted_at, self.job_index, self.job_name = submitted_at, job_index, job_name
+        self.cluster = cluster   # job ids are per cluster: (cluster, job_id) is the key
+        # computed once, when made: a poll asks for it several times for each of up to 10^5 submissions
+        self.slurm_id = job_id if array_index is None else f"{job_id}_{array_index}"   # task_id(), inline
+
+    def __repr__(self) -> str:
+        return (f"ActiveSubmission(id={self.id}, slurm_id={self.slurm_id!r}, last_state={self.last_state!r}, "
+                f"job_index={self.job_index}, cluster={self.cluster!r})")
 
 
 @dataclass(frozen=True)
