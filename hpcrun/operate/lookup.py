@@ -83,16 +83,25 @@ def match(index: Index, records: Dict[str, Record]) -> Tuple[Found, List[ActiveS
     found: Found = {}
     brackets: Dict[str, List[Tuple[str, Record]]] = {}
     by_sid = index.by_sid
-    for key in [k for k, r in records.items() if r.raw_id]:   # the shared unchanged record has none
-        rec = records[key]
+    need: List[ActiveSubmission] = []
+    asked: Set[int] = set()
+    still: List[str] = []   # jobs known to be waiting whose record is the shared "unchanged" one
+    waiting = index.waiting
+    for key, rec in records.items():
+        if not rec.raw_id:   # the shared unchanged record
+            if rec.state == "PENDING" and key in waiting:
+                still.append(key)
+            continue
         a = by_sid.get(key)
         if a is not None:
             found[a.id] = (a, rec)
+            if rec.state == "PENDING":   # waiting: the queue says why
+                need.append(a)
+                asked.add(a.id)
             continue
         m = _BRACKET.match(key) if key.endswith("]") else None
         if m:   # a pending array's tasks, listed as one record
             brackets.setdefault(m.group(1), []).append((m.group(2), rec))
-    need: List[ActiveSubmission] = []
     for sid in by_sid.keys() - records.keys():
         a = by_sid[sid]
         hit = None
@@ -100,14 +109,13 @@ def match(index: Index, records: Dict[str, Record]) -> Tuple[Found, List[ActiveS
             hit = next((r for spec, r in brackets[a.job_id] if in_bracket(spec, a.array_index)), None)
         if hit is not None:
             found[a.id] = (a, hit)
-        if hit is None or hit.state == "PENDING":
+        if (hit is None or hit.state == "PENDING") and a.id not in asked:
             need.append(a)
-    asked = {a.id for a in need}
-    for sid in index.waiting & records.keys():
-        a = by_sid[sid]
-        if records[sid].state == "PENDING" and a.id not in asked:
+            asked.add(a.id)
+    for sid in still:
+        a = by_sid.get(sid)
+        if a is not None and a.id not in asked:
             found.setdefault(a.id, (a, records[sid]))
             need.append(a)
             asked.add(a.id)
-    need += [a for a, rec in found.values() if rec.state == "PENDING" and a.id not in asked]
     return found, need
