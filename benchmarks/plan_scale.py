@@ -142,9 +142,9 @@ def make_campaign(root: Path, shape: str, n: int) -> Path:
         spec["burst_buffer"] = {"capacity": "auto", "stage_inputs": True}
     path = d / "campaign.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    if shape == "per-job":   # the same campaign with a file per job: the scripts the floor renders
-        files = dict(spec, jobs=dict(spec["jobs"], script_files="always"))
-        (d / "campaign-files.yaml").write_text(yaml.safe_dump(files, sort_keys=False), encoding="utf-8")
+    # the same campaign with a file per job (or per array): the scripts the floor renders
+    files = dict(spec, jobs=dict(spec["jobs"], script_files="always"))
+    (d / "campaign-files.yaml").write_text(yaml.safe_dump(files, sort_keys=False), encoding="utf-8")
     if shape == "array":  # the same campaign with one script per input, for the per-file baseline
         spec["jobs"] = dict(spec["jobs"], array="never", script_files="always")
         (d / "campaign-perfile.yaml").write_text(yaml.safe_dump(spec, sort_keys=False),
@@ -258,7 +258,8 @@ def child_plan(a: Dict[str, Any]) -> Dict[str, Any]:
 
     # ---- not measured: what the parent and the baselines need
     render_s = max((phases[k] for k in ("render_plan", "_render") if k in phases), default=None)
-    if a.get("contexts") and not (result.out_dir / "jobs" / "headers.tsv").exists():
+    tables = [result.out_dir / "jobs" / t for t in ("headers.tsv", "arrays.tsv")]
+    if a.get("contexts") and not any(t.exists() for t in tables):
         capture_contexts(plan, str(result.out_dir), Path(a["contexts"]))   # else from campaign-files.yaml
     jobs_dir = _dir_stats(result.out_dir / "jobs")
     return {
