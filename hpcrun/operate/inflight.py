@@ -64,7 +64,7 @@ def after_recording(store: StateStore, campaign_id: int, active: Sequence[Active
         keep_index(_KEPT[key].active, Index([]))
         return
     index = index_of(active)
-    updated = []
+    updated, noted = [], []
     for a in active:
         state = new_state.get(a.id)
         if state is None:
@@ -73,8 +73,9 @@ def after_recording(store: StateStore, campaign_id: int, active: Sequence[Active
             index.forget(a)
         else:   # the kept record takes the state just recorded (records are this module's own copies)
             a.last_state = state
-            index.note(a)
+            noted.append(a)
             updated.append(a)
+    index.note_all(noted)
     index.active = updated
     _KEPT[key] = _Kept(store.active_fingerprint(campaign_id), updated, kept.polls)
     keep_index(updated, index)

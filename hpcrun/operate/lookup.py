@@ -38,14 +38,13 @@ class Index:
         self.known.pop(a.slurm_id, None)
         self.waiting.discard(a.slurm_id)
 
-    def note(self, a: ActiveSubmission) -> None:
-        """``a`` has a new recorded state."""
-        if a.last_state:
-            self.known[a.slurm_id] = a.last_state
-        if a.last_state in (None, "PENDING"):
-            self.waiting.add(a.slurm_id)
-        else:
-            self.waiting.discard(a.slurm_id)
+    def note_all(self, noted: Sequence[ActiveSubmission]) -> None:
+        """These have a new recorded state (a poll that saw 10^5 jobs start: set operations, no loop
+        of method calls)."""
+        self.known.update((a.slurm_id, a.last_state) for a in noted if a.last_state)
+        waiting = {a.slurm_id for a in noted if a.last_state in (None, "PENDING")}
+        self.waiting.difference_update(a.slurm_id for a in noted)
+        self.waiting |= waiting
 
 
 _LAST: List[object] = [None, None]   # the last list indexed, and its index
