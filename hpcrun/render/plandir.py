@@ -7,7 +7,6 @@ never leaves a half-written plan behind.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import os
@@ -28,6 +27,7 @@ from hpcrun.plan.values import Plan
 from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
 from hpcrun.render.scripts import TASKS_PATH, RenderedFile, task_rows
+from hpcrun.render.treediff import diff_trees, tree_files
 
 MANIFEST = "manifest.json"
 SUBMITTED_MARKERS = ("submitted.json", "state.db")
@@ -81,22 +81,6 @@ def _render(plan: Plan, out_dir: Path) -> tuple:
 def render_plan(plan: Plan, out_dir: Path) -> tuple:
     files, text, _data = _render(plan, out_dir)
     return files, text
-
-
-def _diff(old_dir: Path, files: List[RenderedFile], manifest: str) -> str:
-    new: Dict[str, str] = {f.path: f.text for f in files}
-    new[MANIFEST] = manifest
-    old = _read_tree(old_dir)
-    chunks: List[str] = []
-    for rel in sorted(set(old) | set(new)):
-        a, b = old.get(rel), new.get(rel)
-        if a == b:
-            continue
-        chunks.extend(difflib.unified_diff(
-            (a or "").splitlines(keepends=True), (b or "").splitlines(keepends=True),
-            fromfile=f"a/{rel}" if a is not None else "/dev/null",
-            tofile=f"b/{rel}" if b is not None else "/dev/null", n=2))
-    return "".join(chunks)
 
 
 def _check_target(out_dir: Path, force: bool) -> None:
@@ -294,24 +278,7 @@ def _has_records(out_dir: Path, keep: str) -> bool:
     return not path.is_dir() or any(path.iterdir())
 
 
-def _read_tree(top: Path) -> Dict[str, str]:
-    texts: Dict[str, str] = {}
-    for root, _dirs, names in os.walk(top):
-        rel_root = Path(root).relative_to(top)
-        if rel_root.parts and rel_root.parts[0] in ("logs", "run", "report"):
-            continue
-        for name in names:
-            if not rel_root.parts and name in KEPT_FILES:
-                continue
-            rel = str(rel_root / name) if rel_root.parts else name
-            try:
-                texts[rel] = (Path(root) / name).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                texts[rel] = ""
-    return texts
-
-
 def _diff_dirs(old_dir: Path, new_dir: Path) -> str:
-    new = _read_tree(new_dir)
-    files = [RenderedFile(rel, text) for rel, text in new.items() if rel != MANIFEST]
-    return _diff(old_dir, files, new.get(MANIFEST, ""))
+    """The previous plan against the new one (records, logs and the store left out), in bounded memory."""
+    skip_dirs, skip_top = ("logs", "run", "report"), KEPT_FILES
+    return diff_trees(tree_files(old_dir, skip_dirs, skip_top), tree_files(new_dir, skip_dirs, skip_top))
