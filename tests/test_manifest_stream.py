@@ -68,3 +68,22 @@ def test_task_rows_one_format_for_one_and_several_inputs():
     jobs.append(Job(4, "c.4", (InputItem("/a", 1, 3, "a"), InputItem("/b", 2, None, "b")), ("oa", "ob"), 1))
     text = "".join(tasks_chunks(SimpleNamespace(jobs=jobs), per_chunk=2))
     assert text == "".join(reference(j) for j in jobs)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 16])
+def test_the_head_is_read_without_the_jobs(tmp_path, monkeypatch, block):
+    """A poll reads the manifest only up to its job list, whatever block boundary the list's key
+    straddles, and gets every other key exactly."""
+    from hpcrun.operate import plandir
+
+    monkeypatch.chdir(REPO)
+    write_plan(load_plan(Path("examples") / "star-cori" / "campaign.yaml"), tmp_path / "plan")
+    whole = json.loads((tmp_path / "plan" / "manifest.json").read_text())
+    monkeypatch.setattr(plandir, "_HEAD_BLOCK", block)
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    head = plandir.read_manifest(tmp_path / "plan", jobs=False)
+    monkeypatch.undo()
+    assert head == {k: v for k, v in whole.items() if k != "jobs"} and "jobs" in whole
+    assert reads   # read through the block reader, not whole

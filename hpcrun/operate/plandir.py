@@ -14,12 +14,24 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.store.mounts import DB_NAME
 from hpcrun.store.store import StateStore, open_store
 
+_JOBS_KEY = '\n "jobs": ['   # the manifest's last key, at the top level (a string holds no raw newline)
+_HEAD_BLOCK = 1 << 16
 
-def _head(text: str) -> Optional[Dict[str, Any]]:
-    """The manifest without its (last, possibly 100k entries long) ``jobs`` list, or None."""
-    cut = text.rfind('\n "jobs": [')
-    if cut < 0:
-        return None
+
+def _head(path: Path) -> Optional[Dict[str, Any]]:
+    """The manifest without its (last, up to 10^6 entries long) ``jobs`` list, read only up to that
+    list (a poll of a 10^6-job plan reads its first few hundred KB, not 300 MB), or None."""
+    text = ""
+    with open(path, encoding="utf-8") as f:
+        while True:
+            block = f.read(_HEAD_BLOCK)
+            if not block:
+                return None
+            seen = len(text)
+            text += block
+            cut = text.find(_JOBS_KEY, max(0, seen - len(_JOBS_KEY)))
+            if cut >= 0:
+                break
     try:
         head: Dict[str, Any] = json.loads(text[:cut].rstrip().rstrip(",") + "\n}")
     except ValueError:
@@ -28,11 +40,10 @@ def _head(text: str) -> Optional[Dict[str, Any]]:
 
 
 def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
-    """The plan's manifest; ``jobs=False`` skips parsing the per-job list (a status poll needs none)."""
+    """The plan's manifest; ``jobs=False`` skips reading the per-job list (a status poll needs none)."""
     path = plan_dir / "manifest.json"
     try:
-        text = path.read_text(encoding="utf-8")
-        data: Dict[str, Any] = (None if jobs else _head(text)) or json.loads(text)
+        data: Dict[str, Any] = (None if jobs else _head(path)) or json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError([Problem(str(plan_dir), None, "", (
             "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None
