@@ -87,3 +87,30 @@ def test_the_head_is_read_without_the_jobs(tmp_path, monkeypatch, block):
     monkeypatch.undo()
     assert head == {k: v for k, v in whole.items() if k != "jobs"} and "jobs" in whole
     assert reads   # read through the block reader, not whole
+
+
+def test_the_job_list_is_read_line_by_line_and_checked(tmp_path, monkeypatch):
+    """Submit, retry and the supervisor go through the job list as it is read, a line at a time; a
+    manifest in another layout (an older hpcrun's: a job over several lines) is parsed whole; a job line
+    edited into nonsense, or a list cut short, is an error naming the file."""
+    from hpcrun.errors import InputError
+    from hpcrun.operate import plandir
+
+    monkeypatch.chdir(REPO)
+    write_plan(load_plan(Path("examples") / "star-cori" / "campaign.yaml"), tmp_path / "plan")
+    path = tmp_path / "plan" / "manifest.json"
+    whole = json.loads(path.read_text())
+    jobs = plandir.read_manifest(tmp_path / "plan")["jobs"]
+    assert isinstance(jobs, plandir.ManifestJobs)
+    assert list(jobs) == whole["jobs"] and len(jobs) == len(whole["jobs"]) == 40
+    assert jobs[0] == whole["jobs"][0] and jobs[-1] == whole["jobs"][-1] and jobs[2:4] == whole["jobs"][2:4]
+    path.write_text(json.dumps(whole, indent=1))   # every job over several lines
+    old = plandir.read_manifest(tmp_path / "plan")
+    assert isinstance(old["jobs"], list) and old == whole
+    write_plan(load_plan(Path("examples") / "star-cori" / "campaign.yaml"), tmp_path / "plan")
+    lines = path.read_text().split("\n")
+    at = lines.index(' "jobs": [') + 5
+    for broken in (lines[:at] + ['  {"index": 4, "name": '] + lines[at + 1:], lines[:at] + lines[at + 1:]):
+        path.write_text("\n".join(broken))
+        with pytest.raises(InputError, match="manifest.json.*plan the campaign again"):
+            list(plandir.read_manifest(tmp_path / "plan")["jobs"])

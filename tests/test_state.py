@@ -190,6 +190,25 @@ def test_bulk_insert_100k_inputs(tmp_path):
         assert store.add_inputs(c.id, again) == 1
 
 
+def test_add_inputs_in_chunks_is_one_registration(tmp_path, monkeypatch):
+    """Taken a few inputs at a time, a path repeated across chunks is added once, a known input moved
+    to another job is moved, its checksum recorded once, and the count is what was new."""
+    from hpcrun.store import queries
+    monkeypatch.setattr(queries, "ADD_CHUNK", 3)
+    with _open(tmp_path) as store:
+        c = store.register_campaign("chunks", SPEC, PROFILE)
+        first = [NewInput(f"/d/f{i}", size=i, job_index=i, job_name=f"j{i}") for i in range(7)]
+        assert store.add_inputs(c.id, iter(first + [NewInput("/d/f1", job_index=1, job_name="j1")])) == 7
+        again = [NewInput(f"/d/f{i}", size=i, job_index=i + 10 if i in (2, 5) else i, job_name=f"j{i}",
+                          checksum="0a0b0c0d" if i == 6 else None, checksum_algo="adler32" if i == 6 else None)
+                 for i in range(9)]
+        assert store.add_inputs(c.id, iter(again)) == 2
+        rows = {r.path: r for r in store.inputs(c.id)}
+        assert len(rows) == 9
+        assert {p: r.job_index for p, r in rows.items()} == {f"/d/f{i}": i + 10 if i in (2, 5) else i for i in range(9)}
+        assert (rows["/d/f6"].checksum, rows["/d/f6"].checksum_algo) == ("0a0b0c0d", "adler32")
+
+
 # ---------------------------------------------------------------------------------------------
 # claim, submit, observe
 

@@ -3,11 +3,12 @@ and its campaign store. Status, retry, report and submit open it here, not throu
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler import DEFAULT, Scheduler, scheduler_for
 from hpcrun.errors import InputError, Problem
@@ -18,9 +19,69 @@ _JOBS_KEY = '\n "jobs": ['   # the manifest's last key, at the top level (a stri
 _HEAD_BLOCK = 1 << 16
 
 
+class ManifestJobs(Sequence[Dict[str, Any]]):
+    """The manifest's job list, read line by line each time it is gone through (hpcrun writes one job
+    a line): submitting, retrying or supervising a 10^6-job plan held the list parsed whole, 1.5 GB,
+    where each caller only goes through it once."""
+
+    def __init__(self, path: Path, offset: int, count: int):
+        self.path, self.offset, self.total = path, offset, count
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        seen = 0
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            for line in f:
+                text = line.strip()
+                if text == b"]":
+                    break
+                try:
+                    yield json.loads(text[:-1] if text.endswith(b",") else text)
+                except ValueError as exc:
+                    raise self._broken(f"job line {seen + 1} cannot be read: {exc}") from None
+                seen += 1
+        if seen != self.total:
+            raise self._broken(f"lists {seen} jobs where its totals say {self.total}")
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return list(itertools.islice(self, *k.indices(self.total)))
+        if not -self.total <= k < self.total:
+            raise IndexError(k)
+        return next(itertools.islice(self, k % self.total, None))
+
+    def _broken(self, why: str) -> InputError:
+        return InputError([Problem(str(self.path), None, "jobs", f"{why}; the plan directory was edited or is "
+                                                                 "incomplete: plan the campaign again")])
+
+
+def _jobs_view(path: Path, head: Dict[str, Any], offset: int) -> Optional[ManifestJobs]:
+    """The lazy job list when the file has hpcrun's layout (the list's first line one whole job), else None."""
+    count = head.get("totals", {}).get("jobs")
+    if not isinstance(count, int) or count < 1:
+        return None
+    with open(path, "rb") as f:
+        f.seek(offset)
+        first = f.readline().strip()
+    try:
+        json.loads(first[:-1] if first.endswith(b",") else first)
+    except ValueError:   # an older manifest, a job over several lines: parsed whole
+        return None
+    return ManifestJobs(path, offset, count)
+
+
 def _head(path: Path) -> Optional[Dict[str, Any]]:
     """The manifest without its (last, up to 10^6 entries long) ``jobs`` list, read only up to that
     list (a poll of a 10^6-job plan reads its first few hundred KB, not 300 MB), or None."""
+    found = _head_and_offset(path)
+    return None if found is None else found[0]
+
+
+def _head_and_offset(path: Path) -> Optional[Tuple[Dict[str, Any], int]]:
+    """The manifest's head and the byte offset of the line after ``"jobs": [`` (None: not found)."""
     text = ""
     with open(path, encoding="utf-8") as f:
         while True:
@@ -36,6 +97,22 @@ def _head(path: Path) -> Optional[Dict[str, Any]]:
         head: Dict[str, Any] = json.loads(text[:cut].rstrip().rstrip(",") + "\n}")
     except ValueError:
         return None
+    rest = text[cut + len(_JOBS_KEY):]
+    if not rest.startswith("\n") and len(rest) > 0:
+        return head, -1   # "jobs": [] on one line, or another layout
+    return head, len(text[:cut + len(_JOBS_KEY) + 1].encode("utf-8"))
+
+
+def _with_jobs(path: Path) -> Optional[Dict[str, Any]]:
+    """The manifest with its job list as a ManifestJobs (None: not hpcrun's layout, parse it whole)."""
+    found = _head_and_offset(path)
+    if found is None or found[1] < 0:
+        return None
+    head, offset = found
+    view = _jobs_view(path, head, offset)
+    if view is None:
+        return None
+    head["jobs"] = view
     return head
 
 
@@ -43,7 +120,8 @@ def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
     """The plan's manifest; ``jobs=False`` skips reading the per-job list (a status poll needs none)."""
     path = plan_dir / "manifest.json"
     try:
-        data: Dict[str, Any] = (None if jobs else _head(path)) or json.loads(path.read_text(encoding="utf-8"))
+        data: Dict[str, Any] = (_with_jobs(path) if jobs else _head(path)) or json.loads(
+            path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError([Problem(str(plan_dir), None, "", (
             "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None

@@ -61,9 +61,9 @@ def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
     return value, algo
 
 
-def plan_inputs(manifest: Dict[str, Any]) -> List[NewInput]:
-    """Every input of the plan with the job that processes it, as the store registers them."""
-    out = []
+def plan_inputs(manifest: Dict[str, Any]) -> Iterator[NewInput]:
+    """Every input of the plan with the job that processes it, as the store registers them (one job's at
+    a time: the store takes them in chunks)."""
     for job in manifest["jobs"]:
         n = len(job["inputs"])
         sizes = job.get("input_sizes") or [None] * n
@@ -71,9 +71,8 @@ def plan_inputs(manifest: Dict[str, Any]) -> List[NewInput]:
         sums = job.get("checksums") or [None] * n
         for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
             value, algo = _split_checksum(cs)
-            out.append(NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
-                                events=ev, job_name=job["name"]))
-    return out
+            yield NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
+                           events=ev, job_name=job["name"])
 
 
 def register(store: StateStore, manifest: Dict[str, Any]) -> Campaign:

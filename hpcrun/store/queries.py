@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+import itertools
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from sqlalchemy import BigInteger, bindparam, cast, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -11,6 +12,17 @@ from hpcrun.store import schema
 from hpcrun.store.base import _INPUT_COLUMNS, StateStoreError, StoreBase, _now, _path_key
 from hpcrun.store.mounts import INPUT_STATES
 from hpcrun.store.records import Campaign, InputRecord, InputRow, JobState, NewInput, QaRow, ReportData, RunRow
+
+ADD_CHUNK = 20000   # inputs registered per step of add_inputs
+
+
+def _batches(items: Iterable[Any], size: int) -> Iterator[List[Any]]:
+    it = iter(items)
+    while True:
+        batch = list(itertools.islice(it, size))
+        if not batch:
+            return
+        yield batch
 
 
 def _int_sum(column: Any) -> Any:
@@ -60,39 +72,50 @@ class Queries(StoreBase):
     def add_inputs(self, campaign_id: int, inputs: Iterable[NewInput]) -> int:
         """Register input files in one transaction; paths already registered are skipped. Returns the number added.
 
-        One executemany in one transaction: about 3 s for 100k inputs on SQLite on a small VM.
+        Taken ADD_CHUNK inputs at a time (each chunk's known paths looked up by the unique key, the new
+        ones inserted by one executemany), so a 10^6-input plan is never held as 10^6 rows at once.
         """
         t = schema.input_file
         now = _now()
-        rows: Dict[str, Dict[str, Any]] = {}
-        for item in inputs:
-            key = _path_key(item.path)
-            if key not in rows:
-                rows[key] = {"campaign_id": campaign_id, "path": item.path, "path_key": key, "size": item.size,
-                             "checksum": item.checksum, "checksum_algo": item.checksum_algo, "state": "pending",
-                             "attempts": 0, "updated_at": now, "job_index": item.job_index, "events": item.events,
-                             "job_name": item.job_name}
+        known = select(t.c.id, t.c.path_key, t.c.job_index, t.c.checksum, t.c.job_name).where(
+            t.c.campaign_id == campaign_id)
+        added = 0
         with self._write() as conn:
-            existing = conn.execute(select(t.c.id, t.c.path_key, t.c.job_index, t.c.checksum, t.c.job_name)
-                                    .where(t.c.campaign_id == campaign_id))
-            moved: List[Dict[str, Any]] = []
-            for iid, key, job_index, checksum, job_name in existing:
-                row = rows.pop(key, None)
-                # a re-plan may give a known input another job; a checksum is recorded once, when first known
-                if row is not None and (row["job_index"] != job_index or row["job_name"] != job_name
-                                        or (checksum is None and row["checksum"])):
-                    moved.append({"b_id": iid, "b_job": row["job_index"], "b_name": row["job_name"],
-                                  "b_sum": checksum or row["checksum"],
-                                  "b_algo": row["checksum_algo"] if checksum is None else None})
-            if moved:
-                stmt = (update(t).where(t.c.id == bindparam("b_id"))
-                        .values(job_index=bindparam("b_job"), job_name=bindparam("b_name"),
-                                checksum=bindparam("b_sum"),
-                                checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo"))))
-                conn.execute(stmt, moved)
-            if rows:
-                self._insert_many(conn, t, list(rows.values()))
-        return len(rows)
+            for chunk in _batches(inputs, ADD_CHUNK):
+                rows: Dict[str, Dict[str, Any]] = {}
+                for item in chunk:
+                    key = _path_key(item.path)
+                    if key not in rows:
+                        rows[key] = {"campaign_id": campaign_id, "path": item.path, "path_key": key,
+                                     "size": item.size, "checksum": item.checksum,
+                                     "checksum_algo": item.checksum_algo, "state": "pending", "attempts": 0,
+                                     "updated_at": now, "job_index": item.job_index, "events": item.events,
+                                     "job_name": item.job_name}
+                self._update_known(conn, rows, self._rows_in(conn, known, t.c.path_key, list(rows)))
+                if rows:
+                    self._insert_many(conn, t, list(rows.values()))
+                added += len(rows)
+        return added
+
+    @staticmethod
+    def _update_known(conn: Any, rows: Dict[str, Dict[str, Any]], existing: Iterable[Any]) -> None:
+        """Take the inputs already registered out of ``rows``; a re-plan may give a known input another
+        job, and a checksum is recorded once, when first known."""
+        t = schema.input_file
+        moved: List[Dict[str, Any]] = []
+        for iid, key, job_index, checksum, job_name in existing:
+            row = rows.pop(key, None)
+            if row is not None and (row["job_index"] != job_index or row["job_name"] != job_name
+                                    or (checksum is None and row["checksum"])):
+                moved.append({"b_id": iid, "b_job": row["job_index"], "b_name": row["job_name"],
+                              "b_sum": checksum or row["checksum"],
+                              "b_algo": row["checksum_algo"] if checksum is None else None})
+        if moved:
+            stmt = (update(t).where(t.c.id == bindparam("b_id"))
+                    .values(job_index=bindparam("b_job"), job_name=bindparam("b_name"),
+                            checksum=bindparam("b_sum"),
+                            checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo"))))
+            conn.execute(stmt, moved)
 
     def inputs(self, campaign_id: int, states: Optional[Iterable[str]] = None,
                limit: Optional[int] = None) -> List[InputRecord]:
