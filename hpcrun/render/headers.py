@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import jinja2
 
@@ -165,23 +165,29 @@ def _filled(template: HeaderTemplate, script: ScriptPlan) -> str:
     return template.fill(script.jobs[0].index, script.request.name, job_comments(script.jobs[0]), script.bb_lines)
 
 
-def _checked(plan: Plan, name: str, fields: Sequence[str], bb_lines: Sequence[str]) -> None:
-    """Rendered values are single lines without TAB, directive lines valid: else a bug in hpcrun or a
-    site's profile (every script file's lines are checked the same way)."""
+def _checker(plan: Plan) -> Callable[[str, Sequence[str], Sequence[str]], None]:
+    """Checks of a script's rendered values (made once per plan, called once per script): single lines
+    without TAB, directive lines valid; a failure is a bug in hpcrun or a site's profile (every script
+    file's lines are checked the same way)."""
     prefix, grammar = "#" + plan.profile.burst_buffer.directive, grammar_checked(plan.profile.burst_buffer.system)
-    bad = [f for f in fields if "\t" in f or "\n" in f or "\r" in f] or check_script(
-        list(bb_lines), prefix, grammar, job_directive=scheduler_for(plan.scheduler).directive)
-    if bad:
-        raise ValueError(f"{name}: rendered header lines are invalid: {bad}")
+    directive = scheduler_for(plan.scheduler).directive
+
+    def check(name: str, fields: Sequence[str], bb_lines: Sequence[str]) -> None:
+        bad = [f for f in fields if "\t" in f or "\n" in f or "\r" in f] or check_script(
+            list(bb_lines), prefix, grammar, job_directive=directive)
+        if bad:
+            raise ValueError(f"{name}: rendered header lines are invalid: {bad}")
+    return check
 
 
 def _array_rows(plan: Plan) -> Iterator[str]:
     """arrays.tsv: one line per array script (10^3 at 10^6 jobs: one piece)."""
     rows = []
+    check = _checker(plan)
     for script in plan.scripts:
         assert script.array is not None
         first, last = index_range(script.jobs)
-        _checked(plan, script.name, [script.name, script.array, *script.bb_lines], script.bb_lines)
+        check(script.name, [script.name, script.array, *script.bb_lines], script.bb_lines)
         rows.append(array_row(first, last, script.name, script.array, script.bb_lines))
     yield "".join(rows)
 
@@ -190,12 +196,12 @@ def _rows(plan: Plan) -> Iterator[str]:
     """headers.tsv, 2000 jobs per piece; each job's directive lines checked against the grammar, as
     every job script's are when it is a file."""
     chunk: List[str] = []
+    check = _checker(plan)
     for script in plan.scripts:
         job = script.jobs[0]
         assert script.request is not None
         comments = job_comments(job)
-        _checked(plan, f"job {script.request.name}", [script.request.name, *comments, *script.bb_lines],
-                 script.bb_lines)
+        check(f"job {script.request.name}", [script.request.name, *comments, *script.bb_lines], script.bb_lines)
         chunk.append(row_of(job, script.request.name, comments, script.bb_lines))
         if len(chunk) >= 2000:
             yield "".join(chunk)
