@@ -83,7 +83,7 @@ def _head(path: Path) -> Optional[Dict[str, Any]]:
 def _head_and_offset(path: Path) -> Optional[Tuple[Dict[str, Any], int]]:
     """The manifest's head and the byte offset of the line after ``"jobs": [`` (None: not found)."""
     text = ""
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="") as f:   # no newline translation: offsets are the file's
         while True:
             block = f.read(_HEAD_BLOCK)
             if not block:
