@@ -32,11 +32,19 @@ class HeaderBook:
         return InputError([Problem(str(path), None, "", f"{why}; re-run `hpcrun plan` (the plan directory "
                                                         "is incomplete or was edited)")])
 
-    def _load(self) -> Tuple[HeaderTemplate, array]:
-        if self._template is None or self._offsets is None:
+    def _parsed(self) -> HeaderTemplate:
+        if self._template is None:
             try:
                 self._template = HeaderTemplate.parse(self.template_path.read_text(encoding="utf-8"))
-                offsets = array("q")
+            except (OSError, ValueError) as exc:
+                raise self._problem(self.template_path, f"cannot be read: {exc}") from None
+        return self._template
+
+    def _line_offsets(self) -> array:
+        """Where each job's line of the per-job table starts (read once)."""
+        if self._offsets is None:
+            offsets = array("q")
+            try:
                 with open(self.table_path, "rb") as f:
                     at = 0
                     for line in f:
@@ -45,12 +53,12 @@ class HeaderBook:
                         offsets.append(at)
                         at += len(line)
             except (OSError, ValueError) as exc:
-                raise self._problem(self.template_path, f"cannot be read with its table: {exc}") from None
+                raise self._problem(self.table_path, f"cannot be read: {exc}") from None
             self._offsets = offsets
-        return self._template, self._offsets
+        return self._offsets
 
     def row(self, job_index: int) -> Tuple[int, str, List[str], List[str]]:
-        _template, offsets = self._load()
+        offsets = self._line_offsets()
         k = job_index - self._first
         row = None
         if 0 <= k < len(offsets):
@@ -64,11 +72,10 @@ class HeaderBook:
     def text(self, job_index: int) -> str:
         """Job ``job_index``'s script (an array's: its first job's), byte for byte what the scheduler
         is handed."""
-        template, _ = self._load()
         if self.table_path.name == ARRAY_TABLE_NAME:
-            return template.fill_array(*self._array_row(job_index))
+            return self._parsed().fill_array(*self._array_row(job_index))
         index, name, comments, bb_lines = self.row(job_index)
-        return template.fill(index, name, comments, bb_lines)
+        return self._parsed().fill(index, name, comments, bb_lines)
 
     def _array_row(self, first: int) -> Tuple[int, int, str, str, List[str]]:
         if self._arrays is None:

@@ -58,70 +58,59 @@ class ManifestJobs(Sequence[Dict[str, Any]]):
                                                                  "incomplete: plan the campaign again")])
 
 
-def _jobs_view(path: Path, head: Dict[str, Any], offset: int) -> Optional[ManifestJobs]:
-    """The lazy job list when the file has hpcrun's layout (the list's first line one whole job), else None."""
-    count = head.get("totals", {}).get("jobs")
-    if not isinstance(count, int) or count < 1:
-        return None
-    with open(path, "rb") as f:
-        f.seek(offset)
-        first = f.readline().strip()
-    try:
-        json.loads(first[:-1] if first.endswith(b",") else first)
-    except ValueError:   # an older manifest, a job over several lines: parsed whole
-        return None
-    return ManifestJobs(path, offset, count)
-
-
-def _head(path: Path) -> Optional[Dict[str, Any]]:
+def _head(path: Path) -> Optional[Tuple[Dict[str, Any], Optional[int]]]:
     """The manifest without its (last, up to 10^6 entries long) ``jobs`` list, read only up to that
-    list (a poll of a 10^6-job plan reads its first few hundred KB, not 300 MB), or None."""
-    found = _head_and_offset(path)
-    return None if found is None else found[0]
-
-
-def _head_and_offset(path: Path) -> Optional[Tuple[Dict[str, Any], int]]:
-    """The manifest's head and the byte offset of the line after ``"jobs": [`` (None: not found)."""
+    list's first line (a poll of a 10^6-job plan reads its first few hundred KB, not 300 MB), and the
+    list's byte offset when that line is one whole job (hpcrun's layout; None: another, e.g. an older
+    hpcrun's, to be parsed whole). None when the file has no such list."""
     text = ""
+    cut = -1
     with open(path, encoding="utf-8", newline="") as f:   # no newline translation: offsets are the file's
         while True:
             block = f.read(_HEAD_BLOCK)
-            if not block:
-                return None
             seen = len(text)
             text += block
-            cut = text.find(_JOBS_KEY, max(0, seen - len(_JOBS_KEY)))
-            if cut >= 0:
-                break
+            if cut < 0:
+                cut = text.find(_JOBS_KEY, max(0, seen - len(_JOBS_KEY)))
+            start = cut + len(_JOBS_KEY)
+            if cut >= 0 and (text.find("\n", start + 1) >= 0 or not block):
+                break   # the list's first line is in: enough to tell the layout
+            if not block:
+                return None
     try:
         head: Dict[str, Any] = json.loads(text[:cut].rstrip().rstrip(",") + "\n}")
     except ValueError:
         return None
-    rest = text[cut + len(_JOBS_KEY):]
-    if not rest.startswith("\n") and len(rest) > 0:
-        return head, -1   # "jobs": [] on one line, or another layout
-    return head, len(text[:cut + len(_JOBS_KEY) + 1].encode("utf-8"))
+    end = text.find("\n", start + 1)
+    first = text[start + 1:end if end >= 0 else len(text)].strip()
+    try:
+        whole_job = text[start:start + 1] == "\n" and isinstance(json.loads(first.rstrip(",")), dict)
+    except ValueError:   # "jobs": [] on one line, or a job over several lines
+        whole_job = False
+    return head, len(text[:start + 1].encode("utf-8")) if whole_job else None
 
 
-def _with_jobs(path: Path) -> Optional[Dict[str, Any]]:
-    """The manifest with its job list as a ManifestJobs (None: not hpcrun's layout, parse it whole)."""
-    found = _head_and_offset(path)
-    if found is None or found[1] < 0:
+def _from_head(path: Path, jobs: bool) -> Optional[Dict[str, Any]]:
+    """The manifest from its head: without the job list, or with it as a ManifestJobs (None: parse it whole)."""
+    found = _head(path)
+    if found is None:
         return None
     head, offset = found
-    view = _jobs_view(path, head, offset)
-    if view is None:
+    if not jobs:
+        return head
+    count = head.get("totals", {}).get("jobs")
+    if offset is None or not isinstance(count, int) or count < 1:
         return None
-    head["jobs"] = view
+    head["jobs"] = ManifestJobs(path, offset, count)
     return head
 
 
 def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
-    """The plan's manifest; ``jobs=False`` skips reading the per-job list (a status poll needs none)."""
+    """The plan's manifest; ``jobs=False`` skips reading the per-job list (a status poll needs none),
+    else the list is a :class:`ManifestJobs` where the layout allows, read as it is gone through."""
     path = plan_dir / "manifest.json"
     try:
-        data: Dict[str, Any] = (_with_jobs(path) if jobs else _head(path)) or json.loads(
-            path.read_text(encoding="utf-8"))
+        data: Dict[str, Any] = _from_head(path, jobs) or json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError([Problem(str(plan_dir), None, "", (
             "is not a plan directory (no manifest.json); create one with `hpcrun plan SPEC --out DIR`"))]) from None
