@@ -40,6 +40,9 @@
     const paused = document.getElementById("paused");
     paused.hidden = !s.paused;
     paused.textContent = s.paused ? `${s.paused}: new submissions are held (\`hpcrun resume\`).` : "";
+    const outages = document.getElementById("outages");
+    outages.hidden = !s.outages.length;
+    outages.textContent = s.outages.join("; ");
     rows("audit", true, s.audit.map(e => [e.at, e.who, e.command, e.detail]));
     document.body.dataset.updated = s.generated_at;
   }

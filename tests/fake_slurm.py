@@ -2,7 +2,9 @@
 
 ``queue`` holds what squeue shows (``id|array id|name|state|reason``) and ``acct`` sacct lines
 in ACCT_FIELDS order. sbatch appends what it submits to ``queue`` and its argv to ``args``;
-a test ends jobs by moving them from ``queue`` to ``acct``. The real cluster runs in
+a test ends jobs by moving them from ``queue`` to ``acct``. ``stop("slurmdbd")`` makes sacct
+fail as it does with slurmdbd down, ``stop("slurmctld")`` makes sbatch, squeue and scancel
+fail as they do with the controller down (``start`` undoes either). The real cluster runs in
 tests/cluster/.
 """
 
@@ -14,6 +16,9 @@ from typing import List
 FAKE_SBATCH = r'''#!/usr/bin/env python3
 import os, sys
 here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slurmctld-down")):
+    sys.stderr.write(os.path.basename(sys.argv[0]) + ": error: Unable to contact slurm controller (connect failure)\n")
+    sys.exit(1)
 args = sys.argv[1:]
 with open(os.path.join(here, "args"), "a") as f:
     f.write(" ".join(args) + "\n")
@@ -39,6 +44,9 @@ print(f"{n};cluster")
 FAKE_SQUEUE = r'''#!/usr/bin/env python3
 import os, sys
 here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slurmctld-down")):
+    sys.stderr.write(os.path.basename(sys.argv[0]) + ": error: Unable to contact slurm controller (connect failure)\n")
+    sys.exit(1)
 argv = sys.argv[1:]
 def opt(name):
     return argv[argv.index(name) + 1].split(",") if name in argv else None
@@ -58,6 +66,11 @@ for row in rows:
 FAKE_SACCT = r'''#!/usr/bin/env python3
 import os, sys
 here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slurmdbd-down")):
+    sys.stderr.write("sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to "
+                     "host:localhost:6819: Connection refused\nsacct: error: Sending PersistInit msg: Connection "
+                     "refused\nsacct: error: Problem talking to the database: Connection refused\n")
+    sys.exit(1)
 argv = sys.argv[1:]
 def opt(name):
     return argv[argv.index(name) + 1].split(",") if name in argv else None
@@ -76,6 +89,9 @@ for row in rows:
 FAKE_SCANCEL = r'''#!/usr/bin/env python3
 import os, sys
 here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slurmctld-down")):
+    sys.stderr.write(os.path.basename(sys.argv[0]) + ": error: Unable to contact slurm controller (connect failure)\n")
+    sys.exit(1)
 with open(os.path.join(here, "scancel-calls"), "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\n")
 '''
@@ -110,6 +126,13 @@ class FakeSlurm:
                 jid, _aid, name, _state, _reason = row.split("|")
                 f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|{reason}|5|00:00:01|1|node1|"
                         f"2030-01-01T00:00:00|2030-01-01T00:00:05|2G|1G\n")
+
+    def stop(self, daemon: str) -> None:
+        """``slurmctld`` or ``slurmdbd`` stops answering."""
+        (self.bin / f"{daemon}-down").write_text("")
+
+    def start(self, daemon: str) -> None:
+        (self.bin / f"{daemon}-down").unlink()
 
     def finalize_calls(self, campaign: str) -> List[str]:
         return [a for a in self.args() if f"--job-name={campaign}.finalize" in a]

@@ -553,13 +553,17 @@ def test_claim_jobs_takes_whole_jobs_once(tmp_path):
         assert [(a.slurm_id, a.job_index) for a in store.active_submissions(c.id)] == [("900_0", 0), ("900_2", 2)]
 
 
-def _submit_and_end(store, c, jobs, job_id, state, reason=None):
+def _submit_and_end(store, c, jobs, job_id, state, reason=None, cancel_by=None):
+    """Submit these plan jobs and end them in ``state``; ``cancel_by``: an operator asked to cancel them
+    (hpcrun cancel) before they ended."""
     claim = store.claim_jobs(c.id, jobs)
     by_job: Dict[int, List[int]] = {}
     for i in claim.inputs:
         by_job.setdefault(i.job_index, []).append(i.id)
     sids = store.record_submissions(c.id, [NewSubmission(job_id, "jobs/a.sbatch", "d", "t", ids, j, claim.token)
                                            for j, ids in sorted(by_job.items())])
+    if cancel_by:
+        assert store.request_cancel(c.id, jobs, cancel_by) == len(jobs)
     store.record_state_changes(c.id, [NewStateChange(s, state, exit_code=7 if state == "FAILED" else 0,
                                                      reason=reason) for s in sids])
 
@@ -604,15 +608,16 @@ def test_version_2_store_migrates_to_the_current_version(tmp_path):
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with _open(tmp_path) as store:
-        assert store.schema_version() == len(schema.MIGRATIONS) == 8
+        assert store.schema_version() == len(schema.MIGRATIONS) == 9
         c = store.get_campaign("old")
         assert store.add_finalize_round(c.id, "old.finalize", "ok").round == 1
         assert store.take_lease(c.id, "supervisor").epoch == 1 and store.pause(c.id) is None
     found = inspect(create_engine(f"sqlite:///{tmp_path / 'state.db'}"))
     assert {"hpcrun_finalize", "hpcrun_supervisor", "hpcrun_lease", "hpcrun_audit", "hpcrun_pause",
-            "hpcrun_cluster", "hpcrun_export", "hpcrun_script_text"} <= set(found.get_table_names())
+            "hpcrun_cluster", "hpcrun_export", "hpcrun_script_text", "hpcrun_outage"} <= set(found.get_table_names())
     assert "adjust" in {c["name"] for c in found.get_columns("hpcrun_input")}
-    assert {"failure_class", "changes", "cluster"} <= {c["name"] for c in found.get_columns("hpcrun_submission")}
+    assert {"failure_class", "changes", "cluster", "cancel_requested_by"} <= {
+        c["name"] for c in found.get_columns("hpcrun_submission")}
 
 
 def _policy(max_attempts: int, cancelled: bool = False, total: int = 10):
@@ -624,21 +629,28 @@ def _policy(max_attempts: int, cancelled: bool = False, total: int = 10):
 
 
 def test_retry_policy_parks_after_the_class_limit_and_leaves_cancels(tmp_path):
-    store, c = _jobs_store(tmp_path)
+    store, c = _jobs_store(tmp_path, n=5)
     with store:
         _submit_and_end(store, c, [0, 1], "10", "FAILED", "chain(s) failed: 0(rc=3)")
-        _submit_and_end(store, c, [2], "11", "CANCELLED")
+        _submit_and_end(store, c, [2], "11", "CANCELLED", cancel_by="op@login1:42")   # hpcrun cancel
         _submit_and_end(store, c, [3], "12", "COMPLETED")
-        assert _policy(2).apply(store, c.id, dry_run=True) == ([0, 1], [])
+        _submit_and_end(store, c, [4], "14", "CANCELLED", "cancelled by uid 0 (root)")  # the site's scancel
+        assert _policy(2).apply(store, c.id, dry_run=True) == ([0, 1, 4], [])
         assert store.pending_jobs(c.id) == []  # the dry run changed nothing
-        assert _policy(2).apply(store, c.id) == ([0, 1], [])
+        assert _policy(2).apply(store, c.id) == ([0, 1, 4], [])
+        assert store.operator_cancelled(c.id) == 2      # job 2's two inputs: left failed for the operator
         _submit_and_end(store, c, [0, 1], "13", "FAILED", "chain(s) failed: 1(rc=3)")
         assert _policy(2).apply(store, c.id) == ([], [0, 1])   # a chain class failure twice: parked
         states = {j.job_index: (j.state, j.attempts) for j in store.job_states(c.id)}
-        assert states == {0: ("parked", 2), 1: ("parked", 2), 2: ("failed", 1), 3: ("done", 1)}
+        assert states == {0: ("parked", 2), 1: ("parked", 2), 2: ("failed", 1), 3: ("done", 1), 4: ("pending", 1)}
         parked = {j.job_index: j for j in store.job_states(c.id) if j.state == "parked"}
         assert parked[0].last_reason.startswith("parked: chain (chain(s) failed: 1(rc=3)), 2 time(s) in 2 attempt(s)")
-        assert store.attempts_by_class(c.id) == {"chain": 4}
+        assert store.attempts_by_class(c.id) == {"chain": 4, "site_cancel": 1, "cancelled": 1}
+        for attempt in range(4):   # the site cancels job 4 again and again: parked at site_cancel's limit (5)
+            _submit_and_end(store, c, [4], f"2{attempt}", "CANCELLED")
+            assert _policy(9).apply(store, c.id, [4]) == (([4], []) if attempt < 3 else ([], [4]))
+        parked = {j.job_index: j for j in store.job_states(c.id) if j.state == "parked"}
+        assert "site_cancel" in parked[4].last_reason and "5 time(s)" in parked[4].last_reason, parked[4].last_reason
         assert _policy(2, cancelled=True).apply(store, c.id) == ([2], [])   # retry --cancelled
         assert store.unpark(c.id, [1]) == [1]
         assert sorted(store.pending_jobs(c.id)) == [1, 2]

@@ -204,6 +204,9 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     if report.paused:
         out.print(f"{report.paused}: new submissions are held (`hpcrun resume`)", highlight=False, markup=False,
                   emoji=False, soft_wrap=True)
+    for o in report.outages:   # a daemon of the scheduler not answering (or lately back): waited out
+        out.print(o["text"] + (f": {o['detail']}" if o["ended_at"] is None and o["detail"] else ""),
+                  highlight=False, markup=False, emoji=False, soft_wrap=True)
     sup = report.supervisor
     if sup is not None:
         out.print(f"supervisor {sup['holder']}: {sup['phase']}, round {sup['rounds']}, last heartbeat "

@@ -52,7 +52,9 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
     FailureClass("node_fail", "NODE_FAIL: a node died under the job", exclude_node=True),
     FailureClass("boot_fail", "BOOT_FAIL: a node did not boot", exclude_node=True),
     FailureClass("preempted", "PREEMPTED: another job took the nodes", max_attempts=10),
-    FailureClass("cancelled", "CANCELLED: usually an operator's decision", retry=False),
+    FailureClass("cancelled", "CANCELLED through `hpcrun cancel`: an operator's decision", retry=False),
+    FailureClass("site_cancel", "CANCELLED by anyone else (an administrator before a maintenance or to free a "
+                 "node, a site script): not the campaign's decision, so retried", max_attempts=5),
     FailureClass("lost", "the job left the queue without an accounting record"),
     FailureClass("other", "any other failure"),
 )
@@ -68,8 +70,13 @@ STATE_CLASSES: Dict[str, str] = {"TIMEOUT": "time_limit", "DEADLINE": "time_limi
                                  "REVOKED": "preempted", "CANCELLED": "cancelled", "LOST": "lost"}
 
 
-def classify(state: Optional[str], exit_code: Optional[int]) -> str:
-    """The failure class of a job that ended in ``state`` with ``exit_code``."""
+def classify(state: Optional[str], exit_code: Optional[int], by_operator: bool = False) -> str:
+    """The failure class of a job that ended in ``state`` with ``exit_code``; ``by_operator``: the
+    campaign's operators asked hpcrun to cancel it (only those cancellations are theirs)."""
+    if by_operator and state in ("CANCELLED", "LOST"):
+        return "cancelled"
+    if state == "CANCELLED":
+        return "site_cancel"
     if state in STATE_CLASSES:
         return STATE_CLASSES[state]
     if exit_code is not None and exit_code in EXIT_CLASSES:
@@ -113,7 +120,8 @@ class RetrySpec(_Strict):
         "failures of one class a job may have before it is parked, for classes without their own limit"))
     max_total_attempts: int = Field(10, ge=1, description="submissions per job in all, over every class")
     cancelled: bool = Field(False, description=(
-        "also retry jobs that were cancelled (normally an operator's decision, so not retried)"))
+        "also retry jobs the campaign's operators cancelled with `hpcrun cancel` (their decision, so not "
+        "retried by default); cancellations by anyone else are the site_cancel class, retried"))
     on: RetryRules = Field(default_factory=RetryRules, description=(  # type: ignore[valid-type]
         f"per failure class ({', '.join(CLASS_NAMES)}): retry, max_attempts, more_walltime, more_memory, "
         "exclude_node, restage"))

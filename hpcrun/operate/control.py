@@ -1,8 +1,10 @@
 """What operators do to a running campaign: cancel work in flight, pause and resume submissions,
 and read the audit trail of every state-changing action (who, when, what).
 
-Cancelling goes through the plan's scheduler backend; the jobs end CANCELLED, a failure class
-the retry policy leaves alone unless asked (``retry --cancelled``). A pause is a row in the
+Cancelling goes through the plan's scheduler backend; each submission is marked as the
+operators' cancellation first, so its CANCELLED is the ``cancelled`` class, which the retry
+policy leaves alone unless asked (``retry --cancelled``); a CANCELLED nobody asked hpcrun for
+came from the site (``site_cancel``) and is retried. A pause is a row in the
 store: the supervisor keeps polling and recording, and every submit (the supervisor's or one
 by hand) submits nothing new while it is there.
 """
@@ -19,7 +21,7 @@ from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read
 from hpcrun.operate.retry import job_indices
 from hpcrun.operate.submit import register
 from hpcrun.operate.track import IN_FLIGHT
-from hpcrun.store.base import StateStoreError
+from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.control import AuditEntry, PauseRecord
 from hpcrun.store.records import Campaign
 from hpcrun.store.store import StateStore
@@ -73,6 +75,7 @@ def cancel(plan_dir: Union[str, Path], *, db: Optional[str] = None, jobs: Sequen
     with open_plan_store(plan_dir, db) as store:
         campaign = register(store, manifest)
         wanted = None if selected is None else set(selected)
+        chosen: List[int] = []
         for job in store.job_states(campaign.id):
             if wanted is not None and job.job_index not in wanted:
                 continue
@@ -80,9 +83,11 @@ def cancel(plan_dir: Union[str, Path], *, db: Optional[str] = None, jobs: Sequen
             if job.state in IN_FLIGHT and job.slurm_job_id:
                 report.cancelled[name] = task_id(job.slurm_job_id, job.array_index)
                 report.clusters[name] = job.cluster
+                chosen.append(job.job_index)
             elif wanted is not None:
                 report.not_in_flight.append(name)
         if report.cancelled:
+            store.request_cancel(campaign.id, chosen, _whoami())   # before the scheduler: a poll may see it end
             for cluster in clusters_of(manifest):   # job ids are per cluster: each cancels its own
                 mine = {i for n, i in report.cancelled.items() if report.clusters[n] == cluster.name}
                 if mine:

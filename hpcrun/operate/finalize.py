@@ -19,11 +19,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from hpcrun.backends.scheduler.base import TERMINAL, Scheduler, SchedulerError, SubmitUncertain, normalize_state
+from hpcrun.backends.scheduler.base import (
+    INPUT_STATE_OF,
+    TERMINAL,
+    Scheduler,
+    SchedulerError,
+    SubmitUncertain,
+    normalize_state,
+)
 from hpcrun.operate.plandir import scheduler_of
 from hpcrun.operate.results import FinalizeAction, SubmitReport
 from hpcrun.store.records import Campaign, FinalizeRecord
 from hpcrun.store.store import StateStore
+from hpcrun.units import format_duration
 
 # a command-line argument longer than this cannot be passed at all (Linux MAX_ARG_STRLEN is 128 KiB)
 MAX_DEPENDENCY_CHARS = 100_000
@@ -188,3 +196,24 @@ def dry_run_action(manifest: Dict[str, Any], store: Optional[StateStore], campai
     return FinalizeAction("would-submit", (
         f"would submit the finalize job ({manifest['finalize']['path']}) with --dependency=after"
         f"{manifest['finalize'].get('after', 'any')} on the plan jobs still queued"))
+
+
+def finalize_summary(manifest: Dict[str, Any], store: Optional[StateStore],
+                     campaign_id: Optional[int]) -> Optional[Dict[str, Any]]:
+    """The finalize job as status and report show it (the latest round), or None without one in the spec."""
+    info = manifest.get("finalize")
+    if not info:
+        return None
+    rounds = store.finalize_rounds(campaign_id) if store is not None and campaign_id is not None else []
+    if not rounds or rounds[-1].job_id is None:
+        return {"round": len(rounds) or 1, "job_id": "", "status": "pending", "state": "", "exit_code": "",
+                "elapsed": "", "after": info.get("after", "any"), "dependency": "",
+                "reason": (rounds[-1].reason if rounds else None) or
+                "not submitted yet: goes out once every plan job has been submitted"}
+    last = rounds[-1]
+    state = last.last_state or ""
+    status = INPUT_STATE_OF.get(state, "failed" if state in TERMINAL else "submitted")
+    return {"round": last.round, "job_id": last.job_id, "status": status, "state": state,
+            "exit_code": "" if last.exit_code is None else str(last.exit_code), "elapsed": (
+                "" if last.elapsed_s is None else format_duration(int(last.elapsed_s))),
+            "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}

@@ -49,7 +49,9 @@ class RetryPolicy:
         sub = manifest["submit"]
         rules = sub.get("retry") or effective_rules(RetrySpec(  # plans from before the policy
             max_attempts=int(sub.get("max_attempts", 3)), cancelled=bool(sub.get("retry_cancelled"))))
-        rules = {k: dict(v) for k, v in rules.items()}
+        defaults = effective_rules(RetrySpec(max_attempts=int(sub.get("max_attempts", 3))))
+        # a plan written before a class existed (site_cancel) gets that class's default rule
+        rules = {**defaults, **{k: dict(v) for k, v in rules.items()}}
         if cancelled is not None:
             rules["cancelled"]["retry"] = cancelled
         total = int(max_attempts or sub.get("max_total_attempts") or sub.get("max_attempts", 3))
@@ -57,10 +59,12 @@ class RetryPolicy:
 
     # -- one job ---------------------------------------------------------------------------
     def decide(self, job: FailedJob) -> RetryDecision:
-        cls = classify(job.state, job.exit_code)
+        cls = classify(job.state, job.exit_code, by_operator=bool(job.cancel_requested_by))
         rule = self.rules.get(cls) or self.rules["other"]
         failures = job.past_classes.get(cls, 0) + 1          # this one included
         what = f"{cls} ({job.reason or job.state or 'failed'})"
+        if cls == "site_cancel" and not job.reason:
+            what = f"{cls} (CANCELLED, not through hpcrun cancel)"
 
         def park(why: str) -> RetryDecision:
             return RetryDecision(job.job_index, job.submission_id, cls, False, reason=f"parked: {why}")
@@ -138,7 +142,8 @@ class RetryPolicy:
         """Decide for every failed job and write it; returns (requeued, parked) plan job indices.
 
         A cancelled job that is not retried is neither: it stays failed for the operator."""
-        decisions = [d for d in self.decisions(store, campaign_id, job_indices) if d.requeue or d.reason]
-        if not dry_run and decisions:
+        decisions = self.decisions(store, campaign_id, job_indices)
+        if not dry_run and decisions:   # an operator's cancellation is only classed (it stays failed)
             store.apply_retry(campaign_id, decisions)
-        return ([d.job_index for d in decisions if d.requeue], [d.job_index for d in decisions if not d.requeue])
+        return ([d.job_index for d in decisions if d.requeue],
+                [d.job_index for d in decisions if not d.requeue and d.reason])

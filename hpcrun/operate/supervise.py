@@ -6,6 +6,12 @@ park them (retry), submit what is neither done nor in flight within the queue's 
 existing transactional protocol (claim -> tag -> record, one transaction per poll), so the
 supervisor may be SIGKILLed at any moment: the next one settles what was half done.
 
+The site's scheduler has outages of its own (a controller restarted, accounting down for an
+upgrade): a round uses what answers and waits for the rest (the poll asks the queue while
+accounting is away; submissions wait while the controller is), so the supervisor never exits
+on one; each round names the daemon that does not answer and since when. It ends only when
+every plan job is done, parked (with its reason) or cancelled by an operator.
+
 One supervisor per campaign: an OS (flock) or server lock held for its whole life decides,
 and the heartbeat row in the store tells everyone else. A flock on a network filesystem
 may be local to one login node, so with the SQLite store a fresh heartbeat from another
@@ -25,16 +31,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from hpcrun.backends.scheduler.base import SubmitUncertain, Unreachable
 from hpcrun.errors import HpcrunError
 from hpcrun.operate import events as campaign_events
+from hpcrun.operate import outages
 from hpcrun.operate.exports import Exporter, export_families, exported_counts
+from hpcrun.operate.finalize import finalize_summary
 from hpcrun.operate.locality import release_waiting
 from hpcrun.operate.metrics import Family, render, write_atomically
 from hpcrun.operate.moves import move_stuck
-from hpcrun.operate.plandir import has_store, next_interval, open_plan_store, poll_interval, read_manifest
+from hpcrun.operate.plandir import clusters_of, has_store, next_interval, open_plan_store, poll_interval, read_manifest
 from hpcrun.operate.policy import RetryPolicy
+from hpcrun.operate.results import SubmitReport
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
-from hpcrun.operate.track import IN_FLIGHT, finalize_summary, poll_store
+from hpcrun.operate.track import IN_FLIGHT, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.fence import Fenced, lost
 from hpcrun.store.lock import Held, LockTimeout, supervisor_lock
@@ -71,6 +81,8 @@ class Round:
     clusters: Dict[str, str] = field(default_factory=dict)  # several clusters: each one's health this round
     finalize: Optional[str] = None          # the finalize job's state or what was done about it
     exports: Optional[Dict[str, Any]] = None  # outputs.export: this round's copies and the campaign's figures
+    outages: List[str] = field(default_factory=list)   # daemons not answering: waited out, in words
+    ended: Dict[str, int] = field(default_factory=dict)   # at the end: inputs done, parked, cancelled, lost
     finished: bool = False
     pause: float = 0.0
 
@@ -100,7 +112,13 @@ class Round:
             e = self.exports
             parts.append(f"exports {e['files']['verified']} verified, {e['backlog']} waiting, "
                          f"{e['files']['failed']} given up")
-        parts.append("finished" if self.finished else f"next poll in {self.pause:.0f} s")
+        parts += [f"waiting out: {o}" for o in self.outages]
+        if self.finished:
+            e = self.ended
+            parts.append(f"finished: {e.get('inputs', 0)} inputs, {e.get('done', 0)} done, {e.get('parked', 0)} "
+                         f"parked, {e.get('cancelled', 0)} cancelled by an operator, {e.get('lost', 0)} lost")
+        else:
+            parts.append(f"next poll in {self.pause:.0f} s")
         return "; ".join(parts)
 
     def as_dict(self) -> Dict[str, Any]:
@@ -143,28 +161,62 @@ class Supervisor:
         self.totals = {"submitted": 0, "requeued": 0, "parked": 0}
         self.exporter = Exporter(manifest, store, campaign.id)
         self.last_change = time.monotonic()
+        listed = clusters_of(manifest)
+        self.sched = listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
+        self.scheds = {c.name: c.sched for c in listed}
 
     def round(self, number: int) -> Round:
-        status = poll_store(self.plan_dir, self.manifest, self.store)
+        status = poll_store(self.plan_dir, self.manifest, self.store)   # rides out daemons that do not answer
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
-        moved = move_stuck(self.manifest, self.store, self.campaign) + release_waiting(
-            self.manifest, self.store, self.campaign)
+        waited = False
+        try:
+            moved = move_stuck(self.manifest, self.store, self.campaign) + release_waiting(
+                self.manifest, self.store, self.campaign)
+        except (Unreachable, SubmitUncertain) as exc:
+            moved, waited = [], self._wait_out(exc)
         jobs = self.store.job_counts(self.campaign.id)
         settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
-        sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
-                           with_finalize=settled)
+        try:
+            sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
+                               with_finalize=settled)
+        except (Unreachable, SubmitUncertain) as exc:   # claims settle at a later round: nothing doubled
+            sub, waited = SubmitReport(self.campaign.name, self.store.location), self._wait_out(exc)
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
                     self.store.job_counts(self.campaign.id), observed=status.observed,
                     submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
                     parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held,
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()})
+        outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
+        rnd.outages = [o["text"] for o in outages.rows(self.store.outages(self.campaign.id), self.sched)
+                       if o["ended_at"] is None]
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
         exports_settled = self._exports(rnd)
-        rnd.finished = settled and sub.submitted_jobs == 0 and finalize_settled and exports_settled
+        rnd.finished = (settled and not waited and sub.submitted_jobs == 0 and finalize_settled and exports_settled
+                        and not rnd.outages)   # an outage left open may hide an end: wait for its daemon
+        if rnd.finished:
+            rnd.ended = self._ended(rnd.inputs)
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
+
+    def _wait_out(self, exc: Unreachable | SubmitUncertain) -> bool:
+        """A daemon did not answer a move or a submission: recorded (the round waits it out), never raised."""
+        daemon = exc.daemon if isinstance(exc, Unreachable) else Unreachable.daemon
+        cluster = exc.cluster if isinstance(exc, Unreachable) else None
+        outages.unanswered(self.store, self.campaign.id, self.scheds.get(cluster, self.sched), cluster, daemon,
+                           " ".join(str(exc).split())[:1000])
+        return True
+
+    def _ended(self, inputs: Dict[str, int]) -> Dict[str, int]:
+        """The campaign's end in inputs: done, parked, cancelled by an operator, and lost (none may be)."""
+        cancelled = self.store.operator_cancelled(self.campaign.id)
+        total = sum(inputs.values())
+        done = inputs.get("done", 0) + inputs.get("exporting", 0)
+        parked, export_failed = inputs.get("parked", 0), inputs.get("export_failed", 0)
+        out = {"inputs": total, "done": done, "parked": parked, "cancelled": cancelled,
+               "lost": total - done - parked - cancelled - export_failed}
+        return {**out, "export_failed": export_failed} if export_failed else out
 
     def _exports(self, rnd: Round) -> bool:
         """Send on what became done, record what ended (outputs.export); whether every export settled.
@@ -224,6 +276,13 @@ class Supervisor:
                 for state, n in counts.items():
                     per.add(n, cluster=cluster or "", state=state)
             fams += [up, per]
+        seen = self.store.outages(self.campaign.id)
+        if seen:   # a daemon that did not answer once: 0 while it still does not
+            daemon_up = Family("hpcrun_scheduler_daemon_up", "0 while a daemon of the scheduler (controller, "
+                               "accounting) does not answer, 1 once it answers again.")
+            for o in seen:
+                daemon_up.add(int(not o.open), cluster=o.cluster or "", daemon=o.daemon)
+            fams.append(daemon_up)
         if rnd.exports:
             fams += export_families(rnd.exports)
         for key, text in (("submitted", "Jobs and array tasks submitted by this supervisor."),

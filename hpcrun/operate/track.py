@@ -6,6 +6,13 @@ the reason a job waits, e.g. a burst-buffer stage-in error). Sites without accou
 (``accounting: false`` in the profile) are followed with the queue alone.
 Only transitions are stored, so polling is idempotent. A finished job's own record in
 ``run/<job>/<slurm id>/`` adds its failure reason and its QA outcome per output.
+
+The site's daemons come and go (a controller restarted, accounting down for an upgrade): a poll
+uses what still answers and waits for the rest. With accounting down, the queue gives every job
+in flight its pending or running state; a job that ended (or left the queue) waits for its
+accounting record, never declared lost meanwhile nor for ``ACCOUNTING_CATCHUP_S`` after
+accounting answers again (the controller sends the records it kept). Each daemon's outage is
+recorded (since when, its words) for ``status``, ``serve`` and the audit trail.
 """
 
 from __future__ import annotations
@@ -14,11 +21,11 @@ import datetime as dt
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from hpcrun.backends.scheduler.base import (
-    INPUT_STATE_OF,
     TERMINAL,
+    AccountingUnreachable,
     Queued,
     Record,
     Unreachable,
@@ -26,8 +33,10 @@ from hpcrun.backends.scheduler.base import (
     parse_exit_code,
 )
 from hpcrun.bulk import bulk
+from hpcrun.operate import outages
 from hpcrun.operate.clusterview import cluster_figures
 from hpcrun.operate.exports import exported_counts
+from hpcrun.operate.finalize import finalize_summary
 from hpcrun.operate.inflight import after_recording, in_flight
 from hpcrun.operate.lookup import Found, index_of, match
 from hpcrun.operate.plandir import (
@@ -47,6 +56,7 @@ from hpcrun.store.records import (
     ActiveSubmission,
     FinalizeRecord,
     NewStateChange,
+    Outage,
     QaResult,
 )
 from hpcrun.store.store import StateStore
@@ -54,6 +64,8 @@ from hpcrun.units import format_duration
 
 IN_FLIGHT = ("submitted", "running")
 LOST_AFTER_S = 60.0  # a job neither the queue nor accounting knows this long after submission is gone
+# after an accounting outage, the controller's kept records arrive late: no job is called lost before
+ACCOUNTING_CATCHUP_S = 300.0
 _WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
                  "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
 
@@ -89,6 +101,7 @@ class StatusReport:
     paused: Optional[str] = None                                # "paused by USER@HOST at TIME": nothing new goes out
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's jobs and health
     exports: Optional[Dict[str, Any]] = None                    # outputs.export figures (ExportSummary.as_dict)
+    outages: List[Dict[str, Any]] = field(default_factory=list)  # daemons not answering (and lately back)
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -108,7 +121,7 @@ class StatusReport:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
-                "exports": self.exports, "jobs": [j.as_dict() for j in self.jobs]}
+                "exports": self.exports, "outages": self.outages, "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def _fmt_elapsed(seconds: Optional[float]) -> str:
@@ -131,7 +144,21 @@ class Poller:
         self.first = listed[0]
         self.sched = self.first.sched
         self.unreachable: Dict[Optional[str], str] = {}   # clusters whose queue did not answer this poll
+        self.down: Dict[Tuple[Optional[str], str], str] = {}   # (cluster, daemon) that did not answer: its words
+        self.answered: Set[Tuple[Optional[str], str]] = set()   # (cluster, daemon) that answered this poll
+        self.catching_up: Set[Optional[str]] = set()   # clusters whose accounting is down or was lately
 
+    def note_outages(self, outages: Sequence[Outage], now: dt.datetime) -> None:
+        """Accounting outages recorded earlier: while one lasts, or lately ended, nothing is called lost."""
+        for o in outages:
+            if o.daemon == AccountingUnreachable.daemon and (
+                    o.ended_at is None or (now - o.ended_at).total_seconds() < ACCOUNTING_CATCHUP_S):
+                self.catching_up.add(o.cluster)
+
+    def _waits(self, a: ActiveSubmission) -> bool:
+        """Nothing may be concluded of a job the queue and accounting do not list: a daemon is not answering."""
+        cluster = self._cluster_of(a)
+        return cluster in self.unreachable or (cluster or None) in self.catching_up
     def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
         """run/<job>/<slurm id> (a plain string: this is called once per job per poll); a named cluster's
         ids are prefixed with its name (ids repeat across clusters)."""
@@ -172,7 +199,14 @@ class Poller:
         since = sched.since_text(min([t for t in [index.first_submitted] if t] + [t for _, t in extra]))
         t0 = time.monotonic()
         # what this poll already knows: unchanged jobs come back as one shared record (cheap)
-        records: Dict[str, Record] = sched.records(ids, since, known=index.known) if cluster.accounting else {}
+        records: Dict[str, Record] = {}
+        if cluster.accounting:
+            try:
+                records = sched.records(ids, since, known=index.known)
+                self.answered.add((cluster.name, AccountingUnreachable.daemon))
+            except AccountingUnreachable as exc:   # the queue says what waits and runs; ends wait for it
+                self.down[(cluster.name, exc.daemon)] = " ".join(str(exc).split())[:1000]
+                self.catching_up.add(cluster.name or None)
         if cluster is self.first:
             self.records = records
         acct_s = time.monotonic() - t0
@@ -182,8 +216,10 @@ class Poller:
             try:
                 for row in sched.queue(job_ids=sorted({a.job_id for a in need}), ended=True):
                     queued[row.job_id] = row
+                self.answered.add((cluster.name, Unreachable.daemon))
             except Unreachable as exc:   # its jobs stay as recorded; asked again at the next poll
                 self.unreachable[cluster.name] = str(exc).splitlines()[0]
+                self.down[(cluster.name, exc.daemon)] = " ".join(str(exc).split())[:1000]
         return found, need, queued, acct_s
 
     def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()
@@ -204,7 +240,7 @@ class Poller:
             rec = hit[1] if hit is not None else None
             q = queued.get((self._cluster_of(a), a.slurm_id)) if queued else None   # usually none was asked
             if rec is None and q is None:
-                seen = None if self._cluster_of(a) in self.unreachable else self._unseen(a, now)
+                seen = None if self._waits(a) else self._unseen(a, now)
             elif rec is None or (rec.state == "PENDING" and q is not None):
                 assert q is not None
                 seen = self._from_queue(a, q, now)
@@ -248,11 +284,13 @@ class Poller:
         if state == a.last_state:
             return None
         if state in TERMINAL and self.accounting and (
-                state != "CANCELLED" or (now - a.submitted_at).total_seconds() <= LOST_AFTER_S):
+                state != "CANCELLED" or (now - a.submitted_at).total_seconds() <= LOST_AFTER_S
+                or self._waits(a)):
             # accounting has no record of this job yet, or only its array's pending one: a job
             # that ran gets its own (written when it started), which accounting may deliver late,
             # so wait for it (elapsed, CPU time, exit code); only a job cancelled before it
-            # ever ran has none, and is taken from the queue after a moment
+            # ever ran has none, and is taken from the queue after a moment (not while accounting
+            # is down or catching up: then its record may still come)
             return None
         reason = q.reason.strip("()")
         if state in TERMINAL and state != "COMPLETED" and q.raw_id:
@@ -300,9 +338,15 @@ def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> 
     now = dt.datetime.now(dt.timezone.utc)
     rec = poller.records.get(row.job_id)
     queued = None
+    waits = (poller.first.name or None) in poller.catching_up
     if rec is None or rec.state == "PENDING":
-        queued = next((q for q in poller.sched.queue(job_ids=[row.job_id], expand=False, ended=True)
-                       if q.job_id == row.job_id), None)
+        try:
+            queued = next((q for q in poller.sched.queue(job_ids=[row.job_id], expand=False, ended=True)
+                           if q.job_id == row.job_id), None)
+        except Unreachable:
+            return   # the controller does not answer: asked again at the next poll
+    if waits and rec is None and (queued is None or normalize_state(queued.state) in TERMINAL):
+        return   # accounting is down or catching up: its record will say how it ended
     own = _read(f"{poller.run_dir}/finalize/{row.job_id}/reason")
     if rec is not None and not (rec.state == "PENDING" and queued is not None):
         code, _sig = parse_exit_code(rec.exit_code)
@@ -328,26 +372,6 @@ def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> 
     elif (now - row.submitted_at).total_seconds() > LOST_AFTER_S:
         store.record_finalize_state(row.id, "LOST", reason=(
             "the finalize job left the queue and accounting has no record of it"), observed_at=now)
-
-
-def finalize_summary(manifest: Dict[str, Any], store: Optional[StateStore],
-                     campaign_id: Optional[int]) -> Optional[Dict[str, Any]]:
-    """The finalize job as status and report show it (the latest round), or None without one in the spec."""
-    info = manifest.get("finalize")
-    if not info:
-        return None
-    rounds = store.finalize_rounds(campaign_id) if store is not None and campaign_id is not None else []
-    if not rounds or rounds[-1].job_id is None:
-        return {"round": len(rounds) or 1, "job_id": "", "status": "pending", "state": "", "exit_code": "",
-                "elapsed": "", "after": info.get("after", "any"), "dependency": "",
-                "reason": (rounds[-1].reason if rounds else None) or
-                "not submitted yet: goes out once every plan job has been submitted"}
-    last = rounds[-1]
-    state = last.last_state or ""
-    status = INPUT_STATE_OF.get(state, "failed" if state in TERMINAL else "submitted")
-    return {"round": last.round, "job_id": last.job_id, "status": status, "state": state,
-            "exit_code": "" if last.exit_code is None else str(last.exit_code), "elapsed": _fmt_elapsed(last.elapsed_s),
-            "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}
 
 
 # without --all: the jobs a human must look at, and those in flight while they are few enough to list
@@ -421,6 +445,8 @@ def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all
     except StateStoreError:
         return _unsubmitted(store.location, plan_dir, all_jobs)
     poller = Poller(plan_dir, store, manifest)
+    known_outages = store.outages(campaign.id)
+    poller.note_outages(known_outages, dt.datetime.now(dt.timezone.utc))
     fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
     extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
     changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
@@ -436,6 +462,7 @@ def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all
     report.observed = observed
     report.accounting_seconds = acct_s
     report.clusters = cluster_figures(manifest, store, campaign.id, poller.unreachable)
+    report.outages = outages.after_poll(store, campaign.id, poller.sched, known_outages, poller.down, poller.answered)
     return report
 
 

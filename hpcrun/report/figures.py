@@ -108,6 +108,9 @@ class CampaignReport:
     reclaimed: Dict[str, int] = field(default_factory=dict)  # leftovers removed by later jobs: dirs, bytes
     node_cache: Dict[str, Any] = field(default_factory=dict)  # xrootd.node_cache: hits, misses, hit ratio, bytes
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's figures
+    # inputs by how they ended: done, parked (a reason to read), cancelled by an operator (hpcrun cancel),
+    # and the rest (in flight, pending, or failed awaiting the retry policy)
+    outcome: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
+from hpcrun.operate.finalize import finalize_summary
 from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
-from hpcrun.operate.track import finalize_summary
 from hpcrun.operate.track import poll as status_poll
 from hpcrun.report.figures import CampaignReport, build, transfers_of
 from hpcrun.store.base import StateStoreError
@@ -41,6 +41,7 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
     report = build(campaign.name, store.report_rows(campaign.id), {j["index"]: j["name"] for j in manifest["jobs"]})
     report.finalize = finalize_summary(manifest, store, campaign.id)
     report.targets = dict(manifest.get("targets") or {})
+    report.outcome = outcome_of(report.inputs, store.operator_cancelled(campaign.id))
     exports = store.export_summary(campaign.id) if manifest.get("export") else None
     if exports is not None:
         report.exports = exports.as_dict()
@@ -53,6 +54,14 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
         report.reclaimed = _reclaimed(plan_dir)
         report.node_cache = _node_cache(plan_dir)
     return report
+
+
+def outcome_of(inputs: Dict[str, int], cancelled: int) -> Dict[str, int]:
+    """Inputs done, parked, cancelled by an operator, and not ended yet (pending, in flight, failed
+    before the retry policy's decision): a campaign is finished when the last is 0."""
+    done, parked = inputs.get("done", 0), inputs.get("parked", 0)
+    return {"done": done, "parked": parked, "cancelled_by_operator": cancelled,
+            "not_ended": sum(inputs.values()) - done - parked - cancelled}
 
 
 def _tsv_lines(plan_dir: Path, pattern: str) -> Iterator[List[str]]:

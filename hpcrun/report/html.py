@@ -47,7 +47,10 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
                                                             r.targets.get("events_per_s_per_core"))),
         ("walltime per event, mean (s)", _num(r.mean_walltime_per_event_s)),
         ("campaign span, first start to last end (s)", _num(r.span_s, digits=6)),
-    ] + ([("failed attempts by class", ", ".join(f"{k} {n}" for k, n in r.attempts_by_class.items()))]
+    ] + ([("inputs done / parked / cancelled by an operator / not ended",
+           " / ".join(str(r.outcome.get(k, 0)) for k in ("done", "parked", "cancelled_by_operator", "not_ended")))]
+         if r.outcome else []) \
+      + ([("failed attempts by class", ", ".join(f"{k} {n}" for k, n in r.attempts_by_class.items()))]
          if r.attempts_by_class else []) \
       + ([("finalize job (latest round)", _finalize_text(r.finalize))] if r.finalize else []) \
       + (_transfer_rows(r) if r.transfers else []) \

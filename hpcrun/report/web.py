@@ -22,6 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.operate.outages import rows as outage_rows
+from hpcrun.operate.plandir import clusters_of
 from hpcrun.report.figures import CampaignReport
 from hpcrun.report.gather import open_campaign, report_of
 from hpcrun.report.html import merit_rows
@@ -75,6 +77,7 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
         health = [(f"cluster {h.name or '(default)'} health", f"{h.state} since {h.since:%Y-%m-%d %H:%M:%S} UTC"
                    + (f": {h.detail}" if h.detail and h.state != "up" else ""))
                   for h in store.cluster_health(campaign.id)]
+        outages = [o["text"] for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)]
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
             "succeeded": report.succeeded, "merit": merit_rows(report) + health,
@@ -82,7 +85,7 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
             "failures": [{"reason": f.reason, "count": f.count, "example": f.example} for f in report.failures],
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
             "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,
-            "paused": held.text() if held else None, "audit": log}
+            "paused": held.text() if held else None, "outages": outages, "audit": log}
 
 
 @dataclass

@@ -40,15 +40,42 @@ class Failures(StoreBase):
             ends = {r[0]: r[1:] for r in self._rows_in(
                 conn, select(c.c.submission_id, c.c.slurm_state, c.c.exit_code, c.c.node, c.c.max_rss_bytes,
                              c.c.reason), c.c.id, list(newest.values()))}
-            states = dict(self._rows_in(conn, select(s.c.id, s.c.last_state), s.c.id, sub_ids))
+            states = {r[0]: (r[1], r[2], r[3]) for r in self._rows_in(
+                conn, select(s.c.id, s.c.last_state, s.c.cancel_requested_by, s.c.failure_class), s.c.id, sub_ids)}
             past = self._past_classes(conn, campaign_id, [int(r[0]) for r in rows])
         out = []
         for job_index, attempts, sid, adjust, last_reason in rows:
             end = ends.get(sid, (None, None, None, None, None))
-            out.append(FailedJob(int(job_index), int(attempts or 0), sid, states.get(sid) or end[0], end[1],
-                                 end[2], end[3], end[4] or last_reason, adjust,
-                                 past.get(int(job_index), {})))
+            state, by, classed = states.get(sid, (None, None, None))
+            earlier = dict(past.get(int(job_index), {}))
+            if classed in earlier:   # decided before and left failed (an operator's cancel): not a failure again
+                earlier[classed] -= 1
+            out.append(FailedJob(int(job_index), int(attempts or 0), sid, state or end[0], end[1],
+                                 end[2], end[3], end[4] or last_reason, adjust, earlier, by))
         return out
+
+    def request_cancel(self, campaign_id: int, job_indices: Optional[Sequence[int]], who: str) -> int:
+        """Mark the latest submissions in flight of these plan jobs (None: all) as cancelled by ``who``
+        before the scheduler is asked, so that the poll that sees them end CANCELLED knows the operators
+        did it (not the site). Returns how many submissions were marked."""
+        t, s = schema.input_file, schema.submission
+        query = select(t.c.last_submission_id, t.c.job_index).where(
+            t.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running")),
+            t.c.last_submission_id.is_not(None))
+        wanted = None if job_indices is None else set(job_indices)
+        with self._write() as conn:
+            ids = sorted({int(sid) for sid, job in conn.execute(query) if wanted is None or job in wanted})
+            for at in range(0, len(ids), 900):
+                conn.execute(update(s).where(s.c.id.in_(ids[at:at + 900])).values(cancel_requested_by=who[:300]))
+        return len(ids)
+
+    def operator_cancelled(self, campaign_id: int) -> int:
+        """Inputs left failed because the campaign's operators cancelled them (``hpcrun cancel``)."""
+        t, s = schema.input_file, schema.submission
+        query = (select(func.count()).select_from(t.join(s, s.c.id == t.c.last_submission_id))
+                 .where(t.c.campaign_id == campaign_id, t.c.state == "failed", s.c.cancel_requested_by.is_not(None)))
+        with self._read() as conn:
+            return int(conn.scalar(query) or 0)
 
     def _past_classes(self, conn: object, campaign_id: int, jobs: List[int]) -> Dict[int, Dict[str, int]]:
         """Per plan job: how many of its earlier submissions failed in each class."""
@@ -75,6 +102,8 @@ class Failures(StoreBase):
                 if d.requeue:
                     conn.execute(base.values(state="pending", adjust=d.adjust, claim_token=None, claimed_by=None,
                                              claimed_at=None, updated_at=now))
+                elif d.reason is None:   # left failed for the operator (their cancellation): only classed
+                    continue
                 else:
                     conn.execute(base.values(state="parked", last_reason=d.reason, updated_at=now))
 

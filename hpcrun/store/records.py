@@ -255,6 +255,38 @@ class FinalizeRecord:
 
 
 @dataclass(frozen=True)
+class Outage:
+    """A daemon of a cluster that did not answer (``controller`` or ``accounting``), and since when."""
+
+    cluster: Optional[str]
+    daemon: str
+    detail: str
+    since: dt.datetime
+    checked_at: dt.datetime
+    ended_at: Optional[dt.datetime] = None
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+    def text(self, daemon_name: Optional[str] = None) -> str:
+        """``accounting (slurmdbd) of cluster beta not answering since 12:03:04 UTC (3 min)``."""
+        where = f"cluster {self.cluster}" if self.cluster else "the cluster"
+        seconds = ((self.ended_at or dt.datetime.now(dt.timezone.utc)) - self.since).total_seconds()
+        took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        name = daemon_name or self.daemon
+        if self.open:
+            return f"{name} of {where} not answering since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took})"
+        return f"{name} of {where} answered again at {self.ended_at:%H:%M:%S} UTC after {took}"
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"cluster": self.cluster, "daemon": self.daemon, "detail": self.detail,
+                "since": self.since.isoformat(), "checked_at": self.checked_at.isoformat(),
+                "ended_at": self.ended_at.isoformat() if self.ended_at else None,
+                "seconds": round(((self.ended_at or dt.datetime.now(dt.timezone.utc)) - self.since).total_seconds())}
+
+
+@dataclass(frozen=True)
 class ClusterHealth:
     """One cluster of a campaign as last seen: up, down (its controller does not answer) or in maintenance."""
 
@@ -299,6 +331,7 @@ class FailedJob:
     reason: Optional[str]
     adjust: Optional[str]                 # JSON of the changes its last submission carried
     past_classes: Dict[str, int] = field(default_factory=dict)   # failure class -> earlier failures of it
+    cancel_requested_by: Optional[str] = None   # who asked hpcrun to cancel its last submission (hpcrun cancel)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from sqlalchemy import (
     BigInteger,
@@ -320,12 +320,34 @@ def _v8_script_texts(md: MetaData) -> Table:
     )
 
 
+def _v9_columns() -> Dict[str, Sequence[Column[Any]]]:
+    """Version 9: who asked hpcrun to cancel a submission (``hpcrun cancel``): its CANCELLED is then the
+    operators' decision; any other CANCELLED came from the site and is retried."""
+    return {"hpcrun_submission": (Column("cancel_requested_by", String(300), nullable=True),)}
+
+
+def _v9_outages(md: MetaData) -> Table:
+    """Version 9: a daemon of a cluster that did not answer (controller, accounting), since when; the row
+    stays with ``ended_at`` once it answers again (a poll right after an accounting outage waits for the
+    records the controller sends late)."""
+    return Table(
+        "hpcrun_outage", md,
+        Column("campaign_id", ID, ForeignKey("hpcrun_campaign.id", ondelete="CASCADE"), primary_key=True),
+        Column("cluster", String(64), primary_key=True),         # "" for the login node's own cluster
+        Column("daemon", String(32), primary_key=True),          # controller | accounting
+        Column("detail", Text, nullable=True),                   # the scheduler's words
+        Column("since", UTCDateTime, nullable=False),
+        Column("checked_at", UTCDateTime, nullable=False),
+        Column("ended_at", UTCDateTime, nullable=True),          # NULL: still not answering
+    )
+
+
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
     for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md), _v7_exports(md),
-                  _v8_script_texts(md)):
+                  _v8_script_texts(md), _v9_outages(md)):
         tables[table.name] = table
-    for added in (_v2_columns(), _v4_columns(), _v6_columns()):
+    for added in (_v2_columns(), _v4_columns(), _v6_columns(), _v9_columns()):
         for name, columns in added.items():
             for column in columns:
                 tables[name].append_column(column)
@@ -352,6 +374,7 @@ pause = _tables["hpcrun_pause"]
 cluster_health = _tables["hpcrun_cluster"]
 export = _tables["hpcrun_export"]
 script_text = _tables["hpcrun_script_text"]
+outage = _tables["hpcrun_outage"]
 
 
 @dataclass(frozen=True)
@@ -386,59 +409,38 @@ def _v2(conn: Connection) -> None:
     Index("ix_hpcrun_input_campaign_id_job_index", inputs.c.campaign_id, inputs.c.job_index).create(conn)
 
 
-def _v3(conn: Connection) -> None:
-    md = MetaData(naming_convention=NAMING)
-    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))  # the foreign key's target (exists)
-    _v3_finalize(md).create(conn)
-
-
-def _tables_and_columns(conn: Connection, tables: Callable[[MetaData], Sequence[Table]],
-                        columns: Dict[str, Sequence[Column[Any]]]) -> None:
-    """A migration that creates tables (referring to the campaign table) and adds columns."""
-    md = MetaData(naming_convention=NAMING)
-    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
-    for table in tables(md):
-        table.create(conn)
-    for name, added in columns.items():
-        for column in added:
-            _add_column(conn, name, column)
-
-
-def _v4(conn: Connection) -> None:
-    _tables_and_columns(conn, lambda md: [_v4_supervisor(md)], _v4_columns())
-
-
-def _v5(conn: Connection) -> None:
-    md = MetaData(naming_convention=NAMING)
-    Table("hpcrun_campaign", md, Column("id", ID, primary_key=True))
-    for table in _v5_tables(md):
-        table.create(conn)
-
-
-def _v6(conn: Connection) -> None:
-    _tables_and_columns(conn, lambda md: [_v6_health(md)], _v6_columns())
-
-
-def _v7(conn: Connection) -> None:
-    md = MetaData(naming_convention=NAMING)
-    for name in ("hpcrun_campaign", "hpcrun_input"):   # the foreign keys' targets (they exist)
-        Table(name, md, Column("id", ID, primary_key=True))
-    _v7_exports(md).create(conn)
-
-
-def _v8(conn: Connection) -> None:
-    _v8_script_texts(MetaData(naming_convention=NAMING)).create(conn)
+def _creates(tables: Callable[[MetaData], Sequence[Table]],
+             columns: Optional[Dict[str, Sequence[Column[Any]]]] = None) -> Callable[[Connection], None]:
+    """A migration that creates tables (their foreign keys refer to the campaign and input tables, which
+    exist) and adds nullable columns."""
+    def apply(conn: Connection) -> None:
+        md = MetaData(naming_convention=NAMING)
+        for name in ("hpcrun_campaign", "hpcrun_input"):   # the foreign keys' targets
+            Table(name, md, Column("id", ID, primary_key=True))
+        for table in tables(md):
+            table.create(conn)
+        for name, added in (columns or {}).items():
+            for column in added:
+                _add_column(conn, name, column)
+    return apply
 
 
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "campaign, inputs, submissions, state changes, QA outcomes", _v1),
     Migration(2, "plan job of each input, expected events; CPUs, start and end of each observation", _v2),
-    Migration(3, "campaign-level finalize job (one row per round)", _v3),
-    Migration(4, "supervisor heartbeat; failure class and changes of each attempt; requested memory", _v4),
-    Migration(5, "leases (fencing epochs of the supervisor and submit locks), audit trail, pause switch", _v5),
-    Migration(6, "the cluster of each submission; each cluster's health", _v6),
-    Migration(7, "outputs sent on to outputs.export: attempts, bytes, checksum, verdict", _v7),
-    Migration(8, "the exact text of scripts rendered at submission (by digest)", _v8),
+    Migration(3, "campaign-level finalize job (one row per round)", _creates(lambda md: [_v3_finalize(md)])),
+    Migration(4, "supervisor heartbeat; failure class and changes of each attempt; requested memory",
+              _creates(lambda md: [_v4_supervisor(md)], _v4_columns())),
+    Migration(5, "leases (fencing epochs of the supervisor and submit locks), audit trail, pause switch",
+              _creates(_v5_tables)),
+    Migration(6, "the cluster of each submission; each cluster's health",
+              _creates(lambda md: [_v6_health(md)], _v6_columns())),
+    Migration(7, "outputs sent on to outputs.export: attempts, bytes, checksum, verdict",
+              _creates(lambda md: [_v7_exports(md)])),
+    Migration(8, "the exact text of scripts rendered at submission (by digest)",
+              _creates(lambda md: [_v8_script_texts(md)])),
+    Migration(9, "who asked to cancel each submission; daemons not answering (scheduler outages)",
+              _creates(lambda md: [_v9_outages(md)], _v9_columns())),
 )
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import insert, select, update
 
 from hpcrun.store import schema
 from hpcrun.store.base import StoreBase, _now, _whoami
-from hpcrun.store.records import ClusterHealth, SupervisorRecord
+from hpcrun.store.records import ClusterHealth, Outage, SupervisorRecord
 
 _COLUMNS = ("holder", "started_at", "heartbeat_at", "rounds", "phase", "note", "poll_interval_s")
 
@@ -75,3 +75,43 @@ class Supervision(StoreBase):
             rows = conn.execute(select(t.c.name, t.c.state, t.c.detail, t.c.since, t.c.checked_at)
                                 .where(t.c.campaign_id == campaign_id).order_by(t.c.name))
             return [ClusterHealth(r[0] or None, r[1], r[2] or "", r[3], r[4]) for r in rows]
+
+    # -- daemons that do not answer (scheduler outages) ---------------------------------------
+    def record_outage(self, campaign_id: int, cluster: Optional[str], daemon: str, detail: str) -> bool:
+        """``daemon`` of ``cluster`` did not answer now; True when this begins an outage (it was answering)."""
+        t = schema.outage
+        key = (t.c.campaign_id == campaign_id, t.c.cluster == (cluster or ""), t.c.daemon == daemon)
+        now = _now()
+        with self._write() as conn:
+            row = conn.execute(select(t.c.ended_at).where(*key)).first()
+            if row is None:
+                conn.execute(insert(t).values(campaign_id=campaign_id, cluster=cluster or "", daemon=daemon,
+                                              detail=detail[:2000], since=now, checked_at=now, ended_at=None))
+                return True
+            values = {"detail": detail[:2000], "checked_at": now}
+            if row[0] is not None:   # answered in between: a new outage
+                values.update(since=now, ended_at=None)
+            conn.execute(update(t).where(*key).values(**values))
+            return row[0] is not None
+
+    def end_outage(self, campaign_id: int, cluster: Optional[str], daemon: str) -> Optional[Outage]:
+        """``daemon`` of ``cluster`` answered: the outage it ends (None: there was none)."""
+        t = schema.outage
+        key = (t.c.campaign_id == campaign_id, t.c.cluster == (cluster or ""), t.c.daemon == daemon,
+               t.c.ended_at.is_(None))
+        now = _now()
+        with self._write() as conn:
+            row = conn.execute(select(t.c.detail, t.c.since).where(*key)).first()
+            if row is None:
+                return None
+            conn.execute(update(t).where(*key).values(ended_at=now, checked_at=now))
+        return Outage(cluster, daemon, row[0] or "", row[1], now, now)
+
+    def outages(self, campaign_id: int) -> List[Outage]:
+        """Every daemon's last outage, open ones (still not answering) first."""
+        t = schema.outage
+        with self._read() as conn:
+            rows = conn.execute(select(t.c.cluster, t.c.daemon, t.c.detail, t.c.since, t.c.checked_at, t.c.ended_at)
+                                .where(t.c.campaign_id == campaign_id))
+            found = [Outage(r[0] or None, r[1], r[2] or "", r[3], r[4], r[5]) for r in rows]
+        return sorted(found, key=lambda o: (not o.open, o.cluster or "", o.daemon))

@@ -341,6 +341,11 @@ ReturnToService=2
 SlurmdTimeout=30
 MinJobAge=3600
 MaxJobCount=1000000
+# Slurm's own requeue stays on (its default), as on most sites: hpcrun's jobs must say --no-requeue
+# (issue 37); a partition of a higher PriorityTier, created by a test, preempts by requeue
+JobRequeue=1
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 KillWait=5
 InactiveLimit=0
 BurstBufferType=burst_buffer/lua
@@ -1110,6 +1115,32 @@ def cmd_restart_node(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_daemon(args: argparse.Namespace) -> int:
+    """Stop or start the controller or the accounting daemon, as a site does (a restart from the saved
+    state, an accounting outage); the rest of the cluster keeps running."""
+    lay = Layout(args.dir)
+    prev = load_state(lay)
+    lay = Layout(args.dir, prev.get("nodes", 1), prev.get("accounting", "slurmdbd"))
+    pid = read_pidfile(lay, args.name)
+    if args.action == "stop":
+        if pid:
+            kill_wave(lay, [args.name])
+        log(f"{args.name} stopped")
+        return 0
+    if pid:
+        log(f"{args.name} is running")
+        return 0
+    if args.name == "slurmdbd":
+        spawn(lay, "slurmdbd", ["/usr/sbin/slurmdbd", "-D"], "slurmdbd")
+        wait_for(lambda: port_open(PORT_SLURMDBD), 60, "slurmdbd", hint=tail(lay.logdir / "slurmdbd.log"))
+    else:   # -i, not -c: jobs are recovered from StateSaveLocation
+        spawn(lay, "slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], "slurmctld")
+        wait_for(lambda: slurm_ok(lay, ["scontrol", "ping"]).stdout.count("UP") > 0, 60,
+                 "slurmctld", hint=tail(lay.logdir / "slurmctld.log"))
+    log(f"{args.name} started again")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1125,6 +1156,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=("start", "stop", "stop-controller", "start-controller"))
     p.add_argument("--dir", default=os.environ.get("HPCRUN_TEST_CLUSTER_DIR", DEFAULT_DIR))
     p.add_argument("--first-job-id", type=int, default=None)
+    p = sub.add_parser("daemon", help="stop or start slurmctld or slurmdbd (a restart, an accounting outage)")
+    p.add_argument("action", choices=("stop", "start"))
+    p.add_argument("name", choices=("slurmctld", "slurmdbd"))
+    p.add_argument("--dir", default=os.environ.get("HPCRUN_TEST_CLUSTER_DIR", DEFAULT_DIR))
     for name in ("stop", "status", "restart-node"):
         p = sub.add_parser(name)
         p.add_argument("--dir", default=os.environ.get("HPCRUN_TEST_CLUSTER_DIR", DEFAULT_DIR))
@@ -1133,7 +1168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return {"install": cmd_install, "start": cmd_start, "stop": cmd_stop,
-                "status": cmd_status, "restart-node": cmd_restart_node,
+                "status": cmd_status, "restart-node": cmd_restart_node, "daemon": cmd_daemon,
                 "twin": lambda a: _twin().main(a)}[args.cmd](args)
     except HarnessError as e:
         print(f"[harness] ERROR: {e}", file=sys.stderr)

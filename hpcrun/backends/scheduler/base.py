@@ -73,7 +73,21 @@ class SubmitUncertain(SchedulerError):
 
 
 class Unreachable(SchedulerError):
-    """The cluster's controller does not answer: nothing was submitted, nothing learnt about its jobs."""
+    """One of the cluster's daemons does not answer (``daemon``: the controller unless said otherwise):
+    nothing was submitted, nothing learnt about its jobs. An outage to wait out, never a verdict."""
+
+    daemon: ClassVar[str] = "controller"
+
+    def __init__(self, message: str, cluster: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.cluster = cluster     # the named cluster that did not answer (None: the host's own)
+
+
+class AccountingUnreachable(Unreachable):
+    """The cluster's accounting does not answer (its controller may): what has ended is not known until
+    it does, while the queue still tells what waits and what runs."""
+
+    daemon: ClassVar[str] = "accounting"
 
 
 # ---- what goes in and what comes out -------------------------------------------------------
@@ -239,6 +253,8 @@ class Scheduler(ABC):
     task_env_patterns: ClassVar[Tuple[str, ...]] = ()
     accounting: ClassVar[bool] = True              # keeps records of ended jobs (``records`` answers)
     cancel_command: ClassVar[str] = ""             # what an operator runs to cancel a job (for messages)
+    # the process behind each neutral daemon word (controller, accounting), for messages
+    daemons: ClassVar[Dict[str, str]] = {}
 
     def __init__(self, cluster: Optional[str] = None) -> None:
         self.cluster = cluster      # one of several clusters the scheduler reaches (None: its own)
@@ -246,6 +262,15 @@ class Scheduler(ABC):
     def cancel_hint(self, job_id: str) -> str:
         """How an operator cancels ``job_id``, for a message (the batch system's own command)."""
         return f"{self.cancel_command} {job_id}" if self.cancel_command else f"cancel job {job_id}"
+
+    def unanswered(self, daemon: str) -> str:
+        """Ask ``daemon`` (controller, accounting) whether it answers: '' when it does, else its words."""
+        return ""
+
+    def daemon_name(self, daemon: str) -> str:
+        """``controller`` -> ``controller (slurmctld)``: the neutral word and the site's process."""
+        process = self.daemons.get(daemon)
+        return f"{daemon} ({process})" if process else daemon
 
     # -- rendering ------------------------------------------------------------------------
     @abstractmethod

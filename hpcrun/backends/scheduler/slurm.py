@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from hpcrun.backends.scheduler import slurm_describe
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
+    AccountingUnreachable,
     Adjust,
     ClusterFacts,
     JobRequest,
@@ -54,6 +55,13 @@ TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm te
 NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
 # -M NAME of a cluster slurmdbd knows but whose controller is down (deregistered): definite at once
 CLUSTER_DOWN = "can't be reached now"
+# the commands that talk to slurmdbd alone: a connection they cannot open is accounting's, not the
+# controller's (seen with slurmdbd stopped: "Problem talking to the database: Connection refused")
+ACCOUNTING_COMMANDS = ("sacct", "sacctmgr", "sreport")
+DBD_DOWN = ("Problem talking to the database", "persistent connection", "slurmdbd", "Connection refused",
+            "Socket timed out")
+# a query (not sbatch: its timeout may have submitted) that still times out after the retries
+TIMED_OUT = ("Socket timed out", "timed out after")
 
 
 class SlurmError(SchedulerError):
@@ -66,6 +74,10 @@ class SbatchUncertain(SlurmError, SubmitUncertain):
 
 class SlurmUnreachable(SlurmError, Unreachable):
     """The cluster's controller did not answer (down, or in the middle of a restart)."""
+
+
+class SlurmAccountingUnreachable(SlurmError, AccountingUnreachable):
+    """slurmdbd did not answer (down, restarting): sacct cannot say what ended; squeue still answers."""
 
 
 @dataclass
@@ -102,9 +114,15 @@ def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
         argv = [argv[0], f"--clusters={cluster}", *argv[1:]]
     proc = _attempts(argv, retries, cwd, transient, stdin)
     text = proc.stderr.strip() or proc.stdout.strip()
-    if proc.returncode != 0 and (CLUSTER_DOWN in text or any(t in text for t in NOT_REACHED)):
-        where = f"cluster {cluster}" if cluster else "the cluster"
-        raise SlurmUnreachable(f"{argv[0]}: the controller of {where} does not answer: {text}")
+    if proc.returncode == 0:
+        return proc
+    where = f"cluster {cluster}" if cluster else "the cluster"
+    if argv[0] in ACCOUNTING_COMMANDS and (proc.returncode == 124 or any(t in text for t in DBD_DOWN)):
+        raise SlurmAccountingUnreachable(f"{argv[0]}: the accounting (slurmdbd) of {where} does not answer: {text}",
+                                         cluster)
+    if CLUSTER_DOWN in text or any(t in text for t in NOT_REACHED) or (
+            argv[0] != "sbatch" and (proc.returncode == 124 or any(t in text for t in TIMED_OUT))):
+        raise SlurmUnreachable(f"{argv[0]}: the controller of {where} does not answer: {text}", cluster)
     return proc
 
 
@@ -298,6 +316,7 @@ class Slurm(Scheduler):
     name = "slurm"
     script_suffix = ".sbatch"
     cancel_command = "scancel"
+    daemons = {"controller": "slurmctld", "accounting": "slurmdbd"}
     directive = "#SBATCH"
     launch = Launch(command=("srun",), log_name="srun.log")
     # what srun gives every task; a container that clears the environment must pass these on
@@ -445,6 +464,18 @@ class Slurm(Scheduler):
         if proc.returncode != 0:
             return None
         return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+    def unanswered(self, daemon: str) -> str:
+        argv = (["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"] if daemon == "accounting"
+                else ["scontrol", "ping"])
+        try:
+            proc = _run(argv, retries=0, cluster=None if daemon == "accounting" else self.cluster)
+        except SlurmError as exc:
+            return str(exc).splitlines()[0]
+        text = proc.stdout + proc.stderr
+        if proc.returncode != 0 or "DOWN" in text:
+            return f"{argv[0]} {argv[1]}: {text.strip().splitlines()[0] if text.strip() else proc.returncode}"
+        return ""
 
     def submit_command(self, script: str) -> str:
         return f"sbatch {script}" if not self.cluster else f"sbatch --clusters={self.cluster} {script}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import pwd
 import re
 from typing import Dict, Mapping, Optional, Set, Tuple
 
@@ -80,6 +81,15 @@ def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def canceller(uid: str) -> str:
+    """``0`` -> ``cancelled by uid 0 (root)``: the words a failure reason carries."""
+    try:
+        return f"cancelled by uid {uid} ({pwd.getpwuid(int(uid)).pw_name})"
+    except (KeyError, ValueError):
+        return f"cancelled by uid {uid}"
+
+
 def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str, AcctRecord]:
     """sacct -P output with ACCT_FIELDS (steps included) -> one record per job or task id.
 
@@ -124,6 +134,8 @@ def parse_acct(text: str, known: Optional[Mapping[str, str]] = None) -> Dict[str
         if len(parts) != width:
             continue
         job_id, raw, name, state, exit_code, reason, elapsed, cpu, alloc, nodes, start, end, req, _rss = parts
+        if state.startswith("CANCELLED by "):   # who cancelled it, where the controller recorded it
+            reason = canceller(state[len("CANCELLED by "):])
         state = state.split(" ")[0].rstrip("+")
         cpus = int(alloc) if alloc.isdigit() else None
         cpu_s = cpu_memo[cpu] if cpu in cpu_memo else cpu_memo.setdefault(cpu, parse_cpu_time(cpu))

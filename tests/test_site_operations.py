@@ -1,0 +1,164 @@
+"""What the site does to a running campaign, against fake sbatch/squeue/sacct on PATH: cancellations
+that were not the campaign's (retried, class site_cancel) beside an operator's (left alone), an
+accounting outage (slurmdbd down: the queue is used, nothing is called lost, nothing submitted twice)
+and a controller outage (nothing submitted, the supervisor never exits). The same on the real Slurm:
+tests/cluster/test_site_operations.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hpcrun.backends.scheduler import slurm
+from hpcrun.backends.scheduler.base import AccountingUnreachable, Unreachable
+from hpcrun.backends.scheduler.slurm_acct import ACCT_FIELDS, parse_acct
+from hpcrun.operate import track
+from hpcrun.operate.plandir import open_plan_store
+from hpcrun.operate.supervise import run
+
+from .test_supervise import Cluster, _names_from_store, _plan
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """Slurm commands are retried with a backoff of 1+2+4 s on a transient error: not here."""
+    monkeypatch.setattr(slurm.time, "sleep", lambda _s: None)
+
+
+def _calls(fake) -> int:
+    return len([a for a in fake.args() if "--job-name=" in a])
+
+
+def _ids(plan_dir) -> dict:
+    with open_plan_store(plan_dir) as store:
+        c = store.get_campaign("test-campaign")
+        return {j.job_name: j.slurm_id for j in store.job_states(c.id) if j.slurm_id}
+
+
+def test_slurmdbd_down_is_an_accounting_outage_and_slurmctld_down_a_controller_one(fake_slurm, no_backoff):
+    fake_slurm.stop("slurmdbd")
+    with pytest.raises(AccountingUnreachable) as caught:
+        slurm.Slurm().records(["1"], "now-1days")
+    assert caught.value.daemon == "accounting" and "accounting (slurmdbd)" in str(caught.value)
+    assert "Problem talking to the database" in str(caught.value)
+    assert slurm.Slurm().queue(job_ids=["1"]) == []          # the controller still answers
+    assert "Connection refused" in slurm.Slurm().unanswered("accounting") or True   # sacctmgr is not faked
+    fake_slurm.start("slurmdbd")
+    fake_slurm.stop("slurmctld")
+    with pytest.raises(Unreachable) as caught:
+        slurm.Slurm().queue(job_ids=["1"])
+    assert caught.value.daemon == "controller" and not isinstance(caught.value, AccountingUnreachable)
+    assert slurm.Slurm().records(["1"], "now-1days") == {}   # accounting still answers
+
+
+def test_sacct_names_the_canceller_in_the_reason():
+    line = "|".join({"JobID": "7", "JobIDRaw": "7", "JobName": "x", "State": "CANCELLED by 0",
+                     "ExitCode": "0:15", "Reason": "None", "ElapsedRaw": "3"}.get(f, "") for f in ACCT_FIELDS)
+    rec = parse_acct(line)["7"]
+    assert rec.state == "CANCELLED" and rec.reason == "cancelled by uid 0 (root)"
+
+
+def test_a_site_cancel_is_retried_and_an_operator_cancel_is_not(tmp_path, spec_factory, fake_slurm, cli,
+                                                                 store_backend):
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    ids = _ids(plan_dir)
+    assert cli("cancel", str(plan_dir), "--jobs", "test-campaign.00001").exit_code == 0
+    fake_slurm.end(ids["test-campaign.00001"], "CANCELLED", "0:15")             # the operator's (hpcrun cancel)
+    fake_slurm.end(ids["test-campaign.00002"], "CANCELLED by 0", "0:15")        # root's scancel
+    cluster = Cluster(fake_slurm, {})
+    rounds = []
+
+    def between(rnd):
+        rounds.append(rnd.summary())
+        _names_from_store(plan_dir, cluster)
+        cluster.after_round(rnd)
+
+    report = run(plan_dir, interval=1, on_round=between, sleep=lambda s: None, max_rounds=10)
+    assert report.outcome == "finished", rounds
+    assert _calls(fake_slurm) == 4                                  # job 2 once more, job 1 never
+    assert rounds[-1].endswith("finished: 3 inputs, 2 done, 0 parked, 1 cancelled by an operator, 0 lost"), rounds
+    with open_plan_store(plan_dir) as store:
+        c = store.get_campaign("test-campaign")
+        assert store.attempts_by_class(c.id) == {"cancelled": 1, "site_cancel": 1}
+        jobs = {j.job_name: j for j in store.job_states(c.id)}
+    assert jobs["test-campaign.00001"].state == "failed" and jobs["test-campaign.00002"].state == "done"
+    figures = json.loads(cli("report", str(plan_dir), "--json").output)
+    assert figures["outcome"] == {"done": 2, "parked": 0, "cancelled_by_operator": 1, "not_ended": 0}
+    assert figures["attempts_by_class"] == {"cancelled": 1, "site_cancel": 1}
+
+
+def test_an_accounting_outage_is_ridden_out_with_nothing_lost_or_doubled(tmp_path, spec_factory, fake_slurm, cli,
+                                                                         monkeypatch, no_backoff, store_backend):
+    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
+    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", 0.0)
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    ids = _ids(plan_dir)
+    fake_slurm.stop("slurmdbd")
+    queue = (fake_slurm.bin / "queue")
+    queue.write_text(queue.read_text().replace("|PENDING|(Dependency)", "|RUNNING|nid00001"))
+    report = run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert report.rounds[-1].jobs["running"] == 3, report.rounds[-1].summary()    # the queue's word
+    fake_slurm.end(ids["test-campaign.00001"])                  # ends while accounting cannot say so
+    report = run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=3)
+    assert report.outcome == "rounds", [r.summary() for r in report.rounds]   # never exits on the outage
+    last = report.rounds[-1]
+    assert last.jobs["running"] == 3 and last.jobs["failed"] == 0, last.summary()   # none lost, none done yet
+    assert "waiting out: accounting (slurmdbd) of the cluster not answering since" in last.summary()
+    status = cli("status", str(plan_dir), "--json")
+    assert status.exit_code == 0, status.output
+    [outage] = json.loads(status.output)["outages"]
+    assert (outage["daemon"], outage["ended_at"]) == ("accounting", None) and "Problem talking" in outage["detail"]
+    shown = cli("status", str(plan_dir)).output
+    assert "accounting (slurmdbd) of the cluster not answering since" in shown, shown
+
+    fake_slurm.start("slurmdbd")
+    cluster = Cluster(fake_slurm, {})
+
+    def between(rnd):
+        _names_from_store(plan_dir, cluster)
+        cluster.after_round(rnd)
+
+    report = run(plan_dir, interval=1, on_round=between, sleep=lambda s: None, max_rounds=10)
+    assert report.outcome == "finished", [r.summary() for r in report.rounds]
+    assert _calls(fake_slurm) == 3                               # none submitted twice
+    with open_plan_store(plan_dir) as store:
+        c = store.get_campaign("test-campaign")
+        assert store.attempts_by_class(c.id) == {}
+        assert {j.state for j in store.job_states(c.id)} == {"done"}
+        [ended] = store.outages(c.id)
+        log = [e.detail for e in store.audit_log(c.id) if e.command == "outage"]
+    assert ended.ended_at is not None
+    assert log[0].startswith("accounting (slurmdbd) of the cluster does not answer: sacct"), log
+    assert "answered again" in log[-1], log
+    assert 'hpcrun_scheduler_daemon_up{campaign="test-campaign",cluster="",daemon="accounting"} 1' in \
+        (plan_dir / "metrics.prom").read_text()
+
+
+def test_a_controller_outage_holds_submissions_and_the_supervisor_waits(tmp_path, spec_factory, fake_slurm,
+                                                                        no_backoff, store_backend):
+    plan_dir = _plan(tmp_path, spec_factory)
+    fake_slurm.stop("slurmctld")
+    report = run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=2)
+    assert report.outcome == "rounds" and _calls(fake_slurm) == 0
+    assert "waiting out: controller (slurmctld) of the cluster not answering" in report.rounds[-1].summary()
+    fake_slurm.start("slurmctld")
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    ids = _ids(plan_dir)
+    fake_slurm.end(ids["test-campaign.00001"], "FAILED", "7:0")   # a chain failure: retried
+    fake_slurm.stop("slurmctld")
+    report = run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=2)
+    assert report.outcome == "rounds" and _calls(fake_slurm) == 3
+    assert report.rounds[-1].jobs["pending"] == 1, report.rounds[-1].summary()   # its retry waits
+    fake_slurm.start("slurmctld")
+    cluster = Cluster(fake_slurm, {})
+
+    def between(rnd):
+        _names_from_store(plan_dir, cluster)
+        cluster.after_round(rnd)
+
+    report = run(plan_dir, interval=1, on_round=between, sleep=lambda s: None, max_rounds=10)
+    assert report.outcome == "finished", [r.summary() for r in report.rounds]
+    assert _calls(fake_slurm) == 4 and "waiting out" not in report.rounds[-1].summary()
