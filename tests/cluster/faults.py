@@ -71,6 +71,8 @@ class Faults:
     kill_chains: int = 0
     kills: List[str] = field(default_factory=lambda: ["after:1", "timer", "before:1", "timer", "timer"])
     seed: int = 13
+    linger: float = 0.0        # seconds each chain stays (idle) first, so that jobs are found running
+    throttle: int = 12
 
 
 @dataclass
@@ -96,8 +98,8 @@ class FaultCampaign:
         self.c = Campaign(cluster, hpcrun, example_root, name, burst_buffer=None, inputs__glob=glob,
                           walltime="00:02:00",
                           chain_extra=["--fail-marked", str(self.markers), "--slow-marked", str(self.markers)]
-                          + (["--linger", "2"] if faults.kill_chains else []),
-                          jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": 12})
+                          + (["--linger", str(max(2.0, faults.linger))] if faults.kill_chains or faults.linger else []),
+                          jobs={"files_per_job": 1, "chains_per_node": 2, "throttle": faults.throttle})
         self.names = sorted(p.name for p in self.raw.glob("*.h5"))
         rng = random.Random(faults.seed)
         picks = rng.sample(self.names, faults.once + faults.hopeless + faults.slow + faults.corrupt)
@@ -230,8 +232,12 @@ class FaultCampaign:
                 break
             stop.wait(1.0)
         if out.slurmd_killed:
-            self.cluster.wait_until(lambda: "down" in self.cluster.run(
-                ["sinfo", "-h", "-n", node, "-o", "%T"]).stdout, timeout=240, interval=2)
+            try:   # a controller stopped meanwhile (tests/cluster/test_site_operations.py) delays it
+                self.cluster.wait_until(lambda: "down" in self.cluster.run(
+                    ["sinfo", "-h", "-n", node, "-o", "%T"]).stdout, timeout=240, interval=2)
+            except TimeoutError:
+                state = self.cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip()
+                out.log.append(f"{time.strftime('%X')} {node} not seen down in 240 s (sinfo: {state})")
             self.cluster.restart_slurmd(node)
             out.log.append(f"{time.strftime('%X')} slurmd of {node} started again")
 
@@ -240,15 +246,20 @@ class FaultCampaign:
         self.counter.write_text("0")
         self.cluster.chown(self.counter)
         env = dict(self.cluster.user_env, **self.env, HPCRUN_TEST_KILL=kill, COLUMNS="200")
-        return subprocess.Popen([self.c.hpcrun, "run", str(self.c.plan), "--interval", "2"], cwd=str(self.c.dir),
+        argv = [*(getattr(self, "command", None) or [self.c.hpcrun]), "run", str(self.c.plan), "--interval", "2"]
+        return subprocess.Popen(argv, cwd=str(self.c.dir),
                                 env=env, user=self.cluster.uid, group=self.cluster.gid, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
 
-    def drive(self, timeout: float = 900) -> Outcome:
+    def drive(self, timeout: float = 900, extra=(), command=None) -> Outcome:
+        """``extra``: more fault threads, each called with (outcome, stop event); ``command``: the argv
+        that runs ``hpcrun run`` (a wrapper that measures it), instead of hpcrun itself."""
         out = Outcome()
         stop = threading.Event()
+        self.command = command
         helpers = [threading.Thread(target=f, args=(out, stop), daemon=True)
-                   for f in (self._restore_corrupted, self._kill_a_db, self._kill_a_slurmd, self._kill_chains)]
+                   for f in (self._restore_corrupted, self._kill_a_db, self._kill_a_slurmd, self._kill_chains,
+                             *extra)]
         for t in helpers:
             t.start()
         start = time.monotonic()

@@ -1,6 +1,8 @@
 """examples/two-clusters-local on the test set-up's two Slurm clusters (one slurmdbd): `hpcrun run`
-places jobs on both, rides out the second cluster's controller being stopped mid-campaign and
-started again, and loses or duplicates nothing, although the two clusters' job ids overlap.
+places jobs on both, rides out the second cluster's maintenance as a site does it (root cancels its
+running jobs, then its controller is stopped mid-campaign and started again), retries what root
+cancelled (class site_cancel), and loses or duplicates nothing, although the two clusters' job ids
+overlap.
 
 The second cluster (beta: bet00001-bet00002) is started here with its first job id set to the
 first cluster's next one, so the campaign's jobs get the same ids on both clusters on purpose.
@@ -87,6 +89,13 @@ def _tasks(cluster, name: str, since: str) -> list:
     return rows
 
 
+def _running_on(cluster, which: str, name: str, states: str = "RUNNING") -> list:
+    """Task ids of this campaign's jobs running (or in ``states``) on cluster ``which`` (squeue -M)."""
+    proc = cluster.run(["squeue", "-M", which, "-h", "-r", "-t", states, "-o", "%i|%j"])
+    rows = [line.split("|") for line in proc.stdout.split() if "|" in line]
+    return [r[0] for r in rows if r[1].startswith(name + ".")]
+
+
 def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, beta, hpcrun_bin, example_root):
     name = "two-clusters"
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -106,8 +115,14 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
                            user=slurm_cluster.uid, group=slurm_cluster.gid, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     try:
-        # once beta runs some of the campaign, its controller goes away for a while
-        slurm_cluster.wait_until(lambda: any(c == "beta" for c, _j, _s in _tasks(slurm_cluster, name, since)),
+        # once beta runs some of the campaign, its maintenance begins as a site's does: root cancels the
+        # running jobs there, then its controller goes away for a while
+        slurm_cluster.wait_until(lambda: _running_on(slurm_cluster, "beta", name), timeout=120, interval=1)
+        cancelled = _running_on(slurm_cluster, "beta", name)
+        slurm_cluster.run(["scancel", "-M", "beta", *cancelled])
+        # as a maintenance script does, the daemons stop once the cancelled jobs have left the nodes
+        # (stopped while they complete, Slurm drains the nodes: "Kill task failed")
+        slurm_cluster.wait_until(lambda: not set(cancelled) & set(_running_on(slurm_cluster, "beta", name, "R,CG")),
                                  timeout=120, interval=1)
         _harness("twin", "stop-controller", "--dir", str(slurm_cluster.dir))
         stopped_at = time.monotonic()
@@ -139,6 +154,7 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
         if state == "COMPLETED":
             completed[(c, job_id)] += 1
     assert sum(per_cluster.values()) == files, (tasks, out)                 # 0 duplicated: one completed run each
+    assert len(tasks) == sum(j["attempts"] for j in status["jobs"]), (tasks, out)   # none submitted twice
     assert set(per_cluster) == {"hpcrun", "beta"}, per_cluster              # both clusters used
     ids = collections.defaultdict(set)
     for c, job_id, _s in tasks:
@@ -154,6 +170,9 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     assert len(manifest["clusters"]) == 2
     report = _hp(slurm_cluster, hpcrun_bin, work, "report", str(plan), "--json")
     assert report.returncode == 0, report.stderr
+    classes = json.loads(report.stdout)["attempts_by_class"]
+    assert classes.get("site_cancel", 0) == len(cancelled) and "cancelled" not in classes, (classes, cancelled)
+    assert f"finished: {files} inputs, {files} done, 0 parked, 0 cancelled by an operator, 0 lost" in out, out
     figures = json.loads(report.stdout)["clusters"]
     assert set(figures) == {"hpcrun", "beta"}, figures
     assert sum(f["runs_completed"] for f in figures.values()) == files, figures
@@ -163,7 +182,8 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     assert 'hpcrun_cluster_plan_jobs{campaign="two-clusters",cluster="beta",state="done"}' in metrics
     _live_page(slurm_cluster, hpcrun_bin, work, plan, figures)
     cpu = float(out.rsplit("SUPERVISOR-CPU ", 1)[1].split()[0])
-    print(f"\n{files} inputs, cluster beta's controller down {down_s:.0f} s: lost {files - states['done']}, "
+    print(f"\n{files} inputs, {len(cancelled)} running jobs on beta cancelled by root, then beta's controller "
+          f"down {down_s:.0f} s: attempts by class {classes}; lost {files - states['done']}, "
           f"duplicated {sum(per_cluster.values()) - files}; completed per cluster {dict(per_cluster)}; runs "
           f"{len(tasks)} (by state {dict(collections.Counter(s for _c, _j, s in tasks))}); job ids used on both "
           f"clusters {len(overlapping)}; supervisor wall {wall:.0f} s, CPU {cpu:.1f} s ({100 * cpu / wall:.1f}% of "
