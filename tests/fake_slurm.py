@@ -97,12 +97,33 @@ with open(os.path.join(here, "scancel-calls"), "a") as f:
 '''
 
 
+FAKE_SCONTROL = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slurmctld-down")):
+    sys.stderr.write("scontrol: error: Unable to contact slurm controller (connect failure)\n")
+    print("Slurmctld(primary) at fake is DOWN")
+    sys.exit(1)
+print("Slurmctld(primary) at fake is UP")
+'''
+
+FAKE_SACCTMGR = r'''#!/usr/bin/env python3
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slurmdbd-down")):
+    sys.stderr.write("sacctmgr: error: Problem talking to the database: Connection refused\n")
+    sys.exit(1)
+sys.stderr.write("sacctmgr: error: a stand-in: it knows no clusters\n")   # as the real one without a cluster
+sys.exit(1)
+'''
+
+
 class FakeSlurm:
     def __init__(self, root: Path):
         self.bin = root / "fake-slurm"
         self.bin.mkdir()
         for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT),
-                           ("scancel", FAKE_SCANCEL)):
+                           ("scancel", FAKE_SCANCEL), ("scontrol", FAKE_SCONTROL), ("sacctmgr", FAKE_SACCTMGR)):
             (self.bin / name).write_text(text)
             (self.bin / name).chmod(0o755)
 

@@ -68,3 +68,14 @@ class SubmitReport:
     @property
     def submitted_jobs(self) -> int:
         return sum(b.tasks for b in self.batches if b.job_id)
+
+
+def outcome_of(inputs: Dict[str, int], cancelled: int) -> Dict[str, int]:
+    """Inputs done (verified at the export destination, or on their way there), parked, cancelled by an
+    operator (``hpcrun cancel``), their export given up (outputs.export, only when some were), and not
+    ended (pending, in flight, failed before the retry policy's decision): finished when the last is 0."""
+    done = inputs.get("done", 0) + inputs.get("exporting", 0)
+    parked, given_up = inputs.get("parked", 0), inputs.get("export_failed", 0)
+    out = {"done": done, "parked": parked, "cancelled_by_operator": cancelled,
+           "not_ended": sum(inputs.values()) - done - parked - cancelled - given_up}
+    return {**out, "export_failed": given_up} if given_up else out

@@ -42,7 +42,7 @@ from hpcrun.operate.metrics import Family, render, write_atomically
 from hpcrun.operate.moves import move_stuck
 from hpcrun.operate.plandir import clusters_of, has_store, next_interval, open_plan_store, poll_interval, read_manifest
 from hpcrun.operate.policy import RetryPolicy
-from hpcrun.operate.results import SubmitReport
+from hpcrun.operate.results import SubmitReport, outcome_of
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.track import IN_FLIGHT, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
@@ -82,7 +82,7 @@ class Round:
     finalize: Optional[str] = None          # the finalize job's state or what was done about it
     exports: Optional[Dict[str, Any]] = None  # outputs.export: this round's copies and the campaign's figures
     outages: List[str] = field(default_factory=list)   # daemons not answering: waited out, in words
-    ended: Dict[str, int] = field(default_factory=dict)   # at the end: inputs done, parked, cancelled, lost
+    ended: Dict[str, int] = field(default_factory=dict)   # at the end: inputs by outcome (results.outcome_of)
     finished: bool = False
     pause: float = 0.0
 
@@ -114,9 +114,11 @@ class Round:
                          f"{e['files']['failed']} given up")
         parts += [f"waiting out: {o}" for o in self.outages]
         if self.finished:
-            e = self.ended
-            parts.append(f"finished: {e.get('inputs', 0)} inputs, {e.get('done', 0)} done, {e.get('parked', 0)} "
-                         f"parked, {e.get('cancelled', 0)} cancelled by an operator, {e.get('lost', 0)} lost")
+            e = self.ended   # at the end, an input neither done, parked nor cancelled by an operator is lost
+            parts.append(f"finished: {sum(e.values())} inputs, {e['done']} done, {e['parked']} parked, "
+                         f"{e['cancelled_by_operator']} cancelled by an operator, "
+                         + (f"{e['export_failed']} whose export was given up, " if "export_failed" in e else "")
+                         + f"{e['not_ended']} lost")
         else:
             parts.append(f"next poll in {self.pause:.0f} s")
         return "; ".join(parts)
@@ -195,7 +197,7 @@ class Supervisor:
         rnd.finished = (settled and not waited and sub.submitted_jobs == 0 and finalize_settled and exports_settled
                         and not rnd.outages)   # an outage left open may hide an end: wait for its daemon
         if rnd.finished:
-            rnd.ended = self._ended(rnd.inputs)
+            rnd.ended = outcome_of(rnd.inputs, self.store.operator_cancelled(self.campaign.id))
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
@@ -207,16 +209,6 @@ class Supervisor:
         outages.unanswered(self.store, self.campaign.id, self.scheds.get(cluster, self.sched), cluster, daemon,
                            " ".join(str(exc).split())[:1000])
         return True
-
-    def _ended(self, inputs: Dict[str, int]) -> Dict[str, int]:
-        """The campaign's end in inputs: done, parked, cancelled by an operator, and lost (none may be)."""
-        cancelled = self.store.operator_cancelled(self.campaign.id)
-        total = sum(inputs.values())
-        done = inputs.get("done", 0) + inputs.get("exporting", 0)
-        parked, export_failed = inputs.get("parked", 0), inputs.get("export_failed", 0)
-        out = {"inputs": total, "done": done, "parked": parked, "cancelled": cancelled,
-               "lost": total - done - parked - cancelled - export_failed}
-        return {**out, "export_failed": export_failed} if export_failed else out
 
     def _exports(self, rnd: Round) -> bool:
         """Send on what became done, record what ended (outputs.export); whether every export settled.

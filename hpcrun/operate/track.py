@@ -50,6 +50,7 @@ from hpcrun.operate.plandir import (
 )
 from hpcrun.operate.qa_rows import qa_outcomes
 from hpcrun.operate.qa_rows import read_or_empty as _read
+from hpcrun.operate.results import outcome_of
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.mounts import INPUT_STATES
 from hpcrun.store.records import (
@@ -102,6 +103,7 @@ class StatusReport:
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's jobs and health
     exports: Optional[Dict[str, Any]] = None                    # outputs.export figures (ExportSummary.as_dict)
     outages: List[Dict[str, Any]] = field(default_factory=list)  # daemons not answering (and lately back)
+    outcome: Dict[str, int] = field(default_factory=dict)       # inputs done, parked, cancelled, not ended
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -121,7 +123,8 @@ class StatusReport:
         return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
-                "exports": self.exports, "outages": self.outages, "jobs": [j.as_dict() for j in self.jobs]}
+                "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
+                "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def _fmt_elapsed(seconds: Optional[float]) -> str:
@@ -400,6 +403,7 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     report.counts = store.job_counts(campaign_id)
     report.inputs, report.exports = exported_counts(store, campaign_id, store.counts_by_state(campaign_id), exports)
     report.held = sum(1 for why in waiting.values() if held_for_a_human(why))
+    report.outcome = outcome_of(report.inputs, store.operator_cancelled(campaign_id))
     held = store.paused(campaign_id)
     report.paused = held.text() if held else None
     beat = store.supervisor(campaign_id)
@@ -415,6 +419,8 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     for js in store.job_states(campaign_id, states):
         exit_code = "" if js.exit_code is None else f"{js.exit_code}:{js.signal or 0}"
         reason = js.last_reason if js.state in ("failed", "parked") else (js.slurm_reason or "")
+        if js.state == "failed" and js.cancel_requested_by:
+            reason = f"cancelled by an operator ({js.cancel_requested_by}); `hpcrun retry --cancelled` reruns it"
         if js.state == "submitted" and js.job_index in waiting:  # a pending reason changes without a transition
             reason = waiting[js.job_index]
         report.jobs.append(JobRow(js.job_name or f"#{js.job_index}", js.job_index, js.state, js.slurm_state or "",

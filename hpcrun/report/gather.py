@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.finalize import finalize_summary
 from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
+from hpcrun.operate.results import outcome_of
 from hpcrun.operate.track import poll as status_poll
 from hpcrun.report.figures import CampaignReport, build, transfers_of
 from hpcrun.store.base import StateStoreError
@@ -54,14 +55,6 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
         report.reclaimed = _reclaimed(plan_dir)
         report.node_cache = _node_cache(plan_dir)
     return report
-
-
-def outcome_of(inputs: Dict[str, int], cancelled: int) -> Dict[str, int]:
-    """Inputs done, parked, cancelled by an operator, and not ended yet (pending, in flight, failed
-    before the retry policy's decision): a campaign is finished when the last is 0."""
-    done, parked = inputs.get("done", 0), inputs.get("parked", 0)
-    return {"done": done, "parked": parked, "cancelled_by_operator": cancelled,
-            "not_ended": sum(inputs.values()) - done - parked - cancelled}
 
 
 def _tsv_lines(plan_dir: Path, pattern: str) -> Iterator[List[str]]:

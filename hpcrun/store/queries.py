@@ -171,7 +171,7 @@ class Queries(StoreBase):
                         func.max(s.c.job_id), func.max(s.c.array_index), func.max(s.c.last_state),
                         func.count(), _int_sum(t.c.size), func.max(last.c.exit_code), func.max(last.c.signal),
                         func.max(last.c.elapsed_s), func.max(last.c.reason), func.min(t.c.job_name),
-                        func.max(s.c.cluster))
+                        func.max(s.c.cluster), func.max(s.c.cancel_requested_by))
                  .select_from(t.outerjoin(s, s.c.id == t.c.last_submission_id)
                               .outerjoin(latest, latest.c.submission_id == s.c.id)
                               .outerjoin(last, last.c.id == latest.c.change_id))
@@ -181,7 +181,7 @@ class Queries(StoreBase):
             query = query.where(t.c.state.in_(list(states)))
         with self._read() as conn:
             return [JobState(int(r[0]), r[1], int(r[2] or 0), r[3], r[4], r[5], r[6], int(r[7]), r[8],
-                             r[9], r[10], r[11], r[12], r[13], r[14])
+                             r[9], r[10], r[11], r[12], r[13], r[14], r[15])
                     for r in conn.execute(query)]
 
     def report_rows(self, campaign_id: int) -> ReportData:

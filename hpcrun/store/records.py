@@ -122,6 +122,7 @@ class JobState:
     slurm_reason: Optional[str] = None
     job_name: Optional[str] = None
     cluster: Optional[str] = None     # of the latest submission
+    cancel_requested_by: Optional[str] = None   # an operator's hpcrun cancel of the latest submission
 
     @property
     def slurm_id(self) -> Optional[str]:

@@ -466,16 +466,17 @@ class Slurm(Scheduler):
         return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
 
     def unanswered(self, daemon: str) -> str:
+        """Words only when the daemon positively does not answer (any other failure cannot tell)."""
         argv = (["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"] if daemon == "accounting"
                 else ["scontrol", "ping"])
         try:
             proc = _run(argv, retries=0, cluster=None if daemon == "accounting" else self.cluster)
-        except SlurmError as exc:
-            return str(exc).splitlines()[0]
-        text = proc.stdout + proc.stderr
-        if proc.returncode != 0 or "DOWN" in text:
-            return f"{argv[0]} {argv[1]}: {text.strip().splitlines()[0] if text.strip() else proc.returncode}"
-        return ""
+        except Unreachable as exc:
+            return " ".join(str(exc).split())[:1000]
+        except SlurmError:
+            return ""
+        down = [line for line in proc.stdout.splitlines() if line.rstrip().endswith("is DOWN")]
+        return f"scontrol ping: {down[0].strip()}" if daemon != "accounting" and down else ""
 
     def submit_command(self, script: str) -> str:
         return f"sbatch {script}" if not self.cluster else f"sbatch --clusters={self.cluster} {script}"
