@@ -7,6 +7,7 @@ tests/cluster/test_site_operations.py."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -199,3 +200,20 @@ def test_the_live_page_names_the_daemon_not_answering(tmp_path, spec_factory, fa
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.mark.parametrize("command, words, daemon", [
+    ("squeue", "squeue: error: slurm_receive_msg: Zero Bytes were transmitted or received", "controller"),
+    ("squeue", "squeue: error: Socket timed out on send/recv operation", "controller"),
+    ("sacct", "sacct: error: Problem talking to the database: Connection refused", "accounting"),
+    ("sacct", "sacct: error: Socket timed out on send/recv operation", "accounting"),
+])
+def test_what_a_restarting_daemon_prints_is_an_outage(tmp_path, monkeypatch, no_backoff, command, words, daemon):
+    """A restart's other words (seen on sites): the query is an outage of the right daemon, never an error."""
+    script = tmp_path / command
+    script.write_text(f"#!/bin/sh\necho '{words}' >&2\nexit 1\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(Unreachable) as caught:
+        slurm._run([command, "-h"])
+    assert caught.value.daemon == daemon, caught.value

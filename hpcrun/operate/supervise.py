@@ -194,8 +194,9 @@ class Supervisor:
                        if o["ended_at"] is None]
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
         exports_settled = self._exports(rnd)
-        rnd.finished = (settled and not waited and sub.submitted_jobs == 0 and finalize_settled and exports_settled
-                        and not rnd.outages)   # an outage left open may hide an end: wait for its daemon
+        # settled: every submission's end is recorded (a job whose end only a daemon that does not answer
+        # could tell is still in flight), so a daemon still down elsewhere does not hold the end back
+        rnd.finished = settled and not waited and sub.submitted_jobs == 0 and finalize_settled and exports_settled
         if rnd.finished:
             rnd.ended = outcome_of(rnd.inputs, self.store.operator_cancelled(self.campaign.id))
         for key in self.totals:

@@ -49,7 +49,7 @@ from hpcrun.units import format_duration
 __all__ = ["Slurm", "parse_acct", "parse_cpu_time", "parse_req_mem", "squeue_jobs"]
 
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm temporarily unable",
-             "Resource temporarily unavailable", "Connection refused")
+             "Resource temporarily unavailable", "Connection refused", "Zero Bytes were transmitted or received")
 # for sbatch only errors that prove the controller never took the job: after a timeout the job
 # may exist, and submitting again would duplicate it
 NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
@@ -61,7 +61,7 @@ ACCOUNTING_COMMANDS = ("sacct", "sacctmgr", "sreport")
 DBD_DOWN = ("Problem talking to the database", "persistent connection", "slurmdbd", "Connection refused",
             "Socket timed out")
 # a query (not sbatch: its timeout may have submitted) that still times out after the retries
-TIMED_OUT = ("Socket timed out", "timed out after")
+TIMED_OUT = ("Socket timed out", "timed out after", "Zero Bytes were transmitted or received")
 
 
 class SlurmError(SchedulerError):
