@@ -299,10 +299,14 @@ def test_cancelled_jobs_are_retried_only_on_request(slurm_cluster, hpcrun_bin, e
     try:
         slurm_cluster.wait_until(lambda: slurm_cluster.squeue_ids(task) and _running(slurm_cluster, task),
                                  timeout=60)
-        slurm_cluster.scancel(task)
+        # the operators' cancellation (hpcrun cancel); one by anyone else is the site's, retried
+        # (tests/cluster/test_site_operations.py)
+        proc = c.hp("cancel", str(c.plan), "--jobs", "e2e-cancel.00002", "--json")
+        assert json.loads(proc.stdout)["cancelled"] == {"e2e-cancel.00002": task}, proc.stdout + proc.stderr
         st = _status(c, "--wait")
         rows = {j["job"]: j for j in st["jobs"]}
         assert rows["e2e-cancel.00002"]["state"] == "CANCELLED" and rows["e2e-cancel.00002"]["status"] == "failed"
+        assert rows["e2e-cancel.00002"]["reason"].startswith("cancelled by an operator ("), rows
         assert rows["e2e-cancel.00001"]["status"] == "done"
         plain = json.loads(c.hp("retry", str(c.plan), "--json").stdout)
         assert plain["requeued"] == [] and plain["submitted"] == []
