@@ -3,7 +3,7 @@
 on the test cluster while root cancels running jobs, a node fails under one (JobRequeue=1), slurmctld
 is stopped and started from its saved state, and slurmdbd is down for five minutes.
 
-It runs tests/cluster/test_site_operations.py at full size (the CI size is 24 inputs and 90 s):
+It runs tests/cluster/test_site_operations.py at full size (the CI size is 18 inputs and 60 s):
 
     python3 tests/cluster/harness.py start --nodes 3
     python3 benchmarks/site_operations.py [--files 120] [--dbd-down 300] [--ctld-down 20]

@@ -138,14 +138,14 @@ def _check_once_each(fc: FaultCampaign, since: str, files: int, log: str) -> tup
 
 def test_one_supervisor_rides_out_cancels_a_node_failure_a_controller_restart_and_an_accounting_outage(
         slurm_cluster, hpcrun_bin, example_root):
-    files = int(os.environ.get("HPCRUN_SITE_FILES", "24"))
+    files = int(os.environ.get("HPCRUN_SITE_FILES", "18"))
     faults = Faults(files=files, once=0, hopeless=0, slow=0, corrupt=0, kill_db=False, kill_slurmd=True,
                     kill_chains=0, kills=[], linger=float(os.environ.get("HPCRUN_SITE_LINGER", "12")), throttle=6)
     glob = make_raw(slurm_cluster, example_root, slurm_cluster.pfs / "raw-site", files)
     fc = FaultCampaign(slurm_cluster, hpcrun_bin, example_root, "site", glob, faults)
     fc.prepare()
     site = SiteOperations(fc, cancels=3, ctld_down_s=float(os.environ.get("HPCRUN_SITE_CTLD_DOWN_S", "20")),
-                          dbd_down_s=float(os.environ.get("HPCRUN_SITE_DBD_DOWN_S", "90")))
+                          dbd_down_s=float(os.environ.get("HPCRUN_SITE_DBD_DOWN_S", "60")))
     try:
         outcome = fc.drive(timeout=float(os.environ.get("HPCRUN_SITE_TIMEOUT", "1200")), extra=[site.run],
                            command=[PY, "-c", CPU_WRAPPER, hpcrun_bin])
