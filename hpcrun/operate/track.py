@@ -8,11 +8,10 @@ Only transitions are stored, so polling is idempotent. A finished job's own reco
 ``run/<job>/<slurm id>/`` adds its failure reason and its QA outcome per output.
 
 The site's daemons come and go (a controller restarted, accounting down for an upgrade): a poll
-uses what still answers and waits for the rest. With accounting down, the queue gives every job
-in flight its pending or running state; a job that ended (or left the queue) waits for its
-accounting record, never declared lost meanwhile nor for ``ACCOUNTING_CATCHUP_S`` after
-accounting answers again (the controller sends the records it kept). Each daemon's outage is
-recorded (since when, its words) for ``status``, ``serve`` and the audit trail.
+uses what answers and waits for the rest. With accounting down the queue gives every job in flight
+its pending or running state; a job that ended waits for its accounting record, never called lost
+meanwhile nor for ``ACCOUNTING_CATCHUP_S`` after (the controller sends the records it kept late).
+Each daemon's outage is recorded (hpcrun/operate/outages.py) for status, serve and the audit trail.
 """
 
 from __future__ import annotations
@@ -162,6 +161,7 @@ class Poller:
         """Nothing may be concluded of a job the queue and accounting do not list: a daemon is not answering."""
         cluster = self._cluster_of(a)
         return cluster in self.unreachable or (cluster or None) in self.catching_up
+
     def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
         """run/<job>/<slurm id> (a plain string: this is called once per job per poll); a named cluster's
         ids are prefixed with its name (ids repeat across clusters)."""
