@@ -51,17 +51,19 @@ def after_poll(store: StateStore, campaign_id: int, sched: Scheduler, known: Seq
     return rows(store.outages(campaign_id) if down or open_now else known, sched)
 
 
-def probe(store: StateStore, campaign_id: int, scheds: Dict[Optional[str], Scheduler], default: Scheduler) -> None:
-    """Ask each daemon still recorded as not answering whether it answers now."""
-    for o in store.outages(campaign_id):
-        if not o.open:
-            continue
+def probe(store: StateStore, campaign_id: int, scheds: Dict[Optional[str], Scheduler],
+          default: Scheduler) -> List[Outage]:
+    """Ask each daemon still recorded as not answering whether it answers now; the outages after that."""
+    found = store.outages(campaign_id)
+    still = [o for o in found if o.open]
+    for o in still:
         sched = scheds.get(o.cluster, default)
         words = sched.unanswered(o.daemon)
         if words:
             store.record_outage(campaign_id, o.cluster, o.daemon, words)
         else:
             answered(store, campaign_id, sched, o.cluster, o.daemon)
+    return store.outages(campaign_id) if still else found   # read again only when a row may have changed
 
 
 def rows(outages: Sequence[Outage], sched: Scheduler) -> List[Dict[str, Any]]:

@@ -48,7 +48,7 @@ from hpcrun.operate.track import IN_FLIGHT, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.fence import Fenced, lost
 from hpcrun.store.lock import Held, LockTimeout, supervisor_lock
-from hpcrun.store.records import Campaign, SupervisorRecord
+from hpcrun.store.records import Campaign, Outage, SupervisorRecord
 from hpcrun.store.store import StateStore
 
 STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead supervisor's
@@ -166,6 +166,7 @@ class Supervisor:
         listed = clusters_of(manifest)
         self.sched = listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
         self.scheds = {c.name: c.sched for c in listed}
+        self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
 
     def round(self, number: int) -> Round:
         status = poll_store(self.plan_dir, self.manifest, self.store)   # rides out daemons that do not answer
@@ -189,9 +190,8 @@ class Supervisor:
                     parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held,
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()})
-        outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
-        rnd.outages = [o["text"] for o in outages.rows(self.store.outages(self.campaign.id), self.sched)
-                       if o["ended_at"] is None]
+        self.outages = outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
+        rnd.outages = [o["text"] for o in outages.rows(self.outages, self.sched) if o["ended_at"] is None]
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
         exports_settled = self._exports(rnd)
         # settled: every submission's end is recorded (a job whose end only a daemon that does not answer
@@ -208,7 +208,7 @@ class Supervisor:
         daemon = exc.daemon if isinstance(exc, Unreachable) else Unreachable.daemon
         cluster = exc.cluster if isinstance(exc, Unreachable) else None
         outages.unanswered(self.store, self.campaign.id, self.scheds.get(cluster, self.sched), cluster, daemon,
-                           " ".join(str(exc).split())[:1000])
+                           exc.words())
         return True
 
     def _exports(self, rnd: Round) -> bool:
@@ -269,7 +269,7 @@ class Supervisor:
                 for state, n in counts.items():
                     per.add(n, cluster=cluster or "", state=state)
             fams += [up, per]
-        seen = self.store.outages(self.campaign.id)
+        seen = self.outages   # this round's, after its probe
         if seen:   # a daemon that did not answer once: 0 while it still does not
             daemon_up = Family("hpcrun_scheduler_daemon_up", "0 while a daemon of the scheduler (controller, "
                                "accounting) does not answer, 1 once it answers again.")

@@ -208,7 +208,7 @@ class Poller:
                 records = sched.records(ids, since, known=index.known)
                 self.answered.add((cluster.name, AccountingUnreachable.daemon))
             except AccountingUnreachable as exc:   # the queue says what waits and runs; ends wait for it
-                self.down[(cluster.name, exc.daemon)] = " ".join(str(exc).split())[:1000]
+                self.down[(cluster.name, exc.daemon)] = exc.words()
                 self.catching_up.add(cluster.name or None)
         if cluster is self.first:
             self.records = records
@@ -222,7 +222,7 @@ class Poller:
                 self.answered.add((cluster.name, Unreachable.daemon))
             except Unreachable as exc:   # its jobs stay as recorded; asked again at the next poll
                 self.unreachable[cluster.name] = str(exc).splitlines()[0]
-                self.down[(cluster.name, exc.daemon)] = " ".join(str(exc).split())[:1000]
+                self.down[(cluster.name, exc.daemon)] = exc.words()
         return found, need, queued, acct_s
 
     def observe(self, active: Sequence[ActiveSubmission], extra: Sequence[Tuple[str, dt.datetime]] = ()

@@ -67,6 +67,10 @@ class SchedulerError(HpcrunError):
 
     exit_code = 3
 
+    def words(self) -> str:
+        """The scheduler's words on one line, bounded: what an outage record keeps."""
+        return " ".join(str(self).split())[:1000]
+
 
 class SubmitUncertain(SchedulerError):
     """A submission timed out or lost the controller mid-call: the job may or may not exist."""

@@ -472,7 +472,7 @@ class Slurm(Scheduler):
         try:
             proc = _run(argv, retries=0, cluster=None if daemon == "accounting" else self.cluster)
         except Unreachable as exc:
-            return " ".join(str(exc).split())[:1000]
+            return exc.words()
         except SlurmError:
             return ""
         down = [line for line in proc.stdout.splitlines() if line.rstrip().endswith("is DOWN")]
