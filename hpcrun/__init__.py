@@ -5,7 +5,8 @@ __version__ = "0.1.0"
 # The Python API (hpcrun/api.py), loaded on first use so that `hpcrun --version` and the CLI's
 # start stay light: `hpcrun.make_plan(...)`, `hpcrun.status(...)` ... (PEP 562).
 _API = ("Error", "Validation", "PlanResult", "SubmitResult", "Status", "RetryResult", "Report", "IotuneResults",
-        "validate", "make_plan", "open_plan", "submit", "status", "retry", "campaign_report", "iotune_results")
+        "validate", "make_plan", "open_plan", "submit", "status", "retry", "campaign_report", "outputs",
+        "iotune_results")
 
 
 def __getattr__(name: str) -> object:

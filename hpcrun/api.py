@@ -27,7 +27,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from hpcrun.errors import HpcrunError, InputError, Problem
 
@@ -36,7 +36,7 @@ Error = HpcrunError
 
 __all__ = ["Error", "Validation", "PlanResult", "SubmitResult", "Status", "RetryResult", "Report",
            "IotuneResults", "validate", "make_plan", "open_plan", "submit", "status", "retry", "campaign_report",
-           "iotune_results"]
+           "outputs", "iotune_results"]
 
 
 class _Result:
@@ -126,6 +126,7 @@ class PlanResult(_Result):
     diff: Optional[str] = None
     previous: bool = False
     value: Any = None   # the frozen hpcrun.plan.values.Plan it was written from
+    change: Any = None  # a submitted plan directory's next generation: hpcrun.operate.generations.Change
     title = "hpcrun plan"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -139,6 +140,8 @@ class PlanResult(_Result):
                                 "max_queued_jobs": c["max_queued_jobs"]} for c in m["clusters"]]
         if self.diff is not None:
             out["diff"] = self.diff
+        if self.change is not None:
+            out["generation"] = self.change.to_dict()
         return out
 
     def summary(self) -> Dict[str, Any]:
@@ -299,14 +302,42 @@ def _problem(p: Problem) -> Dict[str, Any]:
 
 
 def make_plan(spec: PathLike, out: Optional[PathLike] = None, *, force: bool = False,
-              diff: bool = False) -> PlanResult:
-    """Validate SPEC, expand it and write the plan directory (default ``./<campaign>.plan``)."""
+              diff: bool = False, apply: bool = False, reprocess: str = "none", db: Optional[str] = None) -> PlanResult:
+    """Validate SPEC, expand it and write the plan directory (default ``./<campaign>.plan``).
+
+    Into a directory whose campaign was submitted, the plan is the campaign's next generation: what it
+    would change is returned (``change``) and nothing is written unless ``apply`` (or ``force``)."""
+    from hpcrun.operate.generations import plan_generation, submitted_store
     from hpcrun.plan.load import load_plan
     from hpcrun.render.plandir import write_plan
+    target = Path(out) if out is not None else None
+    if target is not None and submitted_store(Path(os.path.abspath(target)), db):
+        where = Path(os.path.abspath(target))
+        p, change = plan_generation(Path(spec), where, load_plan, db=db, apply=apply or force,
+                                    reprocess=reprocess, want_diff=diff)
+        from hpcrun.operate.plandir import read_manifest
+        manifest = read_manifest(where, jobs=False) if change.applied else _head_of(p, where)
+        return PlanResult(str(where), manifest, change.diff, True, p, change)
     p = load_plan(Path(spec))
-    written = write_plan(p, Path(out) if out is not None else Path(f"{p.campaign.name}.plan"),
-                         want_diff=diff, force=force)
+    if target is None:
+        target = Path(f"{p.campaign.name}.plan")
+        if submitted_store(Path(os.path.abspath(target)), db):
+            return make_plan(spec, target, force=force, diff=diff, apply=apply, reprocess=reprocess, db=db)
+    written = write_plan(p, target, want_diff=diff, force=force)
     return PlanResult(str(written.out_dir), written.manifest, written.diff, written.previous, p)
+
+
+def _head_of(p: Any, where: Path) -> Dict[str, Any]:
+    """The manifest head a plan would have (nothing written)."""
+    from hpcrun.render.manifest import manifest_head
+    return manifest_head(p, str(where), _NoDigests())
+
+
+class _NoDigests(dict):
+    """Script digests of a plan not written: not known."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
 
 
 def open_plan(plan_dir: PathLike) -> PlanResult:
@@ -366,6 +397,14 @@ def campaign_report(plan_dir: PathLike, *, db: Optional[str] = None, poll: bool 
     from hpcrun.report.gather import campaign_report
     raw, store = campaign_report(Path(plan_dir), db=db, poll=poll)
     return Report(raw, store)
+
+
+def outputs(plan_dir: PathLike, *, db: Optional[str] = None, generation: Optional[int] = None
+            ) -> Iterator[Dict[str, Any]]:
+    """The provenance record of every output that passed QA (of one ``generation``), streamed: what made
+    it (inputs and their checksums, release, container, payload identity, job, node, times, digests)."""
+    from hpcrun.operate.provenance import outputs_of
+    return outputs_of(Path(plan_dir), db=db, generation=generation)
 
 
 def iotune_results(sweep_dir: PathLike) -> IotuneResults:

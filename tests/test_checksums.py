@@ -105,6 +105,8 @@ def test_none_skips_everything(spec_factory, tmp_path):
     assert (out / "tasks.tsv").read_text().rstrip("\n").split("\t")[-1] == "-"
     script = next((out / "jobs").glob("*.sbatch")).read_text()
     assert "stage-in integrity" not in script and not (out / "bin" / "hpcrun-checksum.py").exists()
+    # the outputs' provenance sums: sha256 when the spec names none
+    assert 'sha256sum -- "$out"' in (out / "bin" / "hpcrun-job.sh").read_text()
     assert any("inputs.checksum is none" in n and "not verified" in n for n in plan.notes)
     assert not any("have no checksum" in n for n in plan.notes)
 
@@ -171,7 +173,10 @@ def test_no_block_when_nothing_is_known(spec_factory, tmp_path):
                         inputs=0)
     out = write_plan(load_plan(spec), tmp_path / "plan").out_dir
     script = next((out / "jobs").glob("*.sbatch")).read_text()
-    assert "stage-in integrity" not in script and not (out / "bin" / "hpcrun-checksum.py").exists()
+    assert "stage-in integrity" not in script
+    # the helper is still there: the job sums its outputs with it, for their provenance records
+    body = (out / "bin" / "hpcrun-job.sh").read_text()
+    assert (out / "bin" / "hpcrun-checksum.py").exists() and 'bin/hpcrun-checksum.py" adler32 "$out"' in body
 
 
 def test_profile_tools_choose_the_program(spec_factory, tmp_path, monkeypatch):

@@ -42,7 +42,10 @@ def _check(proc: subprocess.CompletedProcess, out: Path) -> None:
     scripts = [str(p) for p in sorted(out.glob("jobs/*.sbatch"))[:3] + sorted(out.glob("bin/*.sh"))]
     for s in scripts:
         assert subprocess.run(["bash", "-n", s], capture_output=True).returncode == 0, s
-    lint = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "warning", *scripts], capture_output=True, text=True)
+    # SC2215/SC2275/SC2287/SC2288: "is this really a command name?" of a program the spec names as odd as
+    # '<' or '-x': it is quoted and run as written (the job then fails to find it), not shell syntax
+    lint = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "warning", "-e", "SC2215,SC2275,SC2287,SC2288",
+                                              *scripts], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
 
 

@@ -148,7 +148,15 @@ def test_job_runs_end_to_end(prepared):
     assert len(begins) == 4 and min(begins) > ready_at
     qa = (run / "qa.tsv").read_text().split()
     assert qa[:5] == ["run1000", "1200", "1200", "pass", "run1000.reco.h5"] and qa[5].endswith("/raw/run1000.h5"), qa
-    assert (case / "bb" / "out" / "run1000.reco.h5").exists()
+    output = case / "bb" / "out" / "run1000.reco.h5"
+    assert output.exists()
+    # what the provenance record takes from the node: the output's size and sum, the payload's identity
+    name, size, summed = (run / "outputs.tsv").read_text().split()
+    assert (name, int(size), summed) == ("run1000.reco.h5", output.stat().st_size, _checksum(output, "adler32"))
+    payload = Path(yaml.safe_load((case / "campaign.yaml").read_text())["database"]["payload"])
+    files = sorted((str(q.relative_to(payload)), q.stat().st_size) for q in payload.rglob("*") if q.is_file())
+    listing = "".join(f"{rel}\t{size}\n" for rel, size in sorted(files, key=lambda f: f[0].encode()))
+    assert (run / "payload.id").read_text().strip() == hashlib.sha256(listing.encode()).hexdigest()
     staged = case / "bb" / "in" / "run1000.h5"   # the checksum step read the staged copy
     assert (run / "checksums.tsv").read_text().split("\t")[0] == str(staged)
     assert "verified the adler32 checksum of 1 input(s)" in out

@@ -81,8 +81,8 @@ def test_the_head_is_read_without_the_jobs(tmp_path, monkeypatch, block):
     whole = json.loads((tmp_path / "plan" / "manifest.json").read_text())
     monkeypatch.setattr(plandir, "_HEAD_BLOCK", block)
     reads = []
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    real_fdopen = plandir.os.fdopen
+    monkeypatch.setattr(plandir.os, "fdopen", lambda *a, **k: reads.append(a[0]) or real_fdopen(*a, **k))
     head = plandir.read_manifest(tmp_path / "plan", jobs=False)
     monkeypatch.undo()
     assert head == {k: v for k, v in whole.items() if k != "jobs"} and "jobs" in whole

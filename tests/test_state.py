@@ -608,7 +608,7 @@ def test_version_2_store_migrates_to_the_current_version(tmp_path):
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with _open(tmp_path) as store:
-        assert store.schema_version() == len(schema.MIGRATIONS) == 9
+        assert store.schema_version() == len(schema.MIGRATIONS) == 10
         c = store.get_campaign("old")
         assert store.add_finalize_round(c.id, "old.finalize", "ok").round == 1
         assert store.take_lease(c.id, "supervisor").epoch == 1 and store.pause(c.id) is None

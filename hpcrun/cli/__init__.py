@@ -56,10 +56,17 @@ def main() -> None:
                    "the compute nodes see")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary instead of a table")
 @click.option("--diff", "want_diff", is_flag=True, help="show what changed against the previous plan")
-@click.option("--force", is_flag=True, help="replace a plan directory that was already submitted")
+@click.option("--apply", "apply_", is_flag=True,
+              help="into a submitted plan directory: write the campaign's next generation (without it, only "
+                   "say what it would change)")
+@click.option("--reprocess", type=click.Choice(["none", "failed", "all"]), default="none", show_default=True,
+              help="what a new generation runs again: nothing done (none), failed and parked inputs, or all")
+@click.option("--force", is_flag=True, help="the same as --apply (kept for scripts written before generations)")
+@click.option("--db", envvar="HPCRUN_STATE_DB", default=None, metavar="URL",
+              help="campaign state database URL of a submitted plan (default: PLAN_DIR/state.db)")
 @reported
 def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as_json: bool, want_diff: bool,
-             force: bool) -> None:
+             apply_: bool, reprocess: str, force: bool, db: Optional[str]) -> None:
     """Validate SPEC, expand it into jobs and write scripts and a manifest.
 
     `hpcrun plan show PLAN JOB` prints the script of one job (a name, a number, or job00042) as the
@@ -74,7 +81,7 @@ def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as
         return
 
     try:
-        result = api.make_plan(spec, out_dir, force=force, diff=want_diff)
+        result = api.make_plan(spec, out_dir, force=force, diff=want_diff, apply=apply_, reprocess=reprocess, db=db)
     except InputError as exc:
         if not as_json:
             raise
@@ -84,7 +91,13 @@ def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as
         click.echo(json.dumps(result.to_dict(), indent=1))
         return
     out.print(plan_table(result.value, result.plan_dir))
-    if want_diff:
+    if result.change is not None:
+        _generation_lines(result.change)
+    if want_diff and result.change is not None and not result.diff:
+        out.print("no changes to the scripts against the previous generation", highlight=False)
+    elif want_diff and result.change is not None:
+        click.echo(result.diff, nl=False)
+    elif want_diff:
         if not result.previous:
             out.print(f"no previous plan in {result.plan_dir} to compare with: every file above is new",
                       highlight=False)
@@ -92,6 +105,18 @@ def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as
             click.echo(result.diff, nl=False)
         else:
             out.print("no changes against the previous plan")
+
+
+def _generation_lines(change: Any) -> None:
+    """What a new generation does, in counts; whether it was written."""
+    c = change
+    click.echo(f"generation {c.number} (reprocess: {c.reprocess}): {c.will_run} input(s) will run under it "
+               f"({c.added} added, {c.rerun} run again), {c.stay_done} stay done, {c.in_flight} in flight finish "
+               f"under their own generation, {c.withdrawn} withdrawn (listed no more)")
+    if c.applied:
+        click.echo(f"written to {c.directory}; submit and the supervisor take it up at their next round")
+    else:
+        click.echo("nothing written: run again with --apply to make this generation")
 
 
 DB_OPTION = click.option("--db", envvar="HPCRUN_STATE_DB", default=None, metavar="URL",
@@ -204,6 +229,10 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     if report.paused:
         out.print(f"{report.paused}: new submissions are held (`hpcrun resume`)", highlight=False, markup=False,
                   emoji=False, soft_wrap=True)
+    for g in report.generations:   # a campaign planned more than once: each generation's figures
+        from hpcrun.operate.generations import figure_line
+
+        out.print(figure_line(g), highlight=False, markup=False, emoji=False, soft_wrap=True)
     for o in report.outages:   # a daemon of the scheduler not answering (or lately back): waited out
         out.print(o["text"] + (f": {o['detail']}" if o["ended_at"] is None and o["detail"] else ""),
                   highlight=False, markup=False, emoji=False, soft_wrap=True)

@@ -79,3 +79,43 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
             server.serve_forever()
         finally:
             server.server_close()
+
+    _outputs_command(main, db_option, reported)
+
+
+def _outputs_command(main: click.Group, db_option: Any, reported: Any) -> None:
+    """`hpcrun outputs`: the catalogue export."""
+    @main.command("outputs")
+    @click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+    @db_option
+    @click.option("--json", "as_json", is_flag=True, help="one JSON array, a record a line")
+    @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header line (inputs as JSON)")
+    @click.option("--generation", type=click.IntRange(1), default=None, help="only this generation's outputs")
+    @reported
+    def outputs_cmd(plan_dir: Path, db: Optional[str], as_json: bool, as_csv: bool, generation: Optional[int]) -> None:
+        """Every output of PLAN_DIR's campaign that passed QA, with its provenance record (for a file
+        catalogue), streamed as it is read: text lines (path, size, checksum, generation, job), --json or --csv."""
+        import csv
+        import sys
+
+        from hpcrun import api
+        from hpcrun.operate.provenance import as_csv_rows, as_json_lines, outputs_of
+
+        if as_json and as_csv:
+            raise click.UsageError("give --json or --csv, not both")
+        write = sys.stdout.write
+        if as_json:   # the records as stored (JSON already): passed on, not parsed and written again
+            for piece in as_json_lines(outputs_of(plan_dir, db=db, generation=generation, raw=True)):
+                write(piece)
+            sys.stdout.flush()
+            return
+        records = api.outputs(plan_dir, db=db, generation=generation)
+        if as_csv:
+            writer = csv.writer(sys.stdout, lineterminator="\n")
+            for row in as_csv_rows(records):
+                writer.writerow(row)
+        else:
+            for rec in records:
+                write(f"{rec['output']}\t{rec.get('size') or '-'}\t{rec.get('checksum') or '-'}\t"
+                      f"{rec.get('generation')}\t{rec.get('job_id')}\n")
+        sys.stdout.flush()

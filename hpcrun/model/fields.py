@@ -57,7 +57,17 @@ def _command(value: Any) -> List[str]:
         raise ValueError("the command is empty")
     if not parts[0].strip():
         raise ValueError("the command's first word (the program) is empty; name the program to run")
+    if parts[0].endswith("/"):
+        raise ValueError(f"the command's first word ({parts[0]!r}) names a directory, not a program; "
+                         "name the program to run")
+    if parts[0] in IN_SHELL:
+        raise ValueError(f"the command's first word ({parts[0]!r}) is a shell builtin that would run inside the "
+                         "job's own shell, not as a program; name a program (for shell code: [bash, -c, ...])")
     return parts
+
+
+# builtins that would act on the job's shell itself (read a file into it, evaluate text, replace it)
+IN_SHELL = frozenset({".", "source", "eval", "exec", "builtin", "command", "alias", "trap", "set", "shopt"})
 
 
 Command = Annotated[

@@ -350,6 +350,9 @@ class OutputsSpec(Strict):
     export: Optional[Line] = Field(None, description=(
         "where each output is sent once it passed QA, root://HOST[:PORT]//PATH or a directory on another "
         "filesystem; copied by the supervisor and verified (size and adler32 asked of the destination)"))
+    provenance: Literal["store", "sidecar"] = Field("store", description=(
+        "where each output's provenance record goes once it passed QA: the campaign store (`hpcrun outputs`), "
+        "or also <output>.prov.json beside the output (sidecar), for catalogues that read files"))
 
 
 class TargetsSpec(Strict):

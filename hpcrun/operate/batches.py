@@ -36,7 +36,13 @@ def compress_indices(indices: Iterable[int]) -> str:
 
 def scripts_of(manifest: Dict[str, Any]) -> List[ScriptInfo]:
     return [ScriptInfo(s["path"], s["sha256"], s["jobs"][0], s["jobs"][1], s["array"] is not None,
-                       s.get("headers")) for s in manifest["scripts"]]
+                       s.get("headers"), s.get("generation") or generation_of(manifest))
+            for s in manifest["scripts"]]
+
+
+def generation_of(manifest: Dict[str, Any]) -> int:
+    """The generation a manifest plans (1: a plan from before generations)."""
+    return int((manifest.get("generation") or {}).get("number") or 1)
 
 
 def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: Optional[int],

@@ -24,15 +24,23 @@ class ManifestJobs(Sequence[Dict[str, Any]]):
     a line): submitting, retrying or supervising a 10^6-job plan held the list parsed whole, 1.5 GB,
     where each caller only goes through it once."""
 
-    def __init__(self, path: Path, offset: int, count: int):
-        self.path, self.offset, self.total = path, offset, count
+    def __init__(self, path: Path, offset: int, count: int, fd: int):
+        # the file as it was when its head was read: a new generation's manifest renamed over it meanwhile
+        # is read at the caller's next round (an open descriptor keeps this one readable until then)
+        self.path, self.offset, self.total, self._fd = path, offset, count, fd
+
+    def __del__(self) -> None:
+        try:
+            os.close(self._fd)
+        except (OSError, AttributeError):
+            pass
 
     def __len__(self) -> int:
         return self.total
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         seen = 0
-        with open(self.path, "rb") as f:
+        with os.fdopen(os.dup(self._fd), "rb") as f:
             f.seek(self.offset)
             for line in f:
                 text = line.strip()
@@ -58,14 +66,15 @@ class ManifestJobs(Sequence[Dict[str, Any]]):
                                                                  "incomplete: plan the campaign again")])
 
 
-def _head(path: Path) -> Optional[Tuple[Dict[str, Any], Optional[int]]]:
+def _head(path: Path, fd: int) -> Optional[Tuple[Dict[str, Any], Optional[int]]]:
     """The manifest without its (last, up to 10^6 entries long) ``jobs`` list, read only up to that
     list's first line (a poll of a 10^6-job plan reads its first few hundred KB, not 300 MB), and the
     list's byte offset when that line is one whole job (hpcrun's layout; None: another, e.g. an older
     hpcrun's, to be parsed whole). None when the file has no such list."""
     text = ""
     cut = -1
-    with open(path, encoding="utf-8", newline="") as f:   # no newline translation: offsets are the file's
+    with os.fdopen(os.dup(fd), encoding="utf-8", newline="") as f:   # no newline translation: offsets are the file's
+        f.seek(0)
         while True:
             block = f.read(_HEAD_BLOCK)
             seen = len(text)
@@ -92,17 +101,23 @@ def _head(path: Path) -> Optional[Tuple[Dict[str, Any], Optional[int]]]:
 
 def _from_head(path: Path, jobs: bool) -> Optional[Dict[str, Any]]:
     """The manifest from its head: without the job list, or with it as a ManifestJobs (None: parse it whole)."""
-    found = _head(path)
-    if found is None:
-        return None
-    head, offset = found
-    if not jobs:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        found = _head(path, fd)
+        if found is None:
+            return None
+        head, offset = found
+        if not jobs:
+            return head
+        count = head.get("totals", {}).get("jobs")
+        if offset is None or not isinstance(count, int) or count < 1:
+            return None
+        head["jobs"] = ManifestJobs(path, offset, count, fd)
+        fd = -1   # the job list's now
         return head
-    count = head.get("totals", {}).get("jobs")
-    if offset is None or not isinstance(count, int) or count < 1:
-        return None
-    head["jobs"] = ManifestJobs(path, offset, count)
-    return head
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
@@ -121,6 +136,15 @@ def read_manifest(plan_dir: Path, jobs: bool = True) -> Dict[str, Any]:
             f"was written by hpcrun {data.get('hpcrun_version', '?')}, which did not record what submit needs; "
             "plan the campaign again with this hpcrun (`hpcrun plan SPEC --out DIR --force`)"))])
     return data
+
+
+def manifest_id(plan_dir: Path) -> Tuple[int, int]:
+    """Which manifest file is in place (a new generation renames another one over it)."""
+    try:
+        st = os.stat(plan_dir / "manifest.json")
+    except OSError:
+        return (0, 0)
+    return (st.st_ino, st.st_mtime_ns)
 
 
 STORE_ENV = "HPCRUN_STATE_DB"   # the campaign store's URL for every command and the Python API

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpcrun.backends.scheduler import Adjust
@@ -16,6 +16,7 @@ class ScriptInfo:
     last: int
     is_array: bool
     headers: Optional[str] = None   # rendered at submission: the table beside the template ``path``
+    generation: int = 1             # the campaign's generation that planned it
 
 
 @dataclass
@@ -79,3 +80,64 @@ def outcome_of(inputs: Dict[str, int], cancelled: int) -> Dict[str, int]:
     out = {"done": done, "parked": parked, "cancelled_by_operator": cancelled,
            "not_ended": sum(inputs.values()) - done - parked - cancelled - given_up}
     return {**out, "export_failed": given_up} if given_up else out
+
+
+IN_FLIGHT = ("submitted", "running")
+
+
+@dataclass
+class JobRow:
+    job: str                # the plan job's name
+    index: int
+    status: str             # the store's state: pending submitted running done failed parked
+    state: str              # Slurm's last state ("" before submission)
+    slurm_id: str
+    exit_code: str
+    elapsed: str
+    attempts: int
+    reason: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StatusReport:
+    campaign: str
+    store: str
+    jobs: List[JobRow] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=dict)        # plan jobs per store state
+    inputs: Dict[str, int] = field(default_factory=dict)        # inputs per store state
+    observed: int = 0                                           # transitions recorded by this poll
+    held: int = 0                                               # pending jobs held by a burst-buffer failure
+    accounting_seconds: float = 0.0
+    finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
+    supervisor: Optional[Dict[str, Any]] = None                 # hpcrun run's heartbeat; None: never supervised
+    paused: Optional[str] = None                                # "paused by USER@HOST at TIME": nothing new goes out
+    clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's jobs and health
+    exports: Optional[Dict[str, Any]] = None                    # outputs.export figures (ExportSummary.as_dict)
+    outages: List[Dict[str, Any]] = field(default_factory=list)  # daemons not answering (and lately back)
+    outcome: Dict[str, int] = field(default_factory=dict)       # inputs done, parked, cancelled, not ended
+    generations: List[Dict[str, Any]] = field(default_factory=list)  # a campaign planned more than once: each one's
+
+    @property
+    def finalize_in_flight(self) -> bool:
+        """The finalize job is queued or running (and not stuck on a dependency that can never be met)."""
+        f = self.finalize
+        return bool(f and f["status"] in IN_FLIGHT and "DependencyNeverSatisfied" not in (f["reason"] or ""))
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.counts.get(s, 0) for s in IN_FLIGHT)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.get(s, 0) for s in ("done", "failed", "parked"))
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
+                "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
+                "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
+                "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
+                "generations": self.generations,
+                "jobs": [j.as_dict() for j in self.jobs]}

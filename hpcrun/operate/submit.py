@@ -21,18 +21,20 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain, Unreachable
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.batches import (  # re-exported: callers and tests use submit.*
     claim_groups,
     compress_indices,
+    generation_of,
     plan_batches,
     plan_retry_batches,
     scripts_of,
     tag_of,
 )
+from hpcrun.operate.generations import generation_record
 from hpcrun.operate.headers import HeaderBook
 from hpcrun.operate.headers import digest as text_digest
 from hpcrun.operate.locality import prefer_nodes
@@ -61,10 +63,17 @@ def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
     return value, algo
 
 
-def plan_inputs(manifest: Dict[str, Any]) -> Iterator[NewInput]:
+def plan_inputs(manifest: Dict[str, Any], held_paths: AbstractSet[str] = frozenset(),
+                held: Optional[List[str]] = None) -> Iterator[NewInput]:
     """Every input of the plan with the job that processes it, as the store registers them (one job's at
-    a time: the store takes them in chunks)."""
+    a time: the store takes them in chunks). A job with an input in ``held_paths`` is left out, its
+    inputs put in ``held``."""
+    generation = generation_of(manifest)
     for job in manifest["jobs"]:
+        if held_paths and any(p in held_paths for p in job["inputs"]):
+            if held is not None:
+                held.extend(job["inputs"])
+            continue
         n = len(job["inputs"])
         sizes = job.get("input_sizes") or [None] * n
         events = job.get("input_events") or [None] * n
@@ -72,14 +81,28 @@ def plan_inputs(manifest: Dict[str, Any]) -> Iterator[NewInput]:
         for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
             value, algo = _split_checksum(cs)
             yield NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
-                           events=ev, job_name=job["name"])
+                           events=ev, job_name=job["name"], generation=generation)
 
 
 def register(store: StateStore, manifest: Dict[str, Any]) -> Campaign:
-    """The campaign and its inputs in the store (idempotent; new inputs of a re-plan are added)."""
+    """The campaign and its inputs in the store (idempotent; new inputs are added). A manifest of a newer
+    generation than the store's is taken up here, once: its jobs' inputs move to it, except a job one of
+    whose inputs went into flight since it was planned (that one finishes where it is)."""
+    number = generation_of(manifest)
     campaign = store.register_campaign(manifest["campaign"], manifest["digests"]["spec"],
-                                       manifest["digests"]["profile"])
-    store.add_inputs(campaign.id, plan_inputs(manifest))
+                                       manifest["digests"]["profile"], number)
+    gen = generation_record(manifest)
+    if number > 1 and store.current_generation(campaign.id) < number:
+        held: List[str] = []
+        moved = store.take_up_generation(campaign.id, gen, plan_inputs(manifest, store.in_flight_paths(campaign.id),
+                                                                        held), held)
+        if moved is not None:
+            store.audit(campaign.id, "generation", f"took up generation {number}: {moved['added']} input(s) "
+                                                   f"added, {moved['rerun']} to run again, {moved['withdrawn']} "
+                                                   f"withdrawn, {len(held)} left in jobs in flight")
+        return store.get_campaign(campaign.name)
+    store.record_generation(campaign.id, gen)
+    store.add_inputs(campaign.id, plan_inputs(manifest), generation=number, remap=False)
     return campaign
 
 
@@ -214,7 +237,7 @@ class Submitter:
             subs.append(NewSubmission(job_ids[job_index], path, digest, tag, input_ids,
                                       job_index - script.first if script.is_array else None, claim.token,
                                       changes=self.changes.get(job_index), cluster=self.cluster.name,
-                                      script_text=text))
+                                      script_text=text, generation=script.generation))
         self.store.record_submissions(self.campaign.id, subs)
 
     # -- claims left by a stopped submitter --------------------------------------------------

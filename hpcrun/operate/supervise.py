@@ -32,9 +32,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from hpcrun.backends.scheduler.base import SubmitUncertain, Unreachable
-from hpcrun.errors import HpcrunError
+from hpcrun.errors import HpcrunError, InputError
 from hpcrun.operate import events as campaign_events
-from hpcrun.operate import outages
+from hpcrun.operate import generations, outages
+from hpcrun.operate import plandir as plan_files
 from hpcrun.operate.exports import Exporter, export_families, exported_counts
 from hpcrun.operate.finalize import finalize_summary
 from hpcrun.operate.locality import release_waiting
@@ -153,6 +154,7 @@ class Supervisor:
                  *, lock_timeout: float, metrics_path: Optional[Path]):
         self.plan_dir = plan_dir
         self.manifest = manifest
+        self.manifest_id = plan_files.manifest_id(plan_dir)
         self.store = store
         self.campaign = campaign
         self.lock_timeout = lock_timeout
@@ -168,7 +170,24 @@ class Supervisor:
         self.scheds = {c.name: c.sched for c in listed}
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
 
+    def follow_plan(self) -> None:
+        """A new generation planned into the directory since the last round: its manifest read and taken
+        up now (no restart). One that cannot be read is left for the next round: the one read before runs on."""
+        ident = plan_files.manifest_id(self.plan_dir)
+        if ident == self.manifest_id:
+            return
+        try:
+            manifest = read_manifest(self.plan_dir)
+        except InputError:
+            return
+        self.campaign = register(self.store, manifest)
+        self.manifest, self.manifest_id = manifest, ident
+        self.names = {j["index"]: j["name"] for j in manifest["jobs"]}
+        self.policy = RetryPolicy.from_manifest(manifest)
+        self.events = campaign_events.Hook.from_manifest(manifest, self.plan_dir)
+
     def round(self, number: int) -> Round:
+        self.follow_plan()
         status = poll_store(self.plan_dir, self.manifest, self.store)   # rides out daemons that do not answer
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
         waited = False
@@ -259,7 +278,8 @@ class Supervisor:
                 Family("hpcrun_supervisor_heartbeat_timestamp_seconds", "When the supervisor last finished a "
                        "round (Unix time).").add(beat_at),
                 Family("hpcrun_supervisor_rounds_total", "Rounds of this supervisor.", "counter").add(rnd.number),
-                Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause)]
+                Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause),
+                *generations.metric_families(generations.figures(self.store, self.campaign.id))]
         if rnd.clusters:   # several clusters: each one's health and jobs
             up = Family("hpcrun_cluster_up", "1 while the cluster answers and is not in maintenance.")
             for name, state in rnd.clusters.items():

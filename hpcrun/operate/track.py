@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -32,10 +31,11 @@ from hpcrun.backends.scheduler.base import (
     parse_exit_code,
 )
 from hpcrun.bulk import bulk
-from hpcrun.operate import outages
+from hpcrun.operate import outages, provenance
 from hpcrun.operate.clusterview import cluster_figures
 from hpcrun.operate.exports import exported_counts
 from hpcrun.operate.finalize import finalize_summary
+from hpcrun.operate.generations import figures as generation_figures
 from hpcrun.operate.inflight import after_recording, in_flight
 from hpcrun.operate.lookup import Found, index_of, match
 from hpcrun.operate.plandir import (
@@ -49,7 +49,7 @@ from hpcrun.operate.plandir import (
 )
 from hpcrun.operate.qa_rows import qa_outcomes
 from hpcrun.operate.qa_rows import read_or_empty as _read
-from hpcrun.operate.results import outcome_of
+from hpcrun.operate.results import IN_FLIGHT, JobRow, StatusReport, outcome_of  # noqa: F401  (re-exported)
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.mounts import INPUT_STATES
 from hpcrun.store.records import (
@@ -62,68 +62,11 @@ from hpcrun.store.records import (
 from hpcrun.store.store import StateStore
 from hpcrun.units import format_duration
 
-IN_FLIGHT = ("submitted", "running")
 LOST_AFTER_S = 60.0  # a job neither the queue nor accounting knows this long after submission is gone
 # after an accounting outage, the controller's kept records arrive late: no job is called lost before
 ACCOUNTING_CATCHUP_S = 300.0
 _WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
                  "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
-
-
-@dataclass
-class JobRow:
-    job: str                # the plan job's name
-    index: int
-    status: str             # the store's state: pending submitted running done failed parked
-    state: str              # Slurm's last state ("" before submission)
-    slurm_id: str
-    exit_code: str
-    elapsed: str
-    attempts: int
-    reason: str
-
-    def as_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class StatusReport:
-    campaign: str
-    store: str
-    jobs: List[JobRow] = field(default_factory=list)
-    counts: Dict[str, int] = field(default_factory=dict)        # plan jobs per store state
-    inputs: Dict[str, int] = field(default_factory=dict)        # inputs per store state
-    observed: int = 0                                           # transitions recorded by this poll
-    held: int = 0                                               # pending jobs held by a burst-buffer failure
-    accounting_seconds: float = 0.0
-    finalize: Optional[Dict[str, Any]] = None                   # the finalize job; None: the spec has none
-    supervisor: Optional[Dict[str, Any]] = None                 # hpcrun run's heartbeat; None: never supervised
-    paused: Optional[str] = None                                # "paused by USER@HOST at TIME": nothing new goes out
-    clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's jobs and health
-    exports: Optional[Dict[str, Any]] = None                    # outputs.export figures (ExportSummary.as_dict)
-    outages: List[Dict[str, Any]] = field(default_factory=list)  # daemons not answering (and lately back)
-    outcome: Dict[str, int] = field(default_factory=dict)       # inputs done, parked, cancelled, not ended
-
-    @property
-    def finalize_in_flight(self) -> bool:
-        """The finalize job is queued or running (and not stuck on a dependency that can never be met)."""
-        f = self.finalize
-        return bool(f and f["status"] in IN_FLIGHT and "DependencyNeverSatisfied" not in (f["reason"] or ""))
-
-    @property
-    def in_flight(self) -> int:
-        return sum(self.counts.get(s, 0) for s in IN_FLIGHT)
-
-    @property
-    def finished(self) -> int:
-        return sum(self.counts.get(s, 0) for s in ("done", "failed", "parked"))
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {"campaign": self.campaign, "store": self.store, "counts": self.counts, "inputs": self.inputs,
-                "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
-                "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
-                "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
-                "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def _fmt_elapsed(seconds: Optional[float]) -> str:
@@ -162,7 +105,7 @@ class Poller:
         cluster = self._cluster_of(a)
         return cluster in self.unreachable or (cluster or None) in self.catching_up
 
-    def _job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
+    def job_dir(self, sub: ActiveSubmission, raw_id: str) -> str:
         """run/<job>/<slurm id> (a plain string: this is called once per job per poll); a named cluster's
         ids are prefixed with its name (ids repeat across clusters)."""
         prefix = self.clusters[sub.cluster].run_prefix if sub.cluster in self.clusters else ""
@@ -275,7 +218,7 @@ class Poller:
             return None
         # no accounting and gone from the queue: the job's own record is all there is
         raw = a.slurm_id if a.array_index is None else ""
-        reason = _read(self._job_dir(a, raw) + "/reason") if raw else ""
+        reason = _read(self.job_dir(a, raw) + "/reason") if raw else ""
         state = "FAILED" if reason else "COMPLETED"
         return NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"), raw
 
@@ -297,7 +240,7 @@ class Poller:
             return None
         reason = q.reason.strip("()")
         if state in TERMINAL and state != "COMPLETED" and q.raw_id:
-            reason = _read(self._job_dir(a, q.raw_id) + "/reason") or reason  # the job's own words
+            reason = _read(self.job_dir(a, q.raw_id) + "/reason") or reason  # the job's own words
         return NewStateChange(a.id, state, now, reason=reason), (q.raw_id if state in TERMINAL else None)
 
     def _from_record(self, a: ActiveSubmission, rec: Record, now: dt.datetime) -> _Seen:
@@ -314,7 +257,7 @@ class Poller:
             # accounting keeps the last *pending* reason on ended jobs (e.g. BurstBufferStageIn): not why it ended
             if reason.startswith(_WAIT_REASONS):
                 reason = ""
-            reason = _read(self._job_dir(a, rec.raw_id) + "/reason") or reason
+            reason = _read(self.job_dir(a, rec.raw_id) + "/reason") or reason
         change = NewStateChange(
             a.id, rec.state, now, code, sig, rec.nodes if rec.nodes not in ("None assigned", "") else None,
             rec.elapsed_s, rec.cpu_s, rec.max_rss_bytes, reason or None, rec.alloc_cpus,
@@ -323,7 +266,7 @@ class Poller:
 
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
         """QA rows the finished jobs wrote (see :mod:`hpcrun.operate.qa_rows`)."""
-        return qa_outcomes(self.store, self.run_dir, self._job_dir, ended)
+        return qa_outcomes(self.store, self.run_dir, self.job_dir, ended)
 
 
 def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[FinalizeRecord]:
@@ -458,9 +401,7 @@ def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all
     changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
     observed = store.record_state_changes(campaign.id, changes)
     after_recording(store, campaign.id, active, changes, observed)
-    qa = poller.qa_outcomes(ended)
-    if qa:
-        store.record_qa(qa)
+    provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
     if fin is not None:
         observe_finalize(poller, store, fin)
     report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting, bool(manifest.get("export")))
@@ -469,6 +410,7 @@ def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all
     report.accounting_seconds = acct_s
     report.clusters = cluster_figures(manifest, store, campaign.id, poller.unreachable)
     report.outages = outages.after_poll(store, campaign.id, poller.sched, known_outages, poller.down, poller.answered)
+    report.generations = generation_figures(store, campaign.id)
     return report
 
 

@@ -31,13 +31,14 @@ from hpcrun.plan.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.remote import Remote
 from hpcrun.plan.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
-from hpcrun.plan.values import ChecksumPlan, Job, Plan, StreamedJobs, chains_of
+from hpcrun.plan.values import ChecksumPlan, Job, Plan, StreamedJobs, Succession, chains_of
 from hpcrun.shell import quote
 
 
 def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_src: Located,
-         profile_files: List[Path]) -> Plan:
-    """Check the spec against the site and decide everything the job scripts need."""
+         profile_files: List[Path], succession: Succession = Succession()) -> Plan:
+    """Check the spec against the site and decide everything the job scripts need (``succession``: for a
+    later generation, which inputs it leaves out and where its job numbers start)."""
     checks = Checks(spec_src, profile_src)
     spec_dir = Path(spec_src.file).resolve().parent
     site = choose_site(campaign, profile, checks)
@@ -50,6 +51,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
         checks.problems.extend(exc.problems)
         items = []
     inputs_key = next(k for k in ("files", "glob", "list_file") if getattr(campaign.inputs, k))
+    items = _left_to(succession, items, inputs_key, spec_src, checks)
     listed = isinstance(items, Listed)   # its paths are local, and were checked as they were read
     paths = () if listed else [i.path for i in items]
     if not listed:
@@ -73,7 +75,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     if campaign.jobs.locality == "prefer" and remote_reads is not None and remote_reads.node_cache is not None:
         items, sums.values = group_by_node(items, sums.values, remote_reads.node_cache.index, notes)
         outputs = None   # in the new order: named again
-    jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes, outputs)
+    jobs = group_jobs(campaign, items, sums, site.partition.cpus, buffer, checks, notes, outputs,
+                      first=succession.first_index)
     checks.raise_if_any()
     _idle_cores_note(campaign, site.name, site.partition, jobs, notes)
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)
@@ -99,7 +102,22 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
                 remote=remote_reads, export=exports,
                 locality_wait=int(campaign.jobs.locality_wait) if campaign.jobs.locality == "prefer" else None,
-                hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5))
+                hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5),
+                succession=succession)
+
+
+def _left_to(succession: Succession, items: Sequence[InputItem], key: str, src: Located,
+             checks: Checks) -> Sequence[InputItem]:
+    """The inputs this generation runs: the spec's, less what an earlier one keeps (done, in flight)."""
+    if not succession.exclude:
+        return items
+    if isinstance(items, Listed):
+        checks.spec_error(("inputs", key), (
+            "this list file is large enough to be planned as a stream, and a later generation of a campaign "
+            "cannot yet leave out the inputs an earlier one keeps from a stream; plan the new inputs as a "
+            "campaign of their own"))
+        return []
+    return [i for i in items if i.path not in succession.exclude]
 
 
 def _idle_cores_note(campaign: Campaign, pname: str, part: Partition, jobs: Sequence[Job], notes: List[str]) -> None:

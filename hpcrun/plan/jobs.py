@@ -23,9 +23,10 @@ def name_width(n_inputs: int) -> int:
 
 def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, cpus: int,
                buffer: BufferChoice, checks: Checks, notes: List[str],
-               outputs: Optional[Sequence[str]] = None) -> Sequence[Job]:
+               outputs: Optional[Sequence[str]] = None, first: int = 0) -> Sequence[Job]:
     """One job per ``files_per_job`` inputs, with its chains, outputs (named here unless the output
-    check named them already, input by input) and buffer size."""
+    check named them already, input by input) and buffer size; numbered from ``first`` (a later
+    generation's jobs follow the earlier ones')."""
     js = campaign.jobs
     sizing = Sizing()
     width = name_width(len(items))
@@ -40,13 +41,13 @@ def group_jobs(campaign: Campaign, items: Sequence[InputItem], sums: Assigned, c
         assert fixed is not None
         jobs = ListedJobs(items, fixed, named, pattern)
     elif per == 1 and fixed is not None and not sized:   # one input per job: the usual, at 10^5-10^6 jobs
-        jobs = one_input_jobs(0, items, pattern, fixed, named, outputs, sums.values)
+        jobs = one_input_jobs(first, items, pattern, fixed, named, outputs, sums.values)
     else:
         assert outputs is not None
         jobs = [_job(campaign, sizing, buffer, cpus, fixed, index, named % (index + 1),
                      tuple(items[start:start + per]), tuple(outputs[start:start + per]),
                      tuple(sums.values[start:start + per]))
-                for index, start in enumerate(range(0, len(items), per))]
+                for index, start in enumerate(range(0, len(items), per), start=first)]
     sizing.report(buffer, checks, notes)
     if js.overcommit and max(chains_of(jobs), default=0) > cpus:
         notes.append(f"chains overcommit the {cpus} CPUs per node (jobs.overcommit: true).")

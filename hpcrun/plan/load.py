@@ -20,16 +20,17 @@ from hpcrun.model.spec import Campaign, ClusterRef
 from hpcrun.model.validate import build
 from hpcrun.model.yamlsrc import Located, load_yaml
 from hpcrun.plan.build import Plan, plan
-from hpcrun.plan.values import ClusterSeat
+from hpcrun.plan.values import ClusterSeat, Succession
 
 
-def load_plan(spec_path: Path) -> Plan:
-    """Validate the spec and its profile(s) together; all problems come in one InputError."""
+def load_plan(spec_path: Path, succession: Succession = Succession()) -> Plan:
+    """Validate the spec and its profile(s) together; all problems come in one InputError
+    (``succession``: the plan of a later generation of the campaign)."""
     with bulk():
-        return _load_plan(spec_path)
+        return _load_plan(spec_path, succession)
 
 
-def _load_plan(spec_path: Path) -> Plan:
+def _load_plan(spec_path: Path, succession: Succession) -> Plan:
     if not Path(spec_path).is_file():
         raise InputError([Problem(str(spec_path), None, "", "the campaign spec does not exist")])
     src = load_yaml(spec_path)
@@ -56,12 +57,12 @@ def _load_plan(spec_path: Path) -> Plan:
         file, line = src.where(("site", "profile"))
         loaded = load_profile(campaign.site.profile, (file, line, "site.profile"), relative_to=relative_to)
         problems, notes = _known_clusters([(refs[0], loaded)])
-        made = plan(campaign, src, loaded.profile, loaded.source, loaded.files)
+        made = plan(campaign, src, loaded.profile, loaded.source, loaded.files, succession)
         if problems:
             raise InputError(problems)
         return dataclasses.replace(made, seat=ClusterSeat(loaded.profile.scheduler.cluster),
                                    notes=made.notes + tuple(notes))
-    return _several(campaign, src, refs, relative_to)
+    return _several(campaign, src, refs, relative_to, succession)
 
 
 def _where(src: Located, n: int, campaign: Campaign) -> Tuple[str, Optional[int], str]:
@@ -71,7 +72,8 @@ def _where(src: Located, n: int, campaign: Campaign) -> Tuple[str, Optional[int]
     return file, line, ".".join(str(p) for p in path)
 
 
-def _several(campaign: Campaign, src: Located, refs: List[ClusterRef], relative_to: Path) -> Plan:
+def _several(campaign: Campaign, src: Located, refs: List[ClusterRef], relative_to: Path,
+             succession: Succession) -> Plan:
     problems: List[Problem] = []
     loaded: List[Tuple[ClusterRef, LoadedProfile]] = []
     for n, ref in enumerate(refs):
@@ -85,7 +87,7 @@ def _several(campaign: Campaign, src: Located, refs: List[ClusterRef], relative_
         name = lp.profile.scheduler.cluster
         seat = ClusterSeat(name, ref.share, ref.max_queued_jobs, "" if n == 0 else f"clusters/{name}/")
         try:
-            made = plan(campaign, src, lp.profile, lp.source, lp.files)
+            made = plan(campaign, src, lp.profile, lp.source, lp.files, succession)
         except InputError as exc:
             problems += [dataclasses.replace(p, message=f"on cluster '{name}' (profile {lp.profile.name}): "
                                              f"{p.message}") for p in exc.problems]

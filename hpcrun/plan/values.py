@@ -11,7 +11,7 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
@@ -186,6 +186,18 @@ class ContainerPlan:
 
 
 @dataclass(frozen=True)
+class Succession:
+    """What an earlier generation of the campaign leaves to this one: its number, the first job index
+    free (job indices and names never repeat across generations), and the inputs it does not run
+    (done and not rerun, or in flight under an earlier generation)."""
+
+    number: int = 1
+    first_index: int = 0
+    exclude: FrozenSet[str] = frozenset()
+    reprocess: str = "none"
+
+
+@dataclass(frozen=True)
 class ClusterSeat:
     """Which cluster a plan's scripts are for, and its part of a campaign on several clusters."""
 
@@ -229,6 +241,7 @@ class Plan:
     seat: ClusterSeat = ClusterSeat()
     others: Tuple[Plan, ...] = ()  # the same jobs planned for the campaign's other clusters
     move_pending_after: Optional[int] = None  # seconds; None: jobs never move between clusters
+    succession: Succession = Succession()     # the campaign's generation this plan makes
 
     @property
     def all_clusters(self) -> Tuple[Plan, ...]:

@@ -146,8 +146,25 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
             "path": script_path(plan, "finalize"), "sha256": digests[script_path(plan, "finalize")],
             "job_name": finalize_name(c.name),
             "after": c.finalize.after},
+        "generation": {"number": plan.succession.number, "reprocess": plan.succession.reprocess,
+                       "first_index": plan.succession.first_index},
+        "provenance": _provenance_entry(plan),
         "scripts": script_entries(plan, digests),
     }
+
+
+def _provenance_entry(plan: Plan) -> Dict[str, Any]:
+    """What a provenance record takes from the plan: the software, where outputs land, how they are summed."""
+    c = plan.campaign
+    return {"release": c.software.release, "runtime": c.container.runtime, "image": c.container.image,
+            "outputs": c.outputs.location, "checksum": output_checksum(c.inputs.checksum),
+            "sidecar": c.outputs.provenance == "sidecar",
+            "payload": None if c.database is None else c.database.payload}
+
+
+def output_checksum(inputs_algo: str) -> str:
+    """The outputs are summed with the spec's algorithm (sha256 when the spec names none)."""
+    return "sha256" if inputs_algo == "none" else inputs_algo
 
 
 def script_entries(plan: Plan, digests: Dict[str, str]) -> List[Dict[str, Any]]:

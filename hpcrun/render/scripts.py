@@ -142,6 +142,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "rundir_expr": Shell(f'"$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/{run_prefix(plan.seat.name)}'
                              '${HPCRUN_JOB_ID:-local}"'),
         "checksum": _checksum_context(plan),
+        "provenance": _provenance_context(plan), "generation": plan.succession.number,
         "remote": _remote_context(plan),
         **_staged_names(plan),
     }
@@ -164,6 +165,14 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
             "node_cache": None if r.node_cache is None else {
                 "dir": Shell(r.node_cache.dir_expr), "max_bytes": r.node_cache.max_bytes,
                 "index": quote(r.node_cache.index)}}
+
+
+def _provenance_context(plan: Plan) -> Dict[str, Any]:
+    """How the job sums its outputs: the spec's algorithm with the inputs' tool, else sha256sum."""
+    cs = plan.checksum
+    if cs is None:
+        return {"algo": "sha256", "command": Shell("sha256sum --")}
+    return {"algo": cs.algo, "command": Shell(cs.command)}
 
 
 def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:

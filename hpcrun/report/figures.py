@@ -111,6 +111,7 @@ class CampaignReport:
     # inputs by how they ended: done, parked (a reason to read), cancelled by an operator (hpcrun cancel),
     # and the rest (in flight, pending, or failed awaiting the retry policy)
     outcome: Dict[str, int] = field(default_factory=dict)
+    generations: List[Dict[str, Any]] = field(default_factory=list)   # planned more than once: each one's figures
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.finalize import finalize_summary
+from hpcrun.operate.generations import figures as generation_figures
 from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
 from hpcrun.operate.results import outcome_of
 from hpcrun.operate.track import poll as status_poll
@@ -43,6 +44,7 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
     report.finalize = finalize_summary(manifest, store, campaign.id)
     report.targets = dict(manifest.get("targets") or {})
     report.outcome = outcome_of(report.inputs, store.operator_cancelled(campaign.id))
+    report.generations = generation_figures(store, campaign.id)
     exports = store.export_summary(campaign.id) if manifest.get("export") else None
     if exports is not None:
         report.exports = exports.as_dict()

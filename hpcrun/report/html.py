@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.operate.generations import figure_line
 from hpcrun.report.figures import CampaignReport, against
 from hpcrun.resources import templates_dir
 
@@ -60,7 +61,8 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
          if r.chain_endings else []) \
       + ([("node-local leftovers reclaimed: directories, GB",
            f"{r.reclaimed['dirs']}, {r.reclaimed['bytes'] / 1e9:.3g}")] if r.reclaimed else []) \
-      + cluster_rows(r)
+      + cluster_rows(r) \
+      + [(f"generation {g['number']}", figure_line(g).split(": ", 1)[1]) for g in r.generations]
 
 
 def cluster_rows(r: CampaignReport) -> List[Tuple[str, str]]:

@@ -143,7 +143,7 @@ class Claims(StoreBase):
             rows = [{"campaign_id": campaign_id, "job_id": sub.job_id, "array_index": sub.array_index,
                      "script_path": sub.script_path, "script_digest": sub.script_digest,
                      "submitted_at": sub.submitted_at or now, "tag": sub.tag, "claim_token": sub.claim_token,
-                     "changes": sub.changes, "cluster": sub.cluster}
+                     "changes": sub.changes, "cluster": sub.cluster, "generation": sub.generation}
                     for sub in subs]
             ids = self._insert_claimed(conn, campaign_id, rows) or self._insert_ids(conn, s, rows)
             self._keep_texts(conn, subs)

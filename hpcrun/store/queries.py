@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
-from sqlalchemy import BigInteger, bindparam, cast, func, insert, select, update
+from sqlalchemy import BigInteger, bindparam, case, cast, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from hpcrun.store import schema
@@ -34,13 +34,14 @@ def _int_sum(column: Any) -> Any:
 class Queries(StoreBase):
     """The campaign and its inputs, and the read-side queries of status and report."""
 
-    def register_campaign(self, name: str, spec_digest: str, profile_digest: str) -> Campaign:
-        """Create the campaign, or return it if it exists with the same digests.
+    def register_campaign(self, name: str, spec_digest: str, profile_digest: str, generation: int = 1) -> Campaign:
+        """Create the campaign, or return it if it exists with the same digests or ``generation`` is newer
+        than the one it has taken up (the caller takes that one up).
 
-        A campaign's inputs and jobs are tied to the spec and profile it was planned with,
-        so different digests under an existing name are refused rather than overwritten.
+        A campaign's inputs and jobs are tied to the spec and profile of their generation, so other
+        digests under the same generation are refused rather than overwritten.
         """
-        c = schema.campaign
+        c, g = schema.campaign, schema.generation
         for _ in range(2):
             try:
                 with self._write() as conn:
@@ -50,11 +51,14 @@ class Queries(StoreBase):
                                                       profile_digest=profile_digest, created_at=_now()))
                         row = conn.execute(select(c).where(c.c.name == name)).one()
                     elif (row.spec_digest, row.profile_digest) != (spec_digest, profile_digest):
-                        raise StateStoreError(
-                            f"{self.location}: campaign '{name}' is registered with spec digest "
-                            f"{row.spec_digest[:12]} and profile digest {row.profile_digest[:12]}, but this plan "
-                            f"has {spec_digest[:12]} and {profile_digest[:12]}. Its inputs and jobs belong to the "
-                            "old spec: give the changed campaign a new name or plan it into a new directory.")
+                        taken = int(conn.scalar(select(func.max(g.c.number)).where(g.c.campaign_id == row.id)) or 1)
+                        if generation <= taken:
+                            raise StateStoreError(
+                                f"{self.location}: campaign '{name}' is at generation {taken}, registered with spec "
+                                f"digest {row.spec_digest[:12]} and profile digest {row.profile_digest[:12]}, but this "
+                                f"plan (generation {generation}) has {spec_digest[:12]} and {profile_digest[:12]}: "
+                                "the plan directory was changed by hand or by an older hpcrun. Plan the campaign "
+                                "into it again (`hpcrun plan SPEC --out DIR --apply`) to make a new generation.")
                     return Campaign(row.id, row.name, row.spec_digest, row.profile_digest, row.created_at)
             except StateStoreError as exc:
                 if not isinstance(exc.__cause__, IntegrityError):
@@ -69,52 +73,65 @@ class Queries(StoreBase):
             raise StateStoreError(f"{self.location}: no campaign named '{name}'")
         return Campaign(row.id, row.name, row.spec_digest, row.profile_digest, row.created_at)
 
-    def add_inputs(self, campaign_id: int, inputs: Iterable[NewInput]) -> int:
+    def add_inputs(self, campaign_id: int, inputs: Iterable[NewInput], generation: Optional[int] = None,
+                   remap: bool = True) -> int:
         """Register input files in one transaction; paths already registered are skipped. Returns the number added.
 
         Taken ADD_CHUNK inputs at a time (each chunk's known paths looked up by the unique key, the new
         ones inserted by one executemany), so a 10^6-input plan is never held as 10^6 rows at once.
+        ``remap``: a known input moves to the job (and generation) given; else only its checksum is filled in.
         """
+        with self._write() as conn:
+            return self._add_inputs(conn, campaign_id, inputs, generation, remap)
+
+    def _add_inputs(self, conn: Any, campaign_id: int, inputs: Iterable[NewInput], generation: Optional[int],
+                    remap: bool) -> int:
         t = schema.input_file
         now = _now()
         known = select(t.c.id, t.c.path_key, t.c.job_index, t.c.checksum, t.c.job_name).where(
             t.c.campaign_id == campaign_id)
         added = 0
-        with self._write() as conn:
-            for chunk in _batches(inputs, ADD_CHUNK):
-                rows: Dict[str, Dict[str, Any]] = {}
-                for item in chunk:
-                    key = _path_key(item.path)
-                    if key not in rows:
-                        rows[key] = {"campaign_id": campaign_id, "path": item.path, "path_key": key,
-                                     "size": item.size, "checksum": item.checksum,
-                                     "checksum_algo": item.checksum_algo, "state": "pending", "attempts": 0,
-                                     "updated_at": now, "job_index": item.job_index, "events": item.events,
-                                     "job_name": item.job_name}
-                self._update_known(conn, rows, self._rows_in(conn, known, t.c.path_key, list(rows)))
-                if rows:
-                    self._insert_many(conn, t, list(rows.values()))
-                added += len(rows)
+        for chunk in _batches(inputs, ADD_CHUNK):
+            rows: Dict[str, Dict[str, Any]] = {}
+            for item in chunk:
+                key = _path_key(item.path)
+                if key not in rows:
+                    rows[key] = {"campaign_id": campaign_id, "path": item.path, "path_key": key,
+                                 "size": item.size, "checksum": item.checksum,
+                                 "checksum_algo": item.checksum_algo, "state": "pending", "attempts": 0,
+                                 "updated_at": now, "job_index": item.job_index, "events": item.events,
+                                 "job_name": item.job_name, "generation": item.generation or generation}
+            self._update_known(conn, rows, self._rows_in(conn, known, t.c.path_key, list(rows)), remap)
+            if rows:
+                self._insert_many(conn, t, list(rows.values()))
+            added += len(rows)
         return added
 
     @staticmethod
-    def _update_known(conn: Any, rows: Dict[str, Dict[str, Any]], existing: Iterable[Any]) -> None:
-        """Take the inputs already registered out of ``rows``; a re-plan may give a known input another
-        job, and a checksum is recorded once, when first known."""
+    def _update_known(conn: Any, rows: Dict[str, Dict[str, Any]], existing: Iterable[Any], remap: bool) -> None:
+        """Take the inputs already registered out of ``rows``; a new generation gives a known input another
+        job (``remap``), and a checksum is recorded once, when first known."""
         t = schema.input_file
         moved: List[Dict[str, Any]] = []
         for iid, key, job_index, checksum, job_name in existing:
             row = rows.pop(key, None)
-            if row is not None and (row["job_index"] != job_index or row["job_name"] != job_name
-                                    or (checksum is None and row["checksum"])):
-                moved.append({"b_id": iid, "b_job": row["job_index"], "b_name": row["job_name"],
+            if row is None:
+                continue
+            move = remap and (row["job_index"] != job_index or row["job_name"] != job_name
+                              or row["generation"] is not None)
+            if move or (checksum is None and row["checksum"]):
+                moved.append({"b_id": iid, "b_job": row["job_index"] if move else job_index,
+                              "b_name": row["job_name"] if move else job_name,
                               "b_sum": checksum or row["checksum"],
-                              "b_algo": row["checksum_algo"] if checksum is None else None})
+                              "b_algo": row["checksum_algo"] if checksum is None else None,
+                              "b_gen": row["generation"] if move else None, "b_move": int(move)})
         if moved:
             stmt = (update(t).where(t.c.id == bindparam("b_id"))
                     .values(job_index=bindparam("b_job"), job_name=bindparam("b_name"),
                             checksum=bindparam("b_sum"),
-                            checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo"))))
+                            checksum_algo=func.coalesce(t.c.checksum_algo, bindparam("b_algo")),
+                            generation=func.coalesce(bindparam("b_gen"), t.c.generation),
+                            withdrawn_in=case((bindparam("b_move") == 1, None), else_=t.c.withdrawn_in)))
             conn.execute(stmt, moved)
 
     def inputs(self, campaign_id: int, states: Optional[Iterable[str]] = None,
@@ -131,7 +148,8 @@ class Queries(StoreBase):
     def counts_by_state(self, campaign_id: int) -> Dict[str, int]:
         """Inputs per state, every state present (zero when empty), in lifecycle order."""
         t = schema.input_file
-        query = select(t.c.state, func.count()).where(t.c.campaign_id == campaign_id).group_by(t.c.state)
+        query = (select(t.c.state, func.count()).where(t.c.campaign_id == campaign_id, t.c.withdrawn_in.is_(None))
+                 .group_by(t.c.state))
         with self._read() as conn:
             found = {state: int(n) for state, n in conn.execute(query)}
         return {state: found.get(state, 0) for state in INPUT_STATES}

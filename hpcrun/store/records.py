@@ -19,6 +19,33 @@ class Campaign:
 
 
 @dataclass(frozen=True)
+class GenerationRecord:
+    """One planning of a campaign: its digests, what it reruns, and what made its outputs (``details``:
+    release, container, outputs location ...), who planned it and when."""
+
+    number: int
+    spec_digest: str
+    profile_digest: str
+    reprocess: str = "none"
+    details: Dict[str, Any] = field(default_factory=dict)
+    planned_by: str = "?"
+    planned_at: Optional[dt.datetime] = None
+    applied_at: Optional[dt.datetime] = None
+
+
+@dataclass(frozen=True)
+class ProvenanceRow:
+    """What made one output that passed QA (``record``: the whole of it, as JSON)."""
+
+    input_id: int
+    generation: int
+    output_path: str
+    size: Optional[int]
+    checksum: Optional[str]
+    record: Dict[str, Any]
+
+
+@dataclass(frozen=True)
 class NewInput:
     """An input file to register; size and checksum may be filled in once known."""
 
@@ -29,6 +56,7 @@ class NewInput:
     job_index: Optional[int] = None      # the plan job that processes it
     events: Optional[int] = None
     job_name: Optional[str] = None
+    generation: Optional[int] = None     # the campaign's generation whose job it is in
 
     def __post_init__(self) -> None:
         if (self.checksum is None) != (self.checksum_algo is None):
@@ -81,6 +109,7 @@ class NewSubmission:
     changes: Optional[str] = None       # what a retry changed against the script (the retry policy's words)
     cluster: Optional[str] = None       # the cluster that took it (None: the login node's own)
     script_text: Optional[str] = None   # a script rendered at submission: its exact text (by script_digest)
+    generation: Optional[int] = None    # the campaign's generation whose script it ran
 
 
 class NewStateChange(NamedTuple):

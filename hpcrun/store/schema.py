@@ -42,6 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from hpcrun.store.coltypes import ID, NAMING, UTCDateTime
+from hpcrun.store.schema_v10 import v10_columns, v10_tables
 
 INPUT_STATES = ("pending", "submitted", "running", "done", "failed", "parked")
 
@@ -345,9 +346,9 @@ def _v9_outages(md: MetaData) -> Table:
 def _current_tables(md: MetaData) -> Dict[str, Table]:
     tables = _v1_tables(md)
     for table in (_v3_finalize(md), _v4_supervisor(md), *_v5_tables(md), _v6_health(md), _v7_exports(md),
-                  _v8_script_texts(md), _v9_outages(md)):
+                  _v8_script_texts(md), _v9_outages(md), *v10_tables(md)):
         tables[table.name] = table
-    for added in (_v2_columns(), _v4_columns(), _v6_columns(), _v9_columns()):
+    for added in (_v2_columns(), _v4_columns(), _v6_columns(), _v9_columns(), v10_columns()):
         for name, columns in added.items():
             for column in columns:
                 tables[name].append_column(column)
@@ -375,6 +376,8 @@ cluster_health = _tables["hpcrun_cluster"]
 export = _tables["hpcrun_export"]
 script_text = _tables["hpcrun_script_text"]
 outage = _tables["hpcrun_outage"]
+generation = _tables["hpcrun_generation"]
+provenance = _tables["hpcrun_provenance"]
 
 
 @dataclass(frozen=True)
@@ -441,6 +444,8 @@ MIGRATIONS: Sequence[Migration] = (
               _creates(lambda md: [_v8_script_texts(md)])),
     Migration(9, "who asked to cancel each submission; daemons not answering (scheduler outages)",
               _creates(lambda md: [_v9_outages(md)], _v9_columns())),
+    Migration(10, "generations of a campaign (of each input and submission); provenance of each output",
+              _creates(v10_tables, v10_columns())),
 )
 
 

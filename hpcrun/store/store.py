@@ -39,6 +39,7 @@ from hpcrun.store.claims import Claims
 from hpcrun.store.control import Control
 from hpcrun.store.exports import Exports
 from hpcrun.store.failures import Failures
+from hpcrun.store.generations import Generations
 from hpcrun.store.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
 from hpcrun.store.observations import Observations
 from hpcrun.store.queries import Queries
@@ -90,7 +91,7 @@ def _display(url: URL) -> str:
 # the store
 
 
-class StateStore(Claims, Control, Exports, Failures, Observations, Queries, Supervision):
+class StateStore(Claims, Control, Exports, Failures, Observations, Generations, Queries, Supervision):
     """A campaign state database. Open with :meth:`open`; every method is one transaction."""
 
     @classmethod

@@ -60,7 +60,8 @@ export HPCRUN_DB_PORT=$(( 20000 + ${HPCRUN_JOB_ID:-0} % 10000 ))
 export HPCRUN_DB_HOST=localhost
 mkdir -p "$HPCRUN_RUNDIR"
 awk -F '\t' -v i="$HPCRUN_JOB_INDEX" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv" > "$HPCRUN_RUNDIR/inputs.tsv"
-log "job $HPCRUN_JOB: ${#HPCRUN_INPUTS[@]} input(s), $HPCRUN_NCHAINS chain(s) on $HPCRUN_NODES node(s)"
+HPCRUN_GENERATION=1
+log "job $HPCRUN_JOB: ${#HPCRUN_INPUTS[@]} input(s), $HPCRUN_NCHAINS chain(s) on $HPCRUN_NODES node(s), release ${HPCRUN_RELEASE:-(none)}, generation $HPCRUN_GENERATION"
 
 DB_PID=""
 CHAIN_PID=""
@@ -277,6 +278,23 @@ for i in "${!HPCRUN_STEMS[@]}"; do
 done
 [ -z "$qa_failed" ] || fail "$EXIT_QA" "QA failed for:$qa_failed (rule: >= $qa_min_fraction of input events)"
 log "QA passed for ${#HPCRUN_STEMS[@]} output(s)"
+
+# ---- what made the outputs: each one's size and sha256 sum, the payload's identity ----
+: > "$HPCRUN_RUNDIR/outputs.tsv"
+for i in "${!HPCRUN_STEMS[@]}"; do
+  out="$HPCRUN_OUTDIR/${HPCRUN_OUTPUT_NAMES[$i]}"
+  [ -f "$out" ] || continue
+  size=$(stat -c %s -- "$out")
+  sum=""
+  if sha256sum -- "$out" > "$HPCRUN_RUNDIR/output-sum.out" 2>> "$HPCRUN_RUNDIR/checksums.log"; then
+    read -r sum _ < "$HPCRUN_RUNDIR/output-sum.out" || true
+    sum=sha256:${sum#\\}
+  fi
+  printf '%s\t%s\t%s\n' "${HPCRUN_OUTPUT_NAMES[$i]}" "$size" "${sum,,}" >> "$HPCRUN_RUNDIR/outputs.tsv"
+done
+# the conditions payload by its file list and sizes (not its bytes: it may be tens of GB)
+payload_id=$(cd "$db_payload" && find . -type f -printf '%P\t%s\n' | LC_ALL=C sort | sha256sum) || payload_id=""
+printf '%s\n' "${payload_id%% *}" > "$HPCRUN_RUNDIR/payload.id"
 
 log "all steps succeeded"
 exit 0
