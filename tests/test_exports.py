@@ -199,3 +199,42 @@ def test_without_a_supervisor_done_inputs_wait_as_exporting(tmp_path, spec_facto
     assert st["inputs"]["done"] == 0 and st["inputs"]["exporting"] == 3, st["inputs"]
     assert st["exports"]["files"] == {"pending": 0, "verified": 0, "failed": 0}
     assert not (tmp_path / "archive").exists()
+
+
+@needs_xrootd
+def test_exports_follow_each_generation(tmp_path, spec_factory, fake_slurm, quick_profile):
+    """A generation planned while the first one's jobs run: their outputs go where the first one said,
+    the new generation's from its own outputs location to its own destination (the supervisor not
+    restarted)."""
+    from click.testing import CliRunner
+
+    from hpcrun.cli import main
+
+    plan_dir = _plan(tmp_path, spec_factory, str(tmp_path / "archive" / "v1"), quick_profile)
+    spec, outputs, cluster = tmp_path / "campaign.yaml", _outputs(tmp_path), Cluster(fake_slurm, {})
+
+    def between(rnd):
+        _names_from_store(plan_dir, cluster)
+        if rnd.number == 1:   # the three jobs of generation 1 are in flight
+            data = yaml.safe_load(spec.read_text())
+            data["outputs"].update(location=str(tmp_path / "out2"), export=str(tmp_path / "archive" / "v2"))
+            spec.write_text(yaml.safe_dump(data))
+            (tmp_path / "data" / "run003.raw").write_bytes(b"z" * 1500)
+            res = CliRunner().invoke(main, ["plan", str(spec), "--out", str(plan_dir), "--apply"])
+            assert res.exit_code == 0 and "1 added" in res.output, res.output
+            outputs["test-campaign.00004"] = tmp_path / "out2" / "run003.reco"
+        for row in fake_slurm.queue():
+            name = cluster.names.get(row.split("|")[1])
+            if name in outputs:
+                outputs[name].parent.mkdir(parents=True, exist_ok=True)
+                outputs[name].write_bytes(os.urandom(100_000))
+        cluster.after_round(rnd)
+
+    report = run(plan_dir, interval=1, on_round=between, sleep=lambda s: time.sleep(0.05), max_rounds=60)
+    assert report.outcome == "finished", [r.summary() for r in report.rounds]
+    archive = tmp_path / "archive"
+    got = {p.relative_to(archive).as_posix(): p.read_bytes() for p in archive.rglob("*.reco")}
+    assert got == {"v1/run000.reco": outputs["test-campaign.00001"].read_bytes(),
+                   "v1/run001.reco": outputs["test-campaign.00002"].read_bytes(),
+                   "v1/run002.reco": outputs["test-campaign.00003"].read_bytes(),
+                   "v2/run003.reco": outputs["test-campaign.00004"].read_bytes()}

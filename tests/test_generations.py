@@ -7,6 +7,7 @@ tests/cluster/test_generations.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
@@ -224,3 +225,52 @@ def test_inputs_listed_no_more_are_withdrawn_not_deleted(tmp_path, spec_factory,
         assert rows["run002.raw"].job_index is None and rows["run002.raw"].state == "pending"
         assert store.counts_by_state(c.id)["pending"] == 0 and store.counts_by_generation(c.id)[1] == {"withdrawn": 1}
         assert sorted(store.pending_jobs(c.id)) == []
+
+
+def test_an_apply_stopped_before_the_switch_is_made_again(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    from hpcrun.operate import generations
+
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=1)
+    spec = tmp_path / "campaign.yaml"
+    _spec_edit(spec, walltime="00:45:00")
+    real = generations._swap_manifest
+
+    def killed(*args, **kw):
+        raise KeyboardInterrupt   # the operator's Ctrl-C between the new directory and the switch
+
+    monkeypatch.setattr(generations, "_swap_manifest", killed)
+    stopped = _plan_cli(spec, plan_dir, "--apply")
+    assert stopped.exit_code != 0 and (plan_dir / "generations" / "2" / "manifest.json").is_file()
+    assert read_manifest(plan_dir, jobs=False).get("generation", {}).get("number", 1) == 1   # not switched
+    monkeypatch.setattr(generations, "_swap_manifest", real)
+    again = _plan_cli(spec, plan_dir, "--apply")
+    assert again.exit_code == 0, again.output
+    assert read_manifest(plan_dir, jobs=False)["generation"]["number"] == 2
+    assert os.path.islink(plan_dir / "generations" / "2" / "logs")
+
+
+def test_a_campaign_from_before_generations_is_generation_1(tmp_path, spec_factory, store_backend):
+    """A store migrated from schema 9 (no generations): its campaign carries on as generation 1."""
+    from sqlalchemy import create_engine, insert
+
+    from hpcrun.store import schema
+    from hpcrun.store.store import open_store
+
+    plan_dir = _plan(tmp_path, spec_factory)
+    if store_backend is None:
+        engine = create_engine(f"sqlite:///{plan_dir / 'state.db'}")
+    else:
+        engine = create_engine(store_backend)
+    manifest = read_manifest(plan_dir)
+    with engine.begin() as conn:
+        assert schema.migrate(conn, schema.MIGRATIONS[:9]) == 9
+        conn.execute(insert(schema.campaign).values(name="test-campaign", spec_digest=manifest["digests"]["spec"],
+                                                    profile_digest=manifest["digests"]["profile"],
+                                                    created_at=dt.datetime.now(dt.timezone.utc)))
+    engine.dispose()
+    with open_store(store_backend or plan_dir) as store:
+        from hpcrun.operate.submit import register
+        c = register(store, manifest)
+        assert store.schema_version() == 10 and [g.number for g in store.generations(c.id)] == [1]
+        assert store.counts_by_state(c.id)["pending"] == 3

@@ -128,6 +128,9 @@ def test_job_runs_inside_rootless_podman(prepared):
     run = next((case / "plan" / "run").glob("*/401"))
     assert (run / "qa.tsv").read_text().split()[:5] == ["run1000", "1200", "1200", "pass", "run1000.reco.h5"]
     assert (case / "bb" / "out" / "run1000.reco.h5").exists()
+    # the image as podman identifies it, for the outputs' provenance records
+    assert (run / "image.id").read_text().strip() == podman("image", "inspect", "--format", "{{.Id}}",
+                                                             prepared[1]).stdout.strip()
     logs = {p.name: p.read_text(errors="replace") for p in (run / "db").iterdir() if p.is_file()}
     assert "Shutdown complete" in "".join(logs.values()), sorted(logs)
     assert podman("ps", "-a", "--format", "{{.ID}}").stdout.strip() == "", "containers left behind"

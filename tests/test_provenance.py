@@ -44,6 +44,7 @@ class Jobs(Cluster):
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "qa.tsv").write_text(f"{stem}\t100\t100\tpass\t{stem}.reco\t{paths[name]}\n")
             (run_dir / "outputs.tsv").write_text(f"{stem}.reco\t{1000 + int(stem[-3:])}\tsha256:{stem * 2}\n")
+            (run_dir / "image.id").write_text("sha256:feed\n")   # what the runtime said of its image
         super().after_round(rnd)
 
 
@@ -85,7 +86,7 @@ def test_sidecars_beside_the_outputs(tmp_path, spec_factory, fake_slurm):
     _drive(plan_dir, fake_slurm)
     side = json.loads((tmp_path / "out" / "run002.reco.prov.json").read_text())
     assert side["output"] == str(tmp_path / "out" / "run002.reco") and side["checksum"] == "sha256:run002run002"
-    assert "sidecar" not in side
+    assert "sidecar" not in side and side["image_digest"] == "sha256:feed"   # the runtime's word, none pinned
 
 
 def test_outputs_of_a_plan_never_submitted_is_refused(tmp_path, spec_factory):

@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from hpcrun.backends.storage import Sender, StorageError, TransferError, scheme_of, storage_for
 from hpcrun.backends.storage.base import file_checksum
@@ -47,23 +47,38 @@ class ExportRound:
     in_flight: int = 0
 
 
-def outputs_of(manifest: Dict[str, Any]) -> Dict[Tuple[int, str], str]:
-    """(plan job, input path) -> output name, from the manifest."""
-    return {(j["index"], path): name for j in manifest["jobs"]
+def outputs_of(manifest: Dict[str, Any]) -> Dict[Tuple[int, str], Tuple[str, str]]:
+    """(plan job, input path) -> (source, destination) of its output, by the manifest's own export settings
+    (each generation's: its outputs location and destination may differ)."""
+    spec = manifest.get("export")
+    if not spec:
+        return {}
+    location, to = spec["location"], spec["to"].rstrip("/")
+    return {(j["index"], path): (os.path.join(location, name), f"{to}/{name}") for j in manifest["jobs"]
             for path, name in zip(j["inputs"], j.get("outputs") or [])}
 
 
 class Exporter:
     """Owned by one supervisor; ``step`` once per round, ``close`` at the end."""
 
-    def __init__(self, manifest: Dict[str, Any], store: StateStore, campaign_id: int):
-        self.spec: Optional[Dict[str, Any]] = manifest.get("export")
+    def __init__(self, manifest: Dict[str, Any], store: StateStore, campaign_id: int,
+                 earlier: Iterable[Dict[str, Any]] = ()):
+        self.spec: Optional[Dict[str, Any]] = None
         self.store = store
         self.campaign_id = campaign_id
-        self.names = outputs_of(manifest) if self.spec else {}
+        self.names: Dict[Tuple[int, str], Tuple[str, str]] = {}
         self.running: Dict[int, Tuple[ExportRecord, Future[Outcome]]] = {}
-        self.pool = ThreadPoolExecutor(max_workers=self.spec["streams"], thread_name_prefix="hpcrun-export") \
-            if self.spec else None
+        self.pool: Optional[ThreadPoolExecutor] = None
+        for older in earlier:   # the jobs of earlier generations, still in flight when this one was planned
+            self.names.update(outputs_of(older))
+        self.adopt(manifest)
+
+    def adopt(self, manifest: Dict[str, Any]) -> None:
+        """The outputs of a (new) generation's jobs, and its export settings for the copies to come."""
+        self.names.update(outputs_of(manifest))
+        self.spec = manifest.get("export") or self.spec
+        if self.spec and self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=self.spec["streams"], thread_name_prefix="hpcrun-export")
 
     @property
     def active(self) -> bool:
@@ -138,10 +153,9 @@ class Exporter:
         assert self.spec is not None
         rows = []
         for iid, path, job in self.store.done_unexported(self.campaign_id):
-            name = self.names.get((job, path)) if job is not None else None
-            if name is None:
-                continue
-            rows.append((iid, os.path.join(self.spec["location"], name), f"{self.spec['to'].rstrip('/')}/{name}"))
+            where = self.names.get((job, path)) if job is not None else None
+            if where is not None:
+                rows.append((iid, *where))
         return self.store.queue_exports(self.campaign_id, rows)
 
 

@@ -189,17 +189,20 @@ def _check_overwrites(plan: Plan, store: StateStore, campaign: Campaign, states:
 
 
 def _diff_only(plan: Plan, plan_dir: Path, target: Path, previous: Dict[str, Any]) -> str:
-    """The diff against the previous generation, rendered beside the plan and thrown away (nothing kept)."""
-    scratch = plan_dir / GEN_DIR / f".preview-{os.getpid()}"
+    """The diff against the previous generation, rendered where the generation would go (so its paths are
+    the real ones) and removed: nothing stays. The directory is no generation's yet (the manifest names
+    the one before), so whatever an --apply that stopped short left there goes too."""
+    made_parent = not target.parent.exists()
     try:
-        write_plan(plan, scratch, want_diff=False)
-        return _diff(generation_dir(plan_dir, generation_of(previous)), scratch)
+        write_plan(plan, target, want_diff=False, force=True)
+        return _diff(generation_dir(plan_dir, generation_of(previous)), target)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        try:
-            (plan_dir / GEN_DIR).rmdir()   # only when it was made for the preview (empty)
-        except OSError:
-            pass
+        shutil.rmtree(target, ignore_errors=True)
+        if made_parent:
+            try:
+                target.parent.rmdir()
+            except OSError:
+                pass
 
 
 def _diff(old: Path, new: Path) -> str:
@@ -211,7 +214,10 @@ def _diff(old: Path, new: Path) -> str:
 def _share_records(plan_dir: Path, target: Path) -> None:
     """The generation's logs/ and run/ are the plan directory's (the supervisor reads them there)."""
     for name in SHARED:
-        shutil.rmtree(target / name, ignore_errors=True)
+        if os.path.islink(target / name):   # a generation written again (an --apply that stopped short)
+            os.unlink(target / name)
+        else:
+            shutil.rmtree(target / name, ignore_errors=True)
         (plan_dir / name).mkdir(exist_ok=True)
         os.symlink(os.path.relpath(plan_dir / name, target), target / name)
 
@@ -250,12 +256,36 @@ def _swap_manifest(plan_dir: Path, target: Path, previous: Dict[str, Any], numbe
                               directory=prefix.rstrip("/"), planned_by=_whoami(),
                               planned_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     top = manifest_json(head).rstrip().rstrip("}").rstrip() + "," + text[cut:]
+    _archive_first(plan_dir, before)
     tmp = plan_dir / f".{MANIFEST}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as out:
         out.write(top)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, plan_dir / MANIFEST)
+
+
+def _archive_first(plan_dir: Path, before: int) -> None:
+    """Generation 1's manifest kept as ``generations/1/manifest.json`` (a hard link: the same bytes) before
+    the top-level one is replaced: the jobs of every generation stay readable (exports of their outputs)."""
+    if before != 1:
+        return
+    keep = plan_dir / GEN_DIR / "1" / MANIFEST
+    if keep.exists():
+        return
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(plan_dir / MANIFEST, keep)
+    except OSError:   # a filesystem without hard links
+        shutil.copyfile(plan_dir / MANIFEST, keep)
+
+
+def earlier_manifests(plan_dir: Path, manifest: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    """The manifests of the generations before ``manifest``'s (each read as it is reached)."""
+    for number in range(1, generation_of(manifest)):
+        path = plan_dir / GEN_DIR / str(number)
+        if (path / MANIFEST).is_file():
+            yield read_manifest(path)
 
 
 # -- the store takes a generation up -----------------------------------------------------------

@@ -41,7 +41,7 @@ def record_outcomes(store: StateStore, campaign_id: int, job_dir: Callable[[Acti
     inputs = store.input_facts(sorted({r.input_id for r in passed}))
     gens = {g.number: g for g in store.generations(campaign_id)}
     dirs = {a.id: job_dir(a, raw) for a, raw in ended}
-    measured: Dict[str, Tuple[Dict[str, Tuple[Optional[int], Optional[str]]], Optional[str]]] = {}
+    measured: Dict[str, Tuple[Dict[str, Tuple[Optional[int], Optional[str]]], Dict[str, Optional[str]]]] = {}
     rows: List[ProvenanceRow] = []
     for r in passed:
         run = runs.get(r.submission_id or -1)
@@ -49,9 +49,10 @@ def record_outcomes(store: StateStore, campaign_id: int, job_dir: Callable[[Acti
             continue   # a job that failed reruns: its outputs are not the campaign's
         run_dir = dirs.get(r.submission_id or -1)
         if run_dir is not None and run_dir not in measured:   # a job of several outputs: its files read once
-            measured[run_dir] = (_outputs(run_dir), read_or_empty(os.path.join(run_dir, "payload.id")) or None)
-        sums, payload = measured.get(run_dir or "", ({}, None))
-        rows.append(_row(r, run, inputs.get(r.input_id, {}), gens.get(run["generation"]), sums, payload))
+            measured[run_dir] = (_outputs(run_dir), {name: read_or_empty(os.path.join(run_dir, f"{name}.id")) or None
+                                                     for name in ("payload", "image")})
+        sums, ids = measured.get(run_dir or "", ({}, {}))
+        rows.append(_row(r, run, inputs.get(r.input_id, {}), gens.get(run["generation"]), sums, ids))
     store.record_provenance(campaign_id, rows)
     for row in rows:
         if gens.get(row.generation) is not None and gens[row.generation].details.get("sidecar"):
@@ -70,7 +71,7 @@ def _outputs(run_dir: str) -> Dict[str, Tuple[Optional[int], Optional[str]]]:
 
 
 def _row(r: QaResult, run: Dict[str, Any], source: Dict[str, Any], gen: Optional[GenerationRecord],
-         sums: Dict[str, Tuple[Optional[int], Optional[str]]], payload: Optional[str]) -> ProvenanceRow:
+         sums: Dict[str, Tuple[Optional[int], Optional[str]]], ids: Dict[str, Optional[str]]) -> ProvenanceRow:
     details = gen.details if gen is not None else {}
     location = str(details.get("outputs") or "").rstrip("/")
     path = f"{location}/{r.output_path}" if location and not r.output_path.startswith("/") else r.output_path
@@ -80,9 +81,9 @@ def _row(r: QaResult, run: Dict[str, Any], source: Dict[str, Any], gen: Optional
         "output": path, "size": size, "checksum": checksum,
         "inputs": [{"path": source.get("path"), "checksum": source.get("checksum")}],
         "generation": run["generation"], "release": details.get("release"), "runtime": details.get("runtime"),
-        "image": image, "image_digest": image_digest(image),
+        "image": image, "image_digest": image_digest(image) or ids.get("image"),
         "payload": details.get("payload"),
-        "payload_identity": payload,
+        "payload_identity": ids.get("payload"),
         "spec_digest": gen.spec_digest if gen else None, "profile_digest": gen.profile_digest if gen else None,
         "cluster": run["cluster"], "job_id": run["job_id"], "array_task": run["array_task"], "node": run["node"],
         "started_at": run["started_at"], "ended_at": run["ended_at"], "exit_code": run["exit_code"],

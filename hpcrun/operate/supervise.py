@@ -163,7 +163,7 @@ class Supervisor:
         self.policy = RetryPolicy.from_manifest(manifest)
         self.events = campaign_events.Hook.from_manifest(manifest, plan_dir)
         self.totals = {"submitted": 0, "requeued": 0, "parked": 0}
-        self.exporter = Exporter(manifest, store, campaign.id)
+        self.exporter = Exporter(manifest, store, campaign.id, generations.earlier_manifests(plan_dir, manifest))
         self.last_change = time.monotonic()
         listed = clusters_of(manifest)
         self.sched = listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
@@ -185,6 +185,7 @@ class Supervisor:
         self.names = {j["index"]: j["name"] for j in manifest["jobs"]}
         self.policy = RetryPolicy.from_manifest(manifest)
         self.events = campaign_events.Hook.from_manifest(manifest, self.plan_dir)
+        self.exporter.adopt(manifest)
 
     def round(self, number: int) -> Round:
         self.follow_plan()

@@ -74,7 +74,8 @@ def container_plan(campaign: Campaign, profile: SiteProfile, runtime: Runtime, i
         report(problem.path, problem.message)
     return ContainerPlan(runtime=runtime.name, directives=tuple(runtime.directive_options()),
                          prefix=str(runtime.prefix()), setup_lines=tuple(runtime.setup_lines()),
-                         node_cache_dir=runtime.node_cache_dir())
+                         node_cache_dir=runtime.node_cache_dir(),
+                         image_id=None if runtime.image_id() is None else str(runtime.image_id()))
 
 
 def binds_of(campaign: Campaign, profile: SiteProfile, items: Sequence[InputItem],

@@ -183,6 +183,7 @@ class ContainerPlan:
     prefix: str                    # shell words between the launcher and the command
     setup_lines: Tuple[str, ...]   # shell lines before the first container starts
     node_cache_dir: Optional[str]  # the runtime's own payload volume, if it has one
+    image_id: Optional[str] = None  # shell words printing the image's id (provenance); None: not reported
 
 
 @dataclass(frozen=True)

@@ -170,9 +170,10 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
 def _provenance_context(plan: Plan) -> Dict[str, Any]:
     """How the job sums its outputs: the spec's algorithm with the inputs' tool, else sha256sum."""
     cs = plan.checksum
+    image_id = None if plan.container.image_id is None else Shell(plan.container.image_id)
     if cs is None:
-        return {"algo": "sha256", "command": Shell("sha256sum --")}
-    return {"algo": cs.algo, "command": Shell(cs.command)}
+        return {"algo": "sha256", "command": Shell("sha256sum --"), "image_id": image_id}
+    return {"algo": cs.algo, "command": Shell(cs.command), "image_id": image_id}
 
 
 def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:

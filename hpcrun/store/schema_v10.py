@@ -49,6 +49,8 @@ def v10_tables(md: MetaData) -> Tuple[Table, ...]:
         Column("checksum", String(160), nullable=True),            # algo:value
         Column("record", Text, nullable=False),                    # the whole record, JSON
         Column("recorded_at", UTCDateTime, nullable=False),
+        # the catalogue export reads a page at a time by id: of the campaign, or of one of its generations
+        Index(None, "campaign_id", "id"),
         Index(None, "campaign_id", "generation", "id"),
         Index(None, "input_id"),
     )

@@ -77,6 +77,11 @@ class Runtime:
         """Where the payload cache lives as seen inside the container (None: use node-local)."""
         return None
 
+    def image_id(self) -> Optional[Shell]:
+        """A command the batch shell runs to print the image's id or digest as the runtime knows it (for
+        the outputs' provenance); None where the runtime reports none."""
+        return None
+
 
 _REGISTRY: Dict[str, Type[Runtime]] = {}
 

@@ -29,3 +29,10 @@ class PodmanHpc(Runtime):
             words += ["-v", spec]
         words.append(quote(self.spec.image))
         return Shell(" ".join(words))
+
+    def image_id(self) -> Shell:
+        """podman's id of the image (sha256 of its config), as `podman image inspect` reports it."""
+        settings = self.profile.containers.podman_hpc
+        assert settings is not None
+        return Shell(" ".join([quote(settings.command), "image", "inspect", "--format", quote("{{.Id}}"),
+                               quote(self.spec.image)]))

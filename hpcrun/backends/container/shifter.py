@@ -52,3 +52,7 @@ class Shifter(Runtime):
 
     def node_cache_dir(self) -> Optional[str]:
         return self.settings.cache_mount if self.uses_per_node_cache() else None
+
+    def image_id(self) -> Shell:
+        """The image gateway's id of the image (`shifterimg lookup`)."""
+        return Shell(" ".join(["shifterimg", "lookup", quote(self.spec.image)]))

@@ -293,6 +293,9 @@ for i in "${!HPCRUN_STEMS[@]}"; do
   fi
   printf '%s\t%s\t%s\n' "${HPCRUN_OUTPUT_NAMES[$i]}" "$size" "${sum,,}" >> "$HPCRUN_RUNDIR/outputs.tsv"
 done
+# the image as the container runtime identifies it
+image_id=$(shifterimg lookup docker:mmustafa/sl64_sl16d:v1_pdsf6 2>> "$HPCRUN_RUNDIR/checksums.log") || image_id=""
+printf '%s\n' "${image_id%%$'\n'*}" > "$HPCRUN_RUNDIR/image.id"
 # the conditions payload by its file list and sizes (not its bytes: it may be tens of GB)
 payload_id=$(cd "$db_payload" && find . -type f -printf '%P\t%s\n' | LC_ALL=C sort | sha256sum) || payload_id=""
 printf '%s\n' "${payload_id%% *}" > "$HPCRUN_RUNDIR/payload.id"
