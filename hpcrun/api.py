@@ -306,15 +306,17 @@ def make_plan(spec: PathLike, out: Optional[PathLike] = None, *, force: bool = F
     """Validate SPEC, expand it and write the plan directory (default ``./<campaign>.plan``).
 
     Into a directory whose campaign was submitted, the plan is the campaign's next generation: what it
-    would change is returned (``change``) and nothing is written unless ``apply`` (or ``force``)."""
+    would change is returned (``change``, with the scripts' diff) and nothing is written unless ``apply``
+    (or ``force``)."""
     from hpcrun.operate.generations import plan_generation, submitted_store
     from hpcrun.plan.load import load_plan
     from hpcrun.render.plandir import write_plan
     target = Path(out) if out is not None else None
     if target is not None and submitted_store(Path(os.path.abspath(target)), db):
         where = Path(os.path.abspath(target))
-        p, change = plan_generation(Path(spec), where, load_plan, db=db, apply=apply or force,
-                                    reprocess=reprocess, want_diff=diff)
+        applying = apply or force
+        p, change = plan_generation(Path(spec), where, load_plan, db=db, apply=applying,
+                                    reprocess=reprocess, want_diff=diff or not applying)
         from hpcrun.operate.plandir import read_manifest
         manifest = read_manifest(where, jobs=False) if change.applied else _head_of(p, where)
         return PlanResult(str(where), manifest, change.diff, True, p, change)

@@ -91,12 +91,10 @@ def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as
         click.echo(json.dumps(result.to_dict(), indent=1))
         return
     out.print(plan_table(result.value, result.plan_dir))
-    if result.change is not None:
+    if result.change is not None:   # a new generation: the scripts' diff (before --apply, or asked), then counts
+        if result.diff is not None:
+            click.echo(result.diff or "no changes to the scripts against the previous generation\n", nl=False)
         _generation_lines(result.change)
-    if want_diff and result.change is not None and not result.diff:
-        out.print("no changes to the scripts against the previous generation", highlight=False)
-    elif want_diff and result.change is not None:
-        click.echo(result.diff, nl=False)
     elif want_diff:
         if not result.previous:
             out.print(f"no previous plan in {result.plan_dir} to compare with: every file above is new",

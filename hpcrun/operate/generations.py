@@ -27,7 +27,7 @@ from hpcrun.plan.values import Plan, Succession
 from hpcrun.render.manifest import manifest_json
 from hpcrun.render.plandir import MANIFEST, write_plan
 from hpcrun.render.treediff import diff_trees, tree_files
-from hpcrun.store.base import _whoami
+from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.records import Campaign, GenerationRecord
 from hpcrun.store.store import StateStore
 
@@ -72,7 +72,7 @@ def submitted_store(plan_dir: Path, db: Optional[str]) -> Optional[str]:
     with open_plan_store(plan_dir, db) as store:
         try:
             store.get_campaign(str(name))
-        except Exception:   # noqa: BLE001 - no such campaign: the store is another plan's, or empty
+        except StateStoreError:   # no such campaign: the store is empty, or another plan's
             return None
     return str(name)
 
