@@ -102,7 +102,7 @@ def test_none_skips_everything(spec_factory, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["checksum"] == "none"
     assert manifest["jobs"][0]["checksums"] == [None]
-    assert (out / "tasks.tsv").read_text().rstrip("\n").split("\t")[-1] == "-"
+    assert (out / "tasks.tsv").read_text().rstrip("\n").split("\t")[7] == "-"   # the checksum column
     script = next((out / "jobs").glob("*.sbatch")).read_text()
     assert "stage-in integrity" not in script and not (out / "bin" / "hpcrun-checksum.py").exists()
     # the outputs' provenance sums: sha256 when the spec names none
@@ -158,7 +158,7 @@ def test_manifest_tasks_and_note_for_unknown(spec_factory, tmp_path):
         ([str(data / "run000.raw"), "/nonexistent/a.raw"], [known, None]),
         (["/nonexistent/b.raw"], [None])]
     rows = [r.split("\t") for r in (out / "tasks.tsv").read_text().splitlines()]
-    assert [len(r) for r in rows] == [8, 8, 8]
+    assert [len(r) for r in rows] == [9, 9, 9]
     assert [r[7] for r in rows] == [known, "-", "-"]
     note = ("2 input(s) have no checksum and will not be verified (not readable here, none "
             "given): /nonexistent/a.raw, /nonexistent/b.raw")
@@ -206,7 +206,9 @@ def test_rendered_helper_agrees_with_the_planner(spec_factory, tmp_path, algo):
     sample.write_bytes(b"\x00\xff" * 5_000_000)
     proc = subprocess.run([sys.executable, str(helper), algo, str(sample)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert f"{algo}:{proc.stdout.strip()}" == compute(str(sample), algo)
-    missing = subprocess.run([sys.executable, str(helper), algo, str(tmp_path / "nope")],
+    assert f"{algo}:{proc.stdout.split()[0]}" == compute(str(sample), algo)
+    assert proc.stdout == f"{proc.stdout.split()[0]}  {sample}\n"   # as md5sum prints it: value, two spaces, path
+    missing = subprocess.run([sys.executable, str(helper), algo, str(tmp_path / "nope"), str(sample)],
                              capture_output=True, text=True)
-    assert missing.returncode == 1 and "No such file or directory" in missing.stderr
+    # several files at once (the job's stage-in sums what it reads in place so): the readable ones summed
+    assert missing.returncode == 1 and "No such file or directory" in missing.stderr and str(sample) in missing.stdout

@@ -58,7 +58,7 @@ def test_task_rows_one_format_for_one_and_several_inputs():
     def reference(job):
         sums = job.checksums or (None,) * len(job.inputs)
         return "".join(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{i.path}\t"
-                       f"{'-' if i.events is None else i.events}\t{i.stem}\t{o}\t{c or '-'}\n"
+                       f"{'-' if i.events is None else i.events}\t{i.stem}\t{o}\t{c or '-'}\t{i.size}\n"
                        for i, o, c in zip(job.inputs, job.outputs, sums))
 
     jobs = []

@@ -101,10 +101,17 @@ def test_throughput_per_core_is_shown_against_the_target(tmp_path):
     rows = dict(merit_rows(report))
     assert rows["input MB/s per core, completed runs"] == "0.625 (target 12.5: not met)"
     assert rows["input events/s per core, completed runs"] == "0.0625 (target 0.01: met)"
-    report.transfers = transfers_of([(4_000_000, 2.0, 51), (4_000_000, 1.0, 0), (2_000_000, 2.0, 0)])
+    report.transfers = transfers_of([(4_000_000, 2.0, 51, "server"), (4_000_000, 1.0, 0, "server"),
+                                     (2_000_000, 2.0, 0, "server"), (9_000_000, 0.1, 0, "local")],
+                                    [(6_000_000, 2.0, 2), (9_000_000, 0.1, 2)])
     rows = dict(merit_rows(report))
     assert rows["inputs copied in (xrdcp): files, GB, failed attempts"] == "2, 0.006, 1"
     assert rows["copy rate, mean / slowest file (MB/s)"] == "2 / 1"
+    # by the way each input came: read in place are no copies; per core: each job's MB / its stage-in / CPUs
+    assert rows["inputs read in place (local): inputs, GB, seconds per input, MB/s"] == "1, 0.009, 0.1, 90"
+    assert rows["inputs from the server (server): inputs, GB, seconds per input, MB/s"] == "2, 0.006, 1.5, 2"
+    per_core = rows["stage-in MB/s per core (a job's MB / its stage-in time / its CPUs)"]
+    assert per_core == "23.2 (target 12.5: met)"   # (6 MB / 2 s / 2 + 9 MB / 0.1 s / 2) / 2
 
 
 def test_html_escapes_what_users_wrote(tmp_path):

@@ -24,7 +24,7 @@ import yaml
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 
-from .conftest import readable_copy
+from .conftest import readable_copy, shellcheck_cmd
 from .xrootd import USER, Servers, free_port, why_not
 
 pytestmark = pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")
@@ -154,9 +154,10 @@ def test_job_stages_inputs_with_xrdcp_and_records_throughput(servers, case):
     for n, d in data.items():
         assert (case / "out" / f"f{n}.out").read_bytes() == d
     rows = [r.split("\t") for r in (rundir(plan, "201") / "transfers.tsv").read_text().splitlines()]
-    assert [(r[0], int(r[1]), r[3], r[4]) for r in rows] == [(urls[n], len(data[n]), "1", "0") for n in range(2)]
+    assert sorted((r[0], int(r[1]), r[3], r[4], r[6]) for r in rows) == [   # copied at once: in any order
+        (urls[n], len(data[n]), "1", "0", "server") for n in range(2)]
     assert all(int(r[2]) >= 0 for r in rows)
-    assert "copied 2 input(s) from XRootD" in done.stderr + done.stdout
+    assert "staged 2 input(s) from XRootD into" in done.stderr + done.stdout and "(2 server" in done.stderr
     assert not list((case / "out" / ".hpcrun-work").glob("*/in/*")), "staged copies are removed at the end"
 
 
@@ -288,3 +289,73 @@ def test_a_container_binds_no_url_and_binds_the_stage_dir(servers, case):
     launches = [line for line in text.splitlines() if "apptainer exec" in line]
     assert launches and all("-B /tmp/hpcrun-stage:/tmp/hpcrun-stage" in line for line in launches), launches
     assert not any("root:" in line for line in launches), launches
+
+
+# ---- local redirection and parallel copies (issue 39) ---------------------------------------------
+
+def test_inputs_the_nodes_mount_are_read_in_place(servers, case):
+    """xrootd.local_paths: inputs under a mapped prefix are read where the nodes mount them (the server
+    opens none of them), a local copy that is not what the server reported is copied from the server
+    instead (size, or checksum), an unmapped URL goes through the server; the outputs are the same."""
+    data = {f"f{n}": os.urandom(300_000 + n) for n in range(4)}
+    urls = {name: servers.put(f"store/local/{name}.raw", d) for name, d in data.items()}
+    other = os.urandom(200_000)
+    urls["u0"] = servers.put("store/other/u0.raw", other)
+    data["u0"] = other
+    mount = case / "lustre"                         # the nodes' view of the server's export, another path
+    (mount / "local").mkdir(parents=True)
+    for name in ("f0", "f1", "f2", "f3"):
+        (mount / "local" / f"{name}.raw").write_bytes(data[name])
+    (mount / "local" / "f2.raw").write_bytes(bytes(len(data["f2"])))          # same size, other bytes
+    (mount / "local" / "f3.raw").write_bytes(data["f3"][:-1])                 # one byte short
+    spec = write_case(case, {"files": list(urls.values())},
+                      xrootd={"local_paths": {f"{servers.origin.url}//store/local/": f"{mount}/local/"},
+                              "parallel_copies": 3})
+    plan = plan_job(case, spec)
+    manifest = json.loads((plan / "manifest.json").read_text())
+    assert any("4 of 5 input(s) are under a local path of the nodes" in n for n in manifest["notes"])
+    before = len(servers.opened())
+    done = run_job(plan, "211")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name, d in data.items():
+        assert (case / "out" / f"{name}.out").read_bytes() == d                   # the outputs as without it
+    rows = {Path(r[0]).stem: r for r in (line.split("\t") for line in
+                                         (rundir(plan, "211") / "transfers.tsv").read_text().splitlines())}
+    assert {k: r[6] for k, r in rows.items()} == {"f0": "local", "f1": "local", "f2": "server", "f3": "server",
+                                                  "u0": "server"}
+    opened = sorted(Path(p).stem for p in servers.opened()[before:])
+    assert opened == ["f2", "f3", "u0"], opened                                  # the server read no other
+    log = done.stdout + done.stderr
+    assert "f2.raw is adler32:" in log and f"f3.raw has {len(data['f3']) - 1} bytes where its server" in log
+    assert "(3 server, 2 local:" in log or "(2 local, 3 server:" in log, log
+    scripts = [str(p) for p in sorted(plan.glob("jobs/*.sbatch")) + sorted(plan.glob("bin/*.sh"))]
+    lint = subprocess.run(shellcheck_cmd() + ["-s", "bash", "-S", "warning", *scripts], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+    # what the report makes of it: per input, by the way it came; the stage-in per core
+    from hpcrun.report.figures import transfers_of
+    from hpcrun.report.gather import _stage_jobs, _transfer_rows
+    t = transfers_of(_transfer_rows(plan), _stage_jobs(plan))
+    assert {via: p["inputs"] for via, p in t.by_path.items()} == {"local": 2, "server": 3}
+    assert t.by_path["local"]["bytes"] == len(data["f0"]) + len(data["f1"]) and t.mb_per_s_per_core > 0
+
+
+def test_a_job_copies_its_inputs_several_at_a_time(servers, case):
+    """xrootd.parallel_copies: the copies of one job overlap (each slowed to ~0.5 s), every one still
+    checksum-verified and renamed; a failed one fails the job with its code."""
+    data = [os.urandom(1_000_000 + n) for n in range(4)]
+    urls = [servers.put(f"store/par/p{n}.raw", d) for n, d in enumerate(data)]
+    plan = plan_job(case, write_case(case, {"files": urls},
+                                     xrootd={"parallel_copies": 4, "xrdcp": "xrdcp --xrate 2m"}))
+    done = run_job(plan, "212")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split("\t") for line in (rundir(plan, "212") / "transfers.tsv").read_text().splitlines()]
+    spans = sorted((float(r[5]), float(r[5]) + int(r[2]) / 1000) for r in rows)
+    assert len(spans) == 4 and all(r[6] == "server" and r[4] == "0" for r in rows)
+    assert spans[1][0] < spans[0][1] and spans[3][0] < spans[0][1], spans        # all four at once
+    for n, d in enumerate(data):
+        assert (case / "out" / f"p{n}.out").read_bytes() == d
+
+    servers.put("store/par/p2.raw", bytes(len(data[2])))                           # corrupted after planning
+    done = run_job(plan, "213")
+    assert done.returncode == 11, done.stdout + done.stderr
+    assert "checksum mismatch" in (rundir(plan, "213") / "reason").read_text()

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 USER = os.environ.get("HPCRUN_TEST_USER", "hpcuser")
 
@@ -111,7 +111,10 @@ xrd.port {port}
 xrootd.chksum adler32
 all.adminpath {dir}/run
 all.pidpath {dir}/run
+xrootd.trace fs
+ofs.trace open close
 """
+# the traces log each file the server opens ("Xrootd_Protocol: open rt /store/a.dat"): what it read
 
 CACHE_CFG = """all.export /
 ofs.osslib libXrdPss.so
@@ -143,6 +146,12 @@ class Servers:
         path.write_bytes(content)
         subprocess.run(["chown", "-R", USER, str(self.data)], check=True)
         return f"{self.origin.url}//{rel.lstrip('/')}"
+
+    def opened(self) -> List[str]:
+        """The paths the origin opened so far, from its log (one entry per open)."""
+        log = self.origin.dir / self.origin.name / self.origin.log.name
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return [line.split("open rt ", 1)[1].split()[0] for line in text.splitlines() if "open rt " in line]
 
     def start(self) -> Servers:
         self.origin.start()

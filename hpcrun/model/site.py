@@ -271,6 +271,22 @@ class XrootdSettings(Strict):
                         json_schema_extra=TRUSTED)
     node_cache: Optional[NodeCache] = Field(None, description=(
         "keep staged inputs on the nodes (private, LRU-bounded, verified before reuse) instead of deleting them"))
+    local_paths: Dict[str, AbsPath] = Field(default_factory=dict, description=(
+        "URL prefix -> the local path the nodes mount it under (root://se.example.org//alice/: /lustre/alice/): "
+        "a staged input there is read in place when its size (and checksum) match what its server reported, "
+        "else copied from the server; reads only"))
+    parallel_copies: int = Field(4, ge=1, le=64, description="inputs of one job copied in at once (stage)")
+
+    @field_validator("local_paths")
+    @classmethod
+    def _local_paths(cls, value: Dict[str, str]) -> Dict[str, str]:
+        import re
+        for prefix, path in value.items():
+            if not re.match(r"^root://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?//", prefix):
+                raise ValueError(f"'{prefix}' is not the prefix of a root:// URL; give root://HOST[:PORT]//PATH/")
+            if not prefix.endswith("/") or not path.endswith("/"):
+                raise ValueError(f"'{prefix}': '{path}': end both with '/' (a prefix must not match a longer name)")
+        return value
 
     @field_validator("cache")
     @classmethod

@@ -54,9 +54,39 @@ def remote_plan(campaign: Campaign, profile: SiteProfile, paths: Sequence[str], 
             f"locality: prefer needs nodes that keep staged inputs, and site profile '{profile.name}' has "
             f"{'no xrootd.node_cache' if x.node_cache is None else 'xrootd.access: stream'}; use locality: any, "
             "or a profile with xrootd.node_cache and access: stage"))
+    mapped = tuple(sorted(x.local_paths.items(), key=lambda kv: -len(kv[0]))) if x.access == "stage" else ()
+    _local_notes(profile, urls, mapped, notes)
     return RemotePlan(access=x.access, cache=x.cache, xrdcp=x.xrdcp, retries=x.retries, client_env=client_env(profile),
                       private_stage=x.access == "stage" and x.stage_dir is not None,
-                      node_cache=node_cache_plan(profile) if x.access == "stage" else None)
+                      node_cache=node_cache_plan(profile) if x.access == "stage" else None,
+                      local_paths=mapped, parallel=x.parallel_copies)
+
+
+def local_path_of(url: str, mappings: Sequence[Tuple[str, str]]) -> Optional[str]:
+    """The local path a mapping gives a URL (the longest prefix first), or None."""
+    for prefix, path in mappings:
+        if url.startswith(prefix):
+            return path + url[len(prefix):]
+    return None
+
+
+def _local_notes(profile: SiteProfile, urls: Sequence[str], local: Sequence[Tuple[str, str]],
+                 notes: List[str]) -> None:
+    """How many inputs a mapping covers; a mapped path this host cannot see is a note (nodes may mount
+    what a login node does not)."""
+    if profile.xrootd.local_paths and profile.xrootd.access != "stage":
+        notes.append(f"site profile '{profile.name}' maps URLs to local paths (xrootd.local_paths), used by "
+                     "staged reads only; these inputs are streamed (xrootd.access: stream): read through the server.")
+        return
+    if not local:
+        return
+    covered = [u for u in urls if local_path_of(u, local) is not None]
+    notes.append(f"{len(covered)} of {len(urls)} input(s) are under a local path of the nodes "
+                 "(xrootd.local_paths): read in place when size and checksum match, else copied from the server.")
+    unseen = sorted({path for _prefix, path in local if not os.path.isdir(path)})
+    if unseen and covered:
+        notes.append(f"{', '.join(unseen)} (xrootd.local_paths) cannot be seen from this host; the jobs look "
+                     "for the files on their nodes and copy them from the server where they are not there.")
 
 
 def client_env(profile: SiteProfile) -> Tuple[Tuple[str, str], ...]:

@@ -157,6 +157,8 @@ class RemotePlan:
     client_env: Tuple[Tuple[str, str], ...]  # XRD_* variables bounding the client's waits
     private_stage: bool = False    # staged into the site's node-local stage_dir: 0700, held, reclaimed
     node_cache: Optional[NodeCachePlan] = None
+    local_paths: Tuple[Tuple[str, str], ...] = ()   # (URL prefix, local path): read in place when it matches
+    parallel: int = 1              # inputs of one job copied in at once
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,8 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
         return None
     return {"access": r.access, "cache": quote(r.cache) if r.cache else None, "xrdcp": Shell(r.xrdcp),
             "retries": r.retries, "client_env": [(name, quote(value)) for name, value in r.client_env],
-            "private_stage": r.private_stage,
+            "private_stage": r.private_stage, "parallel": r.parallel,
+            "local_paths": [(quote(prefix), quote(path)) for prefix, path in r.local_paths],
             "node_cache": None if r.node_cache is None else {
                 "dir": Shell(r.node_cache.dir_expr), "max_bytes": r.node_cache.max_bytes,
                 "index": quote(r.node_cache.index)}}
@@ -181,7 +182,9 @@ def _checksum_context(plan: Plan) -> Optional[Dict[str, Any]]:
     if cs is None or not has_checksums(plan.jobs) or (
             plan.remote is not None and plan.remote.access == "stream"):
         return None  # nothing to verify: the job has no checksum step
-    return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint}
+    # bulk: sums several files in one call (the plan's helper, md5sum); xrdadler32 takes one file
+    return {"algo": cs.algo, "tool": cs.tool, "command": Shell(cs.command), "hint": cs.hint,
+            "bulk": cs.helper or cs.algo == "md5"}
 
 
 BODY_PATH = "bin/hpcrun-job.sh"
@@ -275,18 +278,19 @@ def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
 
 
 def task_rows(jobs: Iterable[Job]) -> str:
-    """The rows of tasks.tsv of these jobs: one per input."""
+    """The rows of tasks.tsv of these jobs: one per input (job index, job name, chains, path, events, stem,
+    output, checksum, size in bytes)."""
     rows: List[str] = []
     for job in jobs:
         if len(job.inputs) == 1 and len(job.outputs) == 1:   # the usual: one input, one row, one format
             i = job.inputs[0]
             rows.append(f"{job.index}\t{job.name}\t{job.chains_per_node}\t{i.path}\t"
                         f"{'-' if i.events is None else i.events}\t{i.stem}\t{job.outputs[0]}\t"
-                        f"{(job.checksums[0] if job.checksums else None) or '-'}\n")
+                        f"{(job.checksums[0] if job.checksums else None) or '-'}\t{i.size}\n")
             continue
         sums = job.checksums or (None,) * len(job.inputs)
         head = f"{job.index}\t{job.name}\t{job.chains_per_node}\t"
         for item, output, checksum in zip(job.inputs, job.outputs, sums):
             events = "-" if item.events is None else str(item.events)
-            rows.append(f"{head}{item.path}\t{events}\t{item.stem}\t{output}\t{checksum or '-'}\n")
+            rows.append(f"{head}{item.path}\t{events}\t{item.stem}\t{output}\t{checksum or '-'}\t{item.size}\n")
     return "".join(rows)

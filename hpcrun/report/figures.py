@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import TERMINAL, task_id
 from hpcrun.store.records import ReportData, RunRow
@@ -57,6 +57,11 @@ class Transfers:
     mb_per_s: Optional[float]                   # bytes / seconds: one copy's mean rate
     failed_attempts: int
     slowest_mb_per_s: Optional[float]
+    # how each input came (local: read in place; server; cache: through XCache): inputs, bytes, seconds,
+    # seconds per input, MB/s
+    by_path: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # each job's staged MB / its stage-in wall time / its CPUs, the mean over jobs (copies overlap)
+    mb_per_s_per_core: Optional[float] = None
 
 
 @dataclass
@@ -263,15 +268,29 @@ def _add_history(report: CampaignReport, data: ReportData, ended: List[RunRow], 
                              task_id(r.job_id, r.array_index), r.changes) for r in data.runs if r.changes]
 
 
-def transfers_of(rows: List[Tuple[int, float, int]]) -> Optional[Transfers]:
-    """(bytes, seconds, xrdcp exit code) of every attempt -> the copies' figures."""
+def transfers_of(rows: List[Tuple[int, float, int, str]],
+                 jobs: Sequence[Tuple[int, float, int]] = ()) -> Optional[Transfers]:
+    """(bytes, seconds, exit code, how it came) of every attempt, and (bytes, stage-in seconds, CPUs) of every
+    job -> the copies' figures."""
     if not rows:
         return None
-    ok = [(b, s) for b, s, rc in rows if rc == 0]
-    nbytes, secs = sum(b for b, _ in ok), sum(s for _, s in ok)
-    rates = [b / 1e6 / s for b, s in ok if s > 0]
-    return Transfers(files=len(ok), bytes=nbytes, seconds=secs, mb_per_s=_ratio(nbytes / 1e6, secs),
-                     failed_attempts=len(rows) - len(ok), slowest_mb_per_s=min(rates) if rates else None)
+    ok = [(b, s, via) for b, s, rc, via in rows if rc == 0]
+    copied = [(b, s) for b, s, via in ok if via != "local"]
+    nbytes, secs = sum(b for b, _ in copied), sum(s for _, s in copied)
+    rates = [b / 1e6 / s for b, s in copied if s > 0]
+    paths: Dict[str, Dict[str, Any]] = {}
+    for b, s, via in ok:
+        p = paths.setdefault(via, {"inputs": 0, "bytes": 0, "seconds": 0.0})
+        p["inputs"] += 1
+        p["bytes"] += b
+        p["seconds"] += s
+    for p in paths.values():
+        p["seconds_per_input"] = p["seconds"] / p["inputs"]
+        p["mb_per_s"] = _ratio(p["bytes"] / 1e6, p["seconds"])
+    per_core = [b / 1e6 / s / cpus for b, s, cpus in jobs if s > 0 and cpus > 0]
+    return Transfers(files=len(copied), bytes=nbytes, seconds=secs, mb_per_s=_ratio(nbytes / 1e6, secs),
+                     failed_attempts=len(rows) - len(ok), slowest_mb_per_s=min(rates) if rates else None,
+                     by_path=paths, mb_per_s_per_core=_mean(per_core))
 
 
 def against(value: Optional[float], target: Optional[float]) -> str:

@@ -51,7 +51,7 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
         if exports.failed_attempts:   # the class of failed copies to outputs.export (the job was not rerun)
             report.attempts_by_class["export"] = exports.failed_attempts
     if plan_dir is not None and manifest.get("inputs_remote"):
-        report.transfers = transfers_of(_transfer_rows(plan_dir))
+        report.transfers = transfers_of(_transfer_rows(plan_dir), _stage_jobs(plan_dir))
     if plan_dir is not None:
         report.chain_endings = _chain_endings(plan_dir)
         report.reclaimed = _reclaimed(plan_dir)
@@ -104,13 +104,30 @@ def _node_cache(plan_dir: Path) -> Dict[str, Any]:
 RECORD_READ_MAX = 4 * 1024 * 1024   # bytes read of one job record file (10^4 xrdcp attempts fit)
 
 
-def _transfer_rows(plan_dir: Path) -> List[Tuple[int, float, int]]:
-    """(bytes, seconds, exit code) of every copy attempt the plan's jobs logged."""
-    rows: List[Tuple[int, float, int]] = []
+def _transfer_rows(plan_dir: Path) -> List[Tuple[int, float, int, str]]:
+    """(bytes, seconds, exit code, how it came) of every copy attempt the plan's jobs logged (jobs of an
+    older hpcrun logged no way: the server, or the cache)."""
+    rows: List[Tuple[int, float, int, str]] = []
     for parts in _tsv_lines(plan_dir, "*/*/transfers.tsv"):
         if len(parts) >= 5 and parts[1].isdigit() and parts[2].isdigit() and parts[4].lstrip("-").isdigit():
-            rows.append((int(parts[1]), int(parts[2]) / 1000, int(parts[4])))
+            rows.append((int(parts[1]), int(parts[2]) / 1000, int(parts[4]), parts[6] if len(parts) >= 7 else "server"))
     return rows
+
+
+def _stage_jobs(plan_dir: Path) -> List[Tuple[int, float, int]]:
+    """(bytes staged, stage-in seconds, CPUs) of every job run that recorded its stage-in (stage.tsv)."""
+    out: List[Tuple[int, float, int]] = []
+    for stage in sorted((plan_dir / "run").glob("*/*/stage.tsv")):
+        try:
+            span, cpus = stage.read_text(encoding="utf-8")[:200].split("\t")[:2]
+            moved = [line.split("\t") for line in (stage.parent / "transfers.tsv").read_text(
+                encoding="utf-8", errors="replace")[:RECORD_READ_MAX].splitlines()]
+        except (OSError, ValueError):
+            continue
+        nbytes = sum(int(r[1]) for r in moved if len(r) >= 5 and r[1].isdigit() and r[4] == "0")
+        if span.strip().isdigit() and cpus.strip().isdigit():
+            out.append((nbytes, int(span) / 1000, int(cpus)))
+    return out
 
 
 def campaign_report(plan_dir: Union[str, Path], *, db: Optional[str] = None,

@@ -77,7 +77,13 @@ def _transfer_rows(r: CampaignReport) -> List[Tuple[str, str]]:
     assert t is not None
     return [("inputs copied in (xrdcp): files, GB, failed attempts",
              f"{t.files}, {t.bytes / 1e9:.3g}, {t.failed_attempts}"),
-            ("copy rate, mean / slowest file (MB/s)", f"{_num(t.mb_per_s)} / {_num(t.slowest_mb_per_s)}")]
+            ("copy rate, mean / slowest file (MB/s)", f"{_num(t.mb_per_s)} / {_num(t.slowest_mb_per_s)}")] + [
+        (f"inputs {'read in place' if via == 'local' else 'through the cache' if via == 'cache' else 'from the server'}"
+         f" ({via}): inputs, GB, seconds per input, MB/s",
+         f"{p['inputs']}, {p['bytes'] / 1e9:.3g}, {_num(p['seconds_per_input'])}, {_num(p['mb_per_s'])}")
+        for via, p in sorted(t.by_path.items())] + [
+        ("stage-in MB/s per core (a job's MB / its stage-in time / its CPUs)",
+         against(t.mb_per_s_per_core, r.targets.get("mb_per_s_per_core")))]
 
 
 def _cache_rows(c: Dict[str, Any]) -> List[Tuple[str, str]]:

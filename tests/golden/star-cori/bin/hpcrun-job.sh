@@ -41,7 +41,8 @@ HPCRUN_EVENTS=()
 HPCRUN_STEMS=()
 HPCRUN_OUTPUT_NAMES=()
 HPCRUN_CHECKSUMS=()
-while IFS=$'\t' read -r _index name chains path events stem output checksum; do
+HPCRUN_SIZES=()
+while IFS=$'\t' read -r _index name chains path events stem output checksum size; do
   HPCRUN_JOB=$name
   HPCRUN_CHAINS_PER_NODE=$chains
   HPCRUN_INPUTS+=("$path")
@@ -49,6 +50,7 @@ while IFS=$'\t' read -r _index name chains path events stem output checksum; do
   HPCRUN_STEMS+=("$stem")
   HPCRUN_OUTPUT_NAMES+=("$output")
   HPCRUN_CHECKSUMS+=("$checksum")
+  HPCRUN_SIZES+=("$size")
 done < <(awk -F '\t' -v i="$HPCRUN_JOB_INDEX" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv")
 [ -n "$HPCRUN_JOB" ] || { log "no task $HPCRUN_JOB_INDEX in $HPCRUN_PLAN_DIR/tasks.tsv"; exit "$EXIT_SETUP"; }
 export HPCRUN_JOB HPCRUN_CHAINS_PER_NODE
