@@ -359,3 +359,21 @@ def test_a_job_copies_its_inputs_several_at_a_time(servers, case):
     done = run_job(plan, "213")
     assert done.returncode == 11, done.stdout + done.stderr
     assert "checksum mismatch" in (rundir(plan, "213") / "reason").read_text()
+
+
+def test_a_mapping_this_host_cannot_see_is_a_note(servers, case):
+    """Login and compute nodes may mount different things: a mapped path missing here is a note, and a
+    mapping that is no URL prefix, or whose ends differ, is refused at its key."""
+    url = servers.put("store/n/a.raw", b"a" * 1000)
+    spec = write_case(case, {"files": [url]},
+                      xrootd={"local_paths": {f"{servers.origin.url}//store/": "/nonexistent/mount/"}})
+    done = plan_cli(spec, case)
+    assert done.returncode == 0, done.stderr
+    notes = " ".join(json.loads((case / "plan" / "manifest.json").read_text())["notes"])
+    assert "1 of 1 input(s) are under a local path" in notes and "cannot be seen from this host" in notes, notes
+    for bad, words in (({"se.example.org/alice/": "/lustre/"}, "not the prefix of a root:// URL"),
+                       ({f"{servers.origin.url}//store/": "/lustre"}, "end both with '/'")):
+        spec = write_case(case, {"files": [url]}, xrootd={"local_paths": bad})
+        refused = plan_cli(spec, case)
+        assert refused.returncode == 2 and words in refused.stderr and "xrootd.local_paths" in refused.stderr, \
+            refused.stderr
