@@ -309,7 +309,8 @@ def test_inputs_the_nodes_mount_are_read_in_place(servers, case):
     (mount / "local" / "f2.raw").write_bytes(bytes(len(data["f2"])))          # same size, other bytes
     (mount / "local" / "f3.raw").write_bytes(data["f3"][:-1])                 # one byte short
     spec = write_case(case, {"files": list(urls.values())},
-                      xrootd={"local_paths": {f"{servers.origin.url}//store/local/": f"{mount}/local/"},
+                      xrootd={"local_paths": {f"{servers.origin.url}//store/local/": f"{mount}/local/",
+                                              f"{servers.origin.url}//store/elsewhere/": "/nonexistent/ disk/"},
                               "parallel_copies": 3})
     plan = plan_job(case, spec)
     manifest = json.loads((plan / "manifest.json").read_text())

@@ -162,7 +162,7 @@ def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
     return {"access": r.access, "cache": quote(r.cache) if r.cache else None, "xrdcp": Shell(r.xrdcp),
             "retries": r.retries, "client_env": [(name, quote(value)) for name, value in r.client_env],
             "private_stage": r.private_stage, "parallel": r.parallel,
-            "local_paths": [(quote(prefix), quote(path)) for prefix, path in r.local_paths],
+            "local_paths": list(r.local_paths),   # quoted by the template's finalize
             "node_cache": None if r.node_cache is None else {
                 "dir": Shell(r.node_cache.dir_expr), "max_bytes": r.node_cache.max_bytes,
                 "index": quote(r.node_cache.index)}}
