@@ -149,10 +149,23 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
 
 
 def _staged_names(plan: Plan) -> Dict[str, bool]:
-    """Where a staged input lands under the input directory: the job copies URL inputs to
-    ``<stem>/<file name>`` (inputs of one job may share a file name, as ALICE's AliAOD.root do);
-    a burst buffer's stage-in lands them by file name (refused at plan time when two would clash)."""
-    return {"staged_by_stem": plan.remote is not None and plan.remote.access == "stage"}
+    """Where a staged input lands under the input directory: by file name, or ``<stem>/<file name>``
+    where inputs of one job share a file name (as ALICE's AliAOD.root do; the job then renames each
+    copy on its own, not all in one call); a burst buffer's stage-in lands them by file name (refused
+    at plan time when two would clash)."""
+    by_stem = plan.remote is not None and plan.remote.access == "stage" and _names_repeat(plan)
+    return {"staged_by_stem": by_stem}
+
+
+def _names_repeat(plan: Plan) -> bool:
+    """Some job holds two inputs of one file name (jobs of one input never do: not looked at)."""
+    if plan.campaign.jobs.files_per_job == 1:
+        return False
+    for job in plan.jobs:
+        names = [i.path.rsplit("/", 1)[-1] for i in job.inputs]
+        if len(set(names)) < len(names):
+            return True
+    return False
 
 
 def _remote_context(plan: Plan) -> Optional[Dict[str, Any]]:
