@@ -28,13 +28,13 @@ from hpcrun.render.manifest import manifest_json
 from hpcrun.render.plandir import MANIFEST, write_plan
 from hpcrun.render.treediff import diff_trees, tree_files
 from hpcrun.store.base import StateStoreError, _whoami
+from hpcrun.store.generations import IN_FLIGHT
 from hpcrun.store.records import Campaign, GenerationRecord
 from hpcrun.store.store import StateStore
 
 GEN_DIR = "generations"
 REPROCESS = ("none", "failed", "all")
 KEPT = {"none": ("done", "parked"), "failed": ("done",), "all": ()}   # states a generation leaves alone
-IN_FLIGHT = ("submitted", "running")
 SHARED = ("logs", "run")   # one for the whole plan directory: a generation's are links to them
 
 
