@@ -30,7 +30,7 @@ NAV = [
     {"Guides": [{"Campaign spec": "campaign-spec.md"}, {"Site profiles": "site-profiles.md"},
                 {"The generated job": "generated-job.md"}, {"Inputs on XRootD": "xrootd.md"},
                 {"I/O tuning": "iotune.md"}, {"Operations": "operations.md"},
-                {"Campaigns over time": "campaigns-over-time.md"},
+                {"Campaigns over time": "campaigns-over-time.md"}, {"Budgets and forecasts": "forecast.md"},
                 {"Several clusters": "clusters.md"}, {"Security": "security.md"}]},
     {"Reference": [{"Campaign spec keys": "reference/campaign-keys.md"},
                    {"Site profile keys": "reference/profile-keys.md"},

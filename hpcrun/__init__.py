@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # start stay light: `hpcrun.make_plan(...)`, `hpcrun.status(...)` ... (PEP 562).
 _API = ("Error", "Validation", "PlanResult", "SubmitResult", "Status", "RetryResult", "Report", "IotuneResults",
         "validate", "make_plan", "open_plan", "submit", "status", "retry", "campaign_report", "outputs",
-        "iotune_results")
+        "forecast", "iotune_results")
 
 
 def __getattr__(name: str) -> object:

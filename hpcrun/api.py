@@ -127,6 +127,7 @@ class PlanResult(_Result):
     previous: bool = False
     value: Any = None   # the frozen hpcrun.plan.values.Plan it was written from
     change: Any = None  # a submitted plan directory's next generation: hpcrun.operate.generations.Change
+    budgets: List[Any] = field(default_factory=list)   # each cluster's hpcrun.plan.budget.Budget (asked now)
     title = "hpcrun plan"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -142,6 +143,8 @@ class PlanResult(_Result):
             out["diff"] = self.diff
         if self.change is not None:
             out["generation"] = self.change.to_dict()
+        if self.budgets:
+            out["budget"] = [b.as_dict() for b in self.budgets]
         return out
 
     def summary(self) -> Dict[str, Any]:
@@ -210,7 +213,14 @@ class Status(_Result):
     def summary(self) -> Dict[str, Any]:
         r = self.raw
         return {"campaign": r.campaign, "in_flight": r.in_flight, "finished": r.finished,
-                **{f"jobs {k}": v for k, v in r.counts.items()}}
+                **{f"jobs {k}": v for k, v in r.counts.items()},
+                "forecast end": (r.forecast or {}).get("end"), "held by the allocation": sum(
+                    n for held in r.budget_held.values() for n in held.values())}
+
+    @property
+    def forecast(self) -> Optional[Dict[str, Any]]:
+        """The campaign's forecast made with this poll (hpcrun.operate.forecast)."""
+        return self.raw.forecast
 
 
 @dataclass(repr=False)
@@ -309,24 +319,32 @@ def make_plan(spec: PathLike, out: Optional[PathLike] = None, *, force: bool = F
     would change is returned (``change``, with the scripts' diff) and nothing is written unless ``apply``
     (or ``force``)."""
     from hpcrun.operate.generations import plan_generation, submitted_store
+    from hpcrun.plan import budget
     from hpcrun.plan.load import load_plan
     from hpcrun.render.plandir import write_plan
+    budgets: List[Any] = []
+
+    def checked(path: Path, *succession: Any) -> Any:   # the account's budget asked before anything is written
+        p = load_plan(path, *succession)
+        budgets[:] = budget.check(p)
+        return p
+
     target = Path(out) if out is not None else None
     if target is not None and submitted_store(Path(os.path.abspath(target)), db):
         where = Path(os.path.abspath(target))
         applying = apply or force
-        p, change = plan_generation(Path(spec), where, load_plan, db=db, apply=applying,
+        p, change = plan_generation(Path(spec), where, checked, db=db, apply=applying,
                                     reprocess=reprocess, want_diff=diff or not applying)
         from hpcrun.operate.plandir import read_manifest
         manifest = read_manifest(where, jobs=False) if change.applied else _head_of(p, where)
-        return PlanResult(str(where), manifest, change.diff, True, p, change)
-    p = load_plan(Path(spec))
+        return PlanResult(str(where), manifest, change.diff, True, p, change, budgets)
+    p = checked(Path(spec))
     if target is None:
         target = Path(f"{p.campaign.name}.plan")
         if submitted_store(Path(os.path.abspath(target)), db):
             return make_plan(spec, target, force=force, diff=diff, apply=apply, reprocess=reprocess, db=db)
     written = write_plan(p, target, want_diff=diff, force=force)
-    return PlanResult(str(written.out_dir), written.manifest, written.diff, written.previous, p)
+    return PlanResult(str(written.out_dir), written.manifest, written.diff, written.previous, p, budgets=budgets)
 
 
 def _head_of(p: Any, where: Path) -> Dict[str, Any]:
@@ -407,6 +425,16 @@ def outputs(plan_dir: PathLike, *, db: Optional[str] = None, generation: Optiona
     it (inputs and their checksums, release, container, payload identity, job, node, times, digests)."""
     from hpcrun.operate.provenance import outputs_of
     return outputs_of(Path(plan_dir), db=db, generation=generation)
+
+
+def forecast(plan_dir: PathLike, *, db: Optional[str] = None) -> Dict[str, Any]:
+    """The campaign's forecast from its store now (no scheduler call): end with its 95% interval,
+    core-hours and cost left, cost per event and per GB (docs/forecast.md); ``ready`` False before any
+    run has ended, with ``why``."""
+    from hpcrun.operate.forecast import of_store
+    from hpcrun.report.gather import open_campaign
+    with open_campaign(Path(os.path.abspath(plan_dir)), db) as (manifest, store, campaign):
+        return of_store(store, campaign.id, manifest).as_dict()
 
 
 def iotune_results(sweep_dir: PathLike) -> IotuneResults:

@@ -27,6 +27,8 @@
     text("top", s.chart.top); text("span", `${s.chart.start || "-"} to ${s.chart.end || "-"}`);
     document.getElementById("line-completed").setAttribute("points", s.chart.completed);
     document.getElementById("line-qa").setAttribute("points", s.chart.qa);
+    document.getElementById("line-forecast").setAttribute("points", s.chart.forecast);
+    text("forecast", s.forecast);
     for (const td of document.querySelectorAll("#jobs td[data-state]")) td.textContent = String(s.jobs[td.dataset.state]);
     const merit = document.getElementById("merit");
     while (merit.rows.length) merit.deleteRow(0);

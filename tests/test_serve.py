@@ -99,6 +99,8 @@ def test_dashboard_in_headless_chromium(server):
         assert page.text_content("#jobs td[data-state='parked']") == "1"
         assert "chain" in page.text_content("#classes")
         assert page.evaluate("document.querySelectorAll('img').length") == 0   # the nasty reason stayed text
+        assert page.text_content("#forecast").startswith("forecast: ended")   # finished: its own end, no line
+        assert page.get_attribute("#line-forecast", "points") == ""
 
     shot = browser.open_page(base + "/", "dashboard-fake-slurm.png", check)
     assert shot.stat().st_size > 10_000

@@ -210,6 +210,8 @@ def _figures_of_one_campaign(root: Path, spec_factory, monkeypatch, db) -> dict:
         report.pop(volatile, None)
         status.pop(volatile, None)
         page.pop(volatile, None)
+    for made in (report, status):   # the forecast's moment
+        (made.get("forecast") or {}).pop("made_at", None)
     page.pop("heartbeat", None)
     page.pop("audit", None)
     status.pop("supervisor", None)

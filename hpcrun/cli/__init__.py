@@ -91,6 +91,8 @@ def plan_cmd(spec: Path, show_args: Tuple[str, ...], out_dir: Optional[Path], as
         click.echo(json.dumps(result.to_dict(), indent=1))
         return
     out.print(plan_table(result.value, result.plan_dir))
+    for b in result.budgets:
+        out.print(("note: " if b.short else "budget: ") + b.line(), highlight=False, markup=False)
     if result.change is not None:   # a new generation: the scripts' diff (before --apply, or asked), then counts
         if result.diff is not None:
             click.echo(result.diff or "no changes to the scripts against the previous generation\n", nl=False)
@@ -231,9 +233,10 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
         from hpcrun.operate.generations import figure_line
 
         out.print(figure_line(g), highlight=False, markup=False, emoji=False, soft_wrap=True)
-    for o in report.outages:   # a daemon of the scheduler not answering (or lately back): waited out
-        out.print(o["text"] + (f": {o['detail']}" if o["ended_at"] is None and o["detail"] else ""),
-                  highlight=False, markup=False, emoji=False, soft_wrap=True)
+    from hpcrun.cli.summary import status_extra_lines
+
+    for line in status_extra_lines(report):   # outages, a spent allocation, the forecast
+        out.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)
     sup = report.supervisor
     if sup is not None:
         out.print(f"supervisor {sup['holder']}: {sup['phase']}, round {sup['rounds']}, last heartbeat "

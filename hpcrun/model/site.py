@@ -6,7 +6,7 @@ only describes the merged result.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -36,6 +36,10 @@ class Partition(Strict):
     default_qos: Optional[Name] = None
     constraint: Optional[Line] = Field(None, description="node feature constraint (e.g. haswell)")
     exclusive: bool = Field(True, description="request whole nodes")
+    charge_per: Literal["core-hour", "node-hour"] = Field("core-hour", description=(
+        "what the site charges for: allocated core-hours, or node-hours (NERSC)"))
+    charge_factor: float = Field(1.0, gt=0, description=(
+        "the site's units per core-hour or node-hour (a machine charge factor)"))
 
     @property
     def cpus(self) -> int:
@@ -297,6 +301,16 @@ class XrootdSettings(Strict):
         return value.rstrip("/") if value else value
 
 
+class AccountingSettings(Strict):
+    records: bool = Field(True, description=(
+        "the scheduler keeps accounting records of finished jobs; false: status follows the queue only"))
+    check_budget: bool = Field(True, description=(
+        "plan asks the scheduler for the account's limits and usage (sshare, sacctmgr)"))
+    enforce_budget: bool = Field(False, description=(
+        "a plan that needs more than the account has left is refused (default: a note)"))
+    charge_unit: Name = Field("core-hours", description="the name of the site's charging unit")
+
+
 class SiteProfile(Strict):
     """A site profile after ``extends`` layering has been applied."""
 
@@ -324,13 +338,24 @@ class SiteProfile(Strict):
     max_queued_jobs: Optional[int] = Field(None, ge=1, description=(
         "per-user limit on queued jobs (MaxSubmitJobs; array tasks count one each): "
         "hpcrun submit leaves the rest pending for a later submit"))
-    accounting: bool = Field(True, description=(
-        "the scheduler keeps accounting records of finished jobs; false: status follows the queue only"))
+    accounting: Union[bool, AccountingSettings] = Field(True, description=(
+        "the scheduler keeps accounting records of finished jobs; false: status follows the queue only; "
+        "or a table (records, check_budget, enforce_budget, charge_unit)"))
     signal_before_timeout: Duration = Field(120, description="--signal=B:USR1@<this>")
     template: Optional[Name] = Field(None, description="site job template (templates/<name>.sh.j2)",
                                      json_schema_extra=TRUSTED)
     db_port_base: int = Field(20000, ge=1024, le=55535, description=(
         "TCP database servers listen on db_port_base + (job id mod 10000)"))
+
+    @property
+    def keeps_records(self) -> bool:
+        return self.accounting if isinstance(self.accounting, bool) else self.accounting.records
+
+    @property
+    def budget(self) -> AccountingSettings:
+        """The accounting table (``accounting: true|false`` gives its defaults)."""
+        a = self.accounting
+        return a if isinstance(a, AccountingSettings) else AccountingSettings(records=a)
 
     @field_validator("default_partition")
     @classmethod

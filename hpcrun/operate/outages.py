@@ -19,6 +19,9 @@ from hpcrun.store.store import StateStore
 RECENT_OUTAGE_S = 3600.0   # status shows an outage that ended within the last hour too
 
 
+ALLOCATION = "allocation"   # the outage table also records a spent allocation (hpcrun/operate/budget.py)
+
+
 def _where(cluster: Optional[str]) -> str:
     return f"cluster {cluster}" if cluster else "the cluster"
 
@@ -55,7 +58,7 @@ def probe(store: StateStore, campaign_id: int, scheds: Dict[Optional[str], Sched
           default: Scheduler) -> List[Outage]:
     """Ask each daemon still recorded as not answering whether it answers now; the outages after that."""
     found = store.outages(campaign_id)
-    still = [o for o in found if o.open]
+    still = [o for o in found if o.open and o.daemon != ALLOCATION]   # a spent allocation: ended by a poll
     for o in still:
         sched = scheds.get(o.cluster, default)
         words = sched.unanswered(o.daemon)

@@ -16,12 +16,14 @@ import datetime as dt
 import getpass
 import json
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from hpcrun.backends.scheduler.base import SchedulerError, Unreachable
 from hpcrun.operate.plandir import ClusterInfo
+from hpcrun.store.records import ActiveSubmission
+from hpcrun.store.store import StateStore
 
-DOWN, MAINTENANCE, UP = "down", "maintenance", "up"
+DOWN, MAINTENANCE, UP, SPENT = "down", "maintenance", "up", "budget"
 BACKLOG_WAVES = 2   # jobs waiting in a cluster's queue: at most this many times what it runs at once
 
 
@@ -30,7 +32,7 @@ class Seat:
     """One cluster's standing this round."""
 
     cluster: ClusterInfo
-    state: str = UP                 # up | down | maintenance
+    state: str = UP                 # up | down | maintenance | budget (its allocation is spent)
     detail: str = ""
     room: Optional[int] = None      # jobs it may still take (None: no limit)
     pending: int = 0                # the campaign's jobs waiting in its queue
@@ -49,10 +51,20 @@ def _smaller(a: Optional[int], b: Optional[int]) -> Optional[int]:
     return b if a is None else a if b is None else min(a, b)
 
 
+def spent_words(held: Dict[str, int]) -> str:
+    """Jobs the account's limit holds, in words (held: reason -> jobs)."""
+    return (", ".join(f"{n} job(s) pend with {r}" for r, n in sorted(held.items()))
+            + "; nothing new is submitted there until the limit is raised")
+
+
 def survey(cluster: ClusterInfo, in_flight: int, pending: int, walltime_s: int,
-           now: Optional[dt.datetime] = None) -> Seat:
-    """Ask one cluster whether it answers, is in maintenance, and how much room it has."""
+           now: Optional[dt.datetime] = None, spent: Optional[Dict[str, int]] = None) -> Seat:
+    """Ask one cluster whether it answers, is in maintenance, and how much room it has; one whose
+    jobs pend on a spent allocation (``spent``: reason -> jobs) gets nothing new."""
     seat = Seat(cluster, pending=pending)
+    if spent:
+        seat.state, seat.detail = SPENT, "the allocation is spent: " + spent_words(spent)
+        return seat
     now = now or dt.datetime.now(dt.timezone.utc)
     try:
         windows = cluster.sched.maintenance()
@@ -101,3 +113,17 @@ def on_cluster(adjust: str, last: Optional[str], target: Optional[str]) -> str:
     data = json.loads(adjust)
     data.pop("exclude", None)
     return json.dumps(data)
+
+
+def mark_slow(seats: Sequence[Seat], store: StateStore, campaign_id: int, active: Sequence[ActiveSubmission],
+              after: Optional[float]) -> None:
+    """With moves on: a cluster where the campaign's work waits longer than the limit, or that work was
+    moved off lately, gets new work only when no other cluster has room (no back and forth)."""
+    if not after:
+        return
+    now = dt.datetime.now(dt.timezone.utc)
+    moved = store.recent_moves(campaign_id, now - dt.timedelta(seconds=3 * after))
+    for seat in seats:
+        waits = [(now - a.submitted_at).total_seconds() for a in active
+                 if a.cluster == seat.cluster.name and a.last_state in (None, "PENDING")]
+        seat.slow = bool(moved.get(seat.cluster.name)) or any(w > after for w in waits)

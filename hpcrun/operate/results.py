@@ -65,6 +65,7 @@ class SubmitReport:
     finalize: Optional[FinalizeAction] = None                        # None: the spec has no finalize
     paused: Optional[str] = None                                     # "paused by ... at ...": nothing new went out
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's standing
+    spent: Optional[str] = None                                      # the allocation is spent: nothing new went out
 
     @property
     def submitted_jobs(self) -> int:
@@ -119,6 +120,9 @@ class StatusReport:
     outages: List[Dict[str, Any]] = field(default_factory=list)  # daemons not answering (and lately back)
     outcome: Dict[str, int] = field(default_factory=dict)       # inputs done, parked, cancelled, not ended
     generations: List[Dict[str, Any]] = field(default_factory=list)  # a campaign planned more than once: each one's
+    # jobs pending because the account's allocation is spent: cluster label ("" on one) -> reason -> jobs
+    budget_held: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    forecast: Optional[Dict[str, Any]] = None                   # hpcrun.operate.forecast.Forecast.as_dict
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -139,5 +143,5 @@ class StatusReport:
                 "in_flight": self.in_flight, "held": self.held, "finalize": self.finalize,
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
                 "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
-                "generations": self.generations,
+                "generations": self.generations, "budget_held": self.budget_held, "forecast": self.forecast,
                 "jobs": [j.as_dict() for j in self.jobs]}

@@ -15,7 +15,6 @@ array script, so a retry resubmits exactly the failed tasks of the same script.
 from __future__ import annotations
 
 import collections
-import datetime as dt
 import getpass
 import os
 import time
@@ -38,7 +37,7 @@ from hpcrun.operate.generations import generation_record
 from hpcrun.operate.headers import HeaderBook
 from hpcrun.operate.headers import digest as text_digest
 from hpcrun.operate.locality import prefer_nodes
-from hpcrun.operate.placement import DOWN, Seat, on_cluster, place, survey
+from hpcrun.operate.placement import DOWN, mark_slow, on_cluster, place, spent_words, survey
 from hpcrun.operate.plandir import (
     ClusterInfo,
     clusters_of,
@@ -50,7 +49,7 @@ from hpcrun.operate.plandir import (
 )
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.store.lock import submit_lock
-from hpcrun.store.records import ActiveSubmission, Campaign, Claim, NewInput, NewSubmission
+from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
 from hpcrun.store.store import StateStore
 
 DEFAULT_LOCK_TIMEOUT = 600.0
@@ -365,10 +364,12 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
                  limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
                  on_batch: Optional[Callable[[Batch], None]] = None,
                  on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False,
-                 with_finalize: bool = True) -> SubmitReport:
+                 with_finalize: bool = True, spent: Optional[Dict[Optional[str], Dict[str, int]]] = None
+                 ) -> SubmitReport:
     """``submit`` on a plan directory already open (retry and run reuse its manifest and store);
     ``with_finalize`` False leaves the finalize job for a later call (the supervisor sends it once
-    every plan job has settled, retries included)."""
+    every plan job has settled, retries included); ``spent``: clusters whose jobs the last poll saw
+    held by a spent allocation (reason -> jobs), which get nothing new."""
     throttle = manifest["submit"].get("throttle")
     campaign = register(store, manifest)
     report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
@@ -388,13 +389,15 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
             if len(submitter.clusters) < 2:
                 raise
             # a claim's job may sit on the cluster that does not answer: settled once it does, never guessed
-        held = store.paused(campaign.id)
-        if held is not None:   # an operator's pause: settle what was half done, submit nothing new
-            report.paused = held.text()
+        held, spent = store.paused(campaign.id), spent or {}
+        report.paused = held.text() if held else None
+        report.spent = spent_words(spent[submitter.cluster.name]) if (
+            len(submitter.clusters) < 2 and spent.get(submitter.cluster.name)) else None
+        if report.paused or report.spent:   # an operator's pause, a spent allocation: settle, submit nothing new
             report.left_pending = len(store.pending_jobs(campaign.id))
             return report
         if len(submitter.clusters) > 1:
-            _spread(submitter, limit, report, on_batch)
+            _spread(submitter, limit, report, on_batch, spent)
         else:
             budget, report.queue = _queue_budget(manifest, limit)
             pending = store.pending_jobs(campaign.id)
@@ -416,7 +419,7 @@ def submit_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, *,
 
 
 def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
-            on_batch: Optional[Callable[[Batch], None]]) -> None:
+            on_batch: Optional[Callable[[Batch], None]], spent: Dict[Optional[str], Dict[str, int]]) -> None:
     """A campaign on several clusters: ask each one, place the pending jobs, submit each cluster's share."""
     store, campaign = submitter.store, submitter.campaign
     pending = sorted(store.pending_jobs(campaign.id))
@@ -424,8 +427,9 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
     in_flight = collections.Counter(a.cluster for a in active)
     waiting = collections.Counter(a.cluster for a in active if a.last_state in (None, "PENDING"))
     walltime = int(submitter.manifest.get("walltime_seconds") or 0)
-    seats = [survey(cl, in_flight[cl.name], waiting[cl.name], walltime) for cl in submitter.clusters]
-    _mark_slow(seats, store, campaign.id, active, submitter.manifest.get("move_pending_after_s"))
+    seats = [survey(cl, in_flight[cl.name], waiting[cl.name], walltime, spent=spent.get(cl.name))
+             for cl in submitter.clusters]
+    mark_slow(seats, store, campaign.id, active, submitter.manifest.get("move_pending_after_s"))
     todo = pending if limit is None else pending[:limit]
     left = place(todo, seats)
     report.left_pending = len(pending) - len(todo) + len(left)
@@ -452,20 +456,6 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
         store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
         report.clusters[seat.cluster.label] = {"state": seat.state, "detail": seat.detail, "room": seat.room,
                                                "pending_there": seat.pending, "placed": len(seat.given)}
-
-
-def _mark_slow(seats: Sequence[Seat], store: StateStore, campaign_id: int, active: Sequence[ActiveSubmission],
-               after: Optional[float]) -> None:
-    """With moves on: a cluster where the campaign's work waits longer than the limit, or that work was
-    moved off lately, gets new work only when no other cluster has room (no back and forth)."""
-    if not after:
-        return
-    now = dt.datetime.now(dt.timezone.utc)
-    moved = store.recent_moves(campaign_id, now - dt.timedelta(seconds=3 * after))
-    for seat in seats:
-        waits = [(now - a.submitted_at).total_seconds() for a in active
-                 if a.cluster == seat.cluster.name and a.last_state in (None, "PENDING")]
-        seat.slow = bool(moved.get(seat.cluster.name)) or any(w > after for w in waits)
 
 
 @contextmanager

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,8 +31,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from hpcrun.backends.scheduler.base import SubmitUncertain, Unreachable
 from hpcrun.errors import HpcrunError, InputError
+from hpcrun.operate import budget, forecast, generations, outages
 from hpcrun.operate import events as campaign_events
-from hpcrun.operate import generations, outages
 from hpcrun.operate import plandir as plan_files
 from hpcrun.operate.exports import Exporter, export_families, exported_counts
 from hpcrun.operate.finalize import finalize_summary
@@ -44,6 +42,7 @@ from hpcrun.operate.moves import move_stuck
 from hpcrun.operate.plandir import clusters_of, has_store, next_interval, open_plan_store, poll_interval, read_manifest
 from hpcrun.operate.policy import RetryPolicy
 from hpcrun.operate.results import SubmitReport, outcome_of
+from hpcrun.operate.stopping import Stop
 from hpcrun.operate.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.track import IN_FLIGHT, poll_store
 from hpcrun.store.base import StateStoreError, _whoami
@@ -84,6 +83,7 @@ class Round:
     exports: Optional[Dict[str, Any]] = None  # outputs.export: this round's copies and the campaign's figures
     outages: List[str] = field(default_factory=list)   # daemons not answering: waited out, in words
     ended: Dict[str, int] = field(default_factory=dict)   # at the end: inputs by outcome (results.outcome_of)
+    spent: Dict[str, Dict[str, int]] = field(default_factory=dict)  # cluster label -> budget reason -> jobs held
     finished: bool = False
     pause: float = 0.0
 
@@ -114,6 +114,7 @@ class Round:
             parts.append(f"exports {e['files']['verified']} verified, {e['backlog']} waiting, "
                          f"{e['files']['failed']} given up")
         parts += [f"waiting out: {o}" for o in self.outages]
+        parts += budget.status_lines(self.spent)
         if self.finished:
             e = self.ended   # at the end, an input neither done, parked nor cancelled by an operator is lost
             parts.append(f"finished: {sum(e.values())} inputs, {e['done']} done, {e['parked']} parked, "
@@ -169,6 +170,7 @@ class Supervisor:
         self.sched = listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
         self.scheds = {c.name: c.sched for c in listed}
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
+        self.listed = listed
 
     def follow_plan(self) -> None:
         """A new generation planned into the directory since the last round: its manifest read and taken
@@ -201,7 +203,7 @@ class Supervisor:
         settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
         try:
             sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
-                               with_finalize=settled)
+                               with_finalize=settled, spent=budget.by_name(status, self.listed))
         except (Unreachable, SubmitUncertain) as exc:   # claims settle at a later round: nothing doubled
             sub, waited = SubmitReport(self.campaign.name, self.store.location), self._wait_out(exc)
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
@@ -209,7 +211,7 @@ class Supervisor:
                     submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
                     parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held,
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
-                    clusters={n: c["state"] for n, c in sub.clusters.items()})
+                    clusters={n: c["state"] for n, c in sub.clusters.items()}, spent=status.budget_held)
         self.outages = outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
         rnd.outages = [o["text"] for o in outages.rows(self.outages, self.sched) if o["ended_at"] is None]
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
@@ -280,7 +282,9 @@ class Supervisor:
                        "round (Unix time).").add(beat_at),
                 Family("hpcrun_supervisor_rounds_total", "Rounds of this supervisor.", "counter").add(rnd.number),
                 Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause),
-                *generations.metric_families(generations.figures(self.store, self.campaign.id))]
+                *generations.metric_families(generations.figures(self.store, self.campaign.id)),
+                *budget.families(rnd.spent),
+                *forecast.families(forecast.of_store(self.store, self.campaign.id, self.manifest))]
         if rnd.clusters:   # several clusters: each one's health and jobs
             up = Family("hpcrun_cluster_up", "1 while the cluster answers and is not in maintenance.")
             for name, state in rnd.clusters.items():
@@ -290,7 +294,7 @@ class Supervisor:
                 for state, n in counts.items():
                     per.add(n, cluster=cluster or "", state=state)
             fams += [up, per]
-        seen = self.outages   # this round's, after its probe
+        seen = [o for o in self.outages if o.daemon != outages.ALLOCATION]   # this round's, after its probe
         if seen:   # a daemon that did not answer once: 0 while it still does not
             daemon_up = Family("hpcrun_scheduler_daemon_up", "0 while a daemon of the scheduler (controller, "
                                "accounting) does not answer, 1 once it answers again.")
@@ -321,37 +325,6 @@ def _check_heartbeat(store: StateStore, campaign: Campaign, holder: str, take_ov
             f"{prev.age_s():.0f} s ago (it pauses {pause:.0f} s between rounds). Its lock is held on another "
             f"host, where this one cannot see it. If that supervisor is dead, run again once its heartbeat is "
             f"older than {stale:.0f} s, or now with --take-over.")
-
-
-class _Stop:
-    """SIGTERM/SIGINT end the supervisor between rounds (a batch system's or systemd's stop)."""
-
-    def __init__(self) -> None:
-        self.asked = False
-        self._old: Dict[int, Any] = {}
-
-    def __enter__(self) -> _Stop:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, _sig: int, _frame: Any) -> None:
-        self.asked = True
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-    def sleep(self, seconds: float, sleep: Callable[[float], None],
-              between: Optional[Callable[[], None]] = None) -> None:
-        left = seconds
-        while not self.asked and left > 0:   # in slices, so a stop is seen within a second
-            step = min(1.0, left)
-            sleep(step)
-            left -= step
-            if between is not None:
-                between()
 
 
 def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = False, follow: bool = False,
@@ -449,7 +422,7 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
     base = poll_interval(sup.manifest, interval)
     pause = base
     stall_after = sup.events.stall_after_s
-    with _Stop() as stop:
+    with Stop() as stop:
         while True:
             if not held.alive():
                 raise _LockLost()

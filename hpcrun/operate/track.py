@@ -31,7 +31,7 @@ from hpcrun.backends.scheduler.base import (
     parse_exit_code,
 )
 from hpcrun.bulk import bulk
-from hpcrun.operate import outages, provenance
+from hpcrun.operate import budget, forecast, outages, provenance
 from hpcrun.operate.clusterview import cluster_figures
 from hpcrun.operate.exports import exported_counts
 from hpcrun.operate.finalize import finalize_summary
@@ -82,6 +82,7 @@ class Poller:
         self.manifest = manifest
         self.run_dir = str(plan_dir / "run")
         self.waiting: Dict[int, str] = {}   # plan job -> why it is pending now (the queue's words, this poll)
+        self.spent: Dict[Optional[str], Dict[str, int]] = {}   # cluster -> budget reason -> jobs it holds now
         self.accounting = bool(manifest["submit"].get("accounting", True))
         self.records: Dict[str, Record] = {}  # this poll's accounting answer (the finalize job reads it)
         listed = clusters_of(manifest)
@@ -201,6 +202,10 @@ class Poller:
 
     _Seen = Optional[Tuple[NewStateChange, Optional[str]]]   # the change, and the raw id if the job ended
 
+    def label(self, cluster: Optional[str]) -> str:
+        """How status names a cluster ("" for a campaign on one)."""
+        return "" if len(self.clusters) <= 1 else self.clusters.get(cluster or "", self.first).label
+
     def _cluster_of(self, a: ActiveSubmission) -> Optional[str]:
         return a.cluster if a.cluster in self.clusters else self.first.name
 
@@ -226,7 +231,11 @@ class Poller:
         """The queue's word, where accounting has none yet (or only a pending one)."""
         state = normalize_state(q.state)
         if state == "PENDING" and a.job_index is not None:
-            self.waiting[a.job_index] = q.reason.strip("()")
+            why = self.waiting[a.job_index] = q.reason.strip("()")
+            cluster = self._cluster_of(a)
+            if self.clusters.get(cluster or "", self.first).sched.budget_reason(why):
+                held = self.spent.setdefault(cluster, {})
+                held[why] = held.get(why, 0) + 1
         if state == a.last_state:
             return None
         if state in TERMINAL and self.accounting and (
@@ -379,7 +388,13 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
     if not has_store(plan_dir, db):
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
-        return poll_store(plan_dir, manifest, store, all_jobs)
+        report = poll_store(plan_dir, manifest, store, all_jobs)
+        try:   # not in poll_store: a supervisor's round needs no forecast
+            campaign_id = store.get_campaign(manifest["campaign"]).id
+        except StateStoreError:
+            return report
+        report.forecast = forecast.of_store(store, campaign_id, manifest).as_dict()
+        return report
 
 
 def poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all_jobs: bool = False) -> StatusReport:
@@ -409,8 +424,13 @@ def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all
     report.observed = observed
     report.accounting_seconds = acct_s
     report.clusters = cluster_figures(manifest, store, campaign.id, poller.unreachable)
+    spent = {c: dict(r) for c, r in poller.spent.items()}
+    if budget.record(store, campaign.id, spent, set(poller.clusters) - set(poller.unreachable)
+                     - {c for c, _ in poller.down}, known_outages):
+        known_outages = store.outages(campaign.id)
     report.outages = outages.after_poll(store, campaign.id, poller.sched, known_outages, poller.down, poller.answered)
     report.generations = generation_figures(store, campaign.id)
+    report.budget_held = {poller.label(c): r for c, r in spent.items()}
     return report
 
 

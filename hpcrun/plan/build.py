@@ -98,7 +98,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 chain_overcommit=campaign.jobs.overcommit and max(chains_of(jobs), default=0) > site.partition.cpus,
                 cleanup_workdir=buffer.writer is None and "merge" in commands,
                 scheduler=profile.scheduler.kind, launcher=launcher(profile),
-                accounting=profile.accounting and scheduler_for(profile.scheduler.kind).accounting,
+                accounting=profile.keeps_records and scheduler_for(profile.scheduler.kind).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
                 remote=remote_reads, export=exports,
                 locality_wait=int(campaign.jobs.locality_wait) if campaign.jobs.locality == "prefer" else None,

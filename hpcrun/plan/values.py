@@ -257,13 +257,40 @@ class Plan:
             1, self.partition.cpus // max(1, max(chains_of(self.jobs), default=1)))
         return max(1, self.partition.nodes // max(1, self.campaign.jobs.nodes) * per_node)
 
-    @property
-    def cores_per_job(self) -> int:
-        return self.campaign.jobs.nodes * self.partition.cores_per_node
+    @cached_property
+    def cpus_allocated(self) -> int:
+        """CPUs the scheduler allocates to all the jobs together: whole nodes (every logical CPU) on an
+        exclusive partition, one per task (chain) on a shared one."""
+        nodes = self.campaign.jobs.nodes
+        if self.partition.exclusive:
+            return len(self.jobs) * nodes * self.partition.cpus
+        return sum(len(s.jobs) * nodes * ((s.request.tasks_per_node if s.request else None) or 1)
+                   for s in self.scripts)
+
+    @cached_property
+    def cores_allocated(self) -> int:
+        """Cores the jobs hold: physical cores of whole nodes, or one per task on a shared partition."""
+        if self.partition.exclusive:
+            return len(self.jobs) * self.campaign.jobs.nodes * self.partition.cores_per_node
+        return self.cpus_allocated
 
     @property
     def core_hours(self) -> float:
-        return len(self.jobs) * self.cores_per_job * self.campaign.walltime / 3600.0
+        """Every job at its whole walltime: an upper bound of what the campaign is charged."""
+        return self.cores_allocated * self.campaign.walltime / 3600.0
+
+    @property
+    def cpu_minutes(self) -> float:
+        """What an association's ``cpu`` TRES-minutes count for the campaign at its walltime."""
+        return self.cpus_allocated * self.campaign.walltime / 60.0
+
+    def charge(self, walltime_s: Optional[float] = None) -> float:
+        """The site's charge (profile partition's charge_per x charge_factor) at ``walltime_s``."""
+        hours = (walltime_s or self.campaign.walltime) / 3600.0
+        part = self.partition
+        units = (len(self.jobs) * self.campaign.jobs.nodes if part.charge_per == "node-hour"
+                 else self.cores_allocated)
+        return units * hours * part.charge_factor
 
     @property
     def node_hours(self) -> float:

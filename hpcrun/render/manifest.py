@@ -93,6 +93,13 @@ def job_line(j: Job) -> str:
             f'"outputs": {_json_list(j.outputs)}, "bb_capacity_bytes": {_json_value(j.bb_capacity)}}}')
 
 
+def charge_entry(plan: Plan) -> Dict[str, Any]:
+    """The site's units per CPU-hour the scheduler allocates (forecasts price what runs used)."""
+    part = plan.partition
+    per = part.charge_factor / (part.cpus if part.charge_per == "node-hour" else 1)
+    return {"unit": plan.profile.budget.charge_unit, "per_core_hour": per}
+
+
 def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
     """One cluster of the campaign as submit and track need it (the manifest's ``clusters``)."""
     return {
@@ -100,7 +107,7 @@ def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
         "max_queued_jobs": plan.seat.max_queued_jobs, "site_max_queued_jobs": plan.profile.max_queued_jobs,
         "scheduler": plan.scheduler, "accounting": plan.accounting, "partition": plan.partition_name,
         "min_poll_interval": plan.profile.scheduler.min_poll_interval, "run_prefix": run_prefix(plan.seat.name),
-        "capacity_jobs": plan.capacity_jobs,
+        "capacity_jobs": plan.capacity_jobs, "charge": charge_entry(plan),
         "scripts": [{k: v for k, v in s.items() if k != "name"} for s in script_entries(plan, digests)],
     }
 
@@ -124,6 +131,7 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
             "stage_out_bytes": plan.stage_out_bytes,
         },
         "notes": plan.notes,
+        "charge": charge_entry(plan),
         "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
         "submit": {
             "throttle": c.jobs.throttle or plan.profile.array_throttle,

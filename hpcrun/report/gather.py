@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
+from hpcrun.operate import forecast
 from hpcrun.operate.finalize import finalize_summary
 from hpcrun.operate.generations import figures as generation_figures
-from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
+from hpcrun.operate.outages import ALLOCATION
+from hpcrun.operate.outages import rows as outage_rows
+from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read_manifest
 from hpcrun.operate.results import outcome_of
 from hpcrun.operate.track import poll as status_poll
 from hpcrun.report.figures import CampaignReport, build, transfers_of
@@ -45,6 +48,9 @@ def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
     report.targets = dict(manifest.get("targets") or {})
     report.outcome = outcome_of(report.inputs, store.operator_cancelled(campaign.id))
     report.generations = generation_figures(store, campaign.id)
+    report.forecast = forecast.of_store(store, campaign.id, manifest).as_dict()
+    report.allocation = [o for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)
+                         if o["daemon"] == ALLOCATION]
     exports = store.export_summary(campaign.id) if manifest.get("export") else None
     if exports is not None:
         report.exports = exports.as_dict()

@@ -61,8 +61,31 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
          if r.chain_endings else []) \
       + ([("node-local leftovers reclaimed: directories, GB",
            f"{r.reclaimed['dirs']}, {r.reclaimed['bytes'] / 1e9:.3g}")] if r.reclaimed else []) \
-      + cluster_rows(r) \
+      + cluster_rows(r) + allocation_rows(r) + forecast_rows(r.forecast) \
       + [(f"generation {g['number']}", figure_line(g).split(": ", 1)[1]) for g in r.generations]
+
+
+def allocation_rows(r: CampaignReport) -> List[Tuple[str, str]]:
+    """Each spent allocation (jobs the account's limit held), open or lately raised."""
+    return [("allocation", o["text"] + (f": {o['detail']}" if o["ended_at"] is None and o["detail"] else ""))
+            for o in r.allocation]
+
+
+def forecast_rows(f: Optional[Dict[str, Any]]) -> List[Tuple[str, str]]:
+    """The forecast's end, core-hours left and costs (docs/forecast.md), or why there is none yet."""
+    if f is None:
+        return []
+    if not f["ready"]:
+        return [("forecast", f["why"])]
+    unit = f["cost_unit"]
+    return [("forecast: end (95% interval)", f"{f['end']} ({f['end_low']} - {f['end_high']})"),
+            ("forecast: core-hours spent / left (95% interval)",
+             f"{f['core_hours_spent']:,.2f} / {f['core_hours_left']:,.2f} ({f['core_hours_left_low']:,.2f} - "
+             f"{f['core_hours_left_high']:,.2f})" if f["remaining_s"] else f"{f['core_hours_spent']:,.2f} / 0"),
+            (f"forecast: cost in all / per event / per GB ({unit})",
+             f"{_num(f['cost_total'], digits=4)} / {_num(f['cost_per_event'])} / {_num(f['cost_per_gb'])}"),
+            ("forecast made from", f"{f['runs_ended']} ended run(s), {_num(f['concurrency'])} at once, "
+             f"{_num(f['seconds_per_input'])} job-seconds per input, {_pct(f['run_success_rate'])} of runs completed")]
 
 
 def cluster_rows(r: CampaignReport) -> List[Tuple[str, str]]:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.operate.forecast import line as forecast_line
 from hpcrun.operate.outages import rows as outage_rows
 from hpcrun.operate.plandir import clusters_of
 from hpcrun.report.figures import CampaignReport
@@ -46,14 +47,21 @@ def _points(series: List[Tuple[str, int]], t0: float, t1: float, top: int) -> st
 
 
 def chart(report: CampaignReport) -> Dict[str, Any]:
-    """Completed and QA-passed inputs over time, as in the STAR production monitor."""
+    """Completed and QA-passed inputs over time, as in the STAR production monitor; with a forecast, a
+    line from now to the forecast end at every input done, and the time axis runs to its later bound."""
     stamps = [dt.datetime.fromisoformat(s).timestamp() for s, _ in report.timeline + report.qa_timeline]
+    f = report.forecast
     if not stamps:
-        return {"completed": "", "qa": "", "start": None, "end": None, "top": report.inputs_total}
+        return {"completed": "", "qa": "", "forecast": "", "start": None, "end": None, "top": report.inputs_total}
     t0, t1 = min(stamps), max(stamps)
     top = max(report.inputs_total, 1)
+    ahead: List[Tuple[str, int]] = []
+    if f and f["ready"] and f["remaining_s"]:
+        ahead = [(f["made_at"], report.timeline[-1][1] if report.timeline else 0), (f["end"], top)]
+        t1 = max(t1, dt.datetime.fromisoformat(f["end_high"]).timestamp())
     iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
     return {"completed": _points(report.timeline, t0, t1, top), "qa": _points(report.qa_timeline, t0, t1, top),
+            "forecast": _points(ahead, t0, t1, top).partition(" ")[2] if ahead else "",
             "start": iso(t0), "end": iso(t1), "top": top}
 
 
@@ -85,7 +93,8 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
             "failures": [{"reason": f.reason, "count": f.count, "example": f.example} for f in report.failures],
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
             "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,
-            "paused": held.text() if held else None, "outages": outages, "audit": log}
+            "paused": held.text() if held else None, "outages": outages, "audit": log,
+            "forecast": forecast_line(report.forecast) if report.forecast else ""}
 
 
 @dataclass

@@ -187,6 +187,30 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class RunSpan:
+    """A run that started, for the forecast: ended_at None while it runs."""
+
+    state: str
+    started_at: dt.datetime
+    ended_at: Optional[dt.datetime]
+    elapsed_s: Optional[float]
+    alloc_cpus: Optional[int]
+    inputs: int
+    failure_class: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class InputTotals:
+    """The inputs a campaign lists now (withdrawn ones left out)."""
+
+    count: int
+    bytes: int
+    events: Optional[int]      # None: some inputs' events are not known
+    left: int                  # pending, in flight, or failed awaiting a retry
+    done: int
+
+
+@dataclass(frozen=True)
 class InputRow:
     id: int
     job_index: Optional[int]
@@ -305,6 +329,10 @@ class Outage:
         seconds = ((self.ended_at or dt.datetime.now(dt.timezone.utc)) - self.since).total_seconds()
         took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
         name = daemon_name or self.daemon
+        if self.daemon == "allocation":   # not a daemon: the account's allocation, spent (hpcrun/operate/budget.py)
+            if self.open:
+                return f"the allocation on {where} spent since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took})"
+            return f"the allocation on {where} was raised at {self.ended_at:%H:%M:%S} UTC after {took}"
         if self.open:
             return f"{name} of {where} not answering since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took})"
         return f"{name} of {where} answered again at {self.ended_at:%H:%M:%S} UTC after {took}"

@@ -43,6 +43,7 @@ from hpcrun.store.generations import Generations
 from hpcrun.store.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
 from hpcrun.store.observations import Observations
 from hpcrun.store.queries import Queries
+from hpcrun.store.spans import Spans
 from hpcrun.store.supervision import Supervision
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def _display(url: URL) -> str:
 # the store
 
 
-class StateStore(Claims, Control, Exports, Failures, Observations, Generations, Queries, Supervision):
+class StateStore(Claims, Control, Exports, Failures, Observations, Generations, Spans, Queries, Supervision):
     """A campaign state database. Open with :meth:`open`; every method is one transaction."""
 
     @classmethod

@@ -300,7 +300,14 @@ def render_slurm_conf(lay: Layout, private_munge: bool) -> str:
         acct = (f"AccountingStorageType=accounting_storage/slurmdbd\n"
                 f"AccountingStorageHost=127.0.0.1\n"
                 f"AccountingStoragePort={PORT_SLURMDBD}\n"
-                f"AccountingStorageTRES=bb/lua\n")
+                f"AccountingStorageTRES=bb/lua\n"
+                # allocations as sites enforce them (issue 40): association limits such as GrpTRESMins
+                # hold jobs only with these; usage that never decays or resets, so a test's usage stays
+                "AccountingStorageEnforce=associations,limits\n"
+                "PriorityType=priority/multifactor\n"
+                "PriorityDecayHalfLife=0\n"
+                "PriorityUsageResetPeriod=NONE\n"
+                "PriorityCalcPeriod=1\n")
         if private_munge:
             # for connections to slurmdbd the munge socket comes from here
             acct += f"AccountingStoragePass={lay.munge / 'munge.socket'}\n"

@@ -237,6 +237,31 @@ class ClusterFacts:
 
 
 @dataclass(frozen=True)
+class Allocation:
+    """What an account may still spend (association limits against its usage), in TRES-minutes.
+
+    ``limits`` maps a TRES (cpu, billing) to its group limit for the account and for this user's own
+    association (the smaller of what is left counts); ``per_job`` to the most one job may use."""
+
+    account: str
+    cluster: Optional[str]
+    limits: Tuple[Tuple[str, str, int], ...] = ()       # (scope account|user, tres, minutes)
+    used: Tuple[Tuple[str, str, float], ...] = ()       # (scope, tres, minutes used so far)
+    per_job: Tuple[Tuple[str, int], ...] = ()            # (tres, minutes): MaxTRESMins
+
+    def left(self, tres: str) -> Optional[Tuple[float, int]]:
+        """(minutes left, the limit they are left of) of the tightest limit on ``tres``; None: no limit."""
+        used = {(s, t): u for s, t, u in self.used}
+        best: Optional[Tuple[float, int]] = None
+        for scope, t, limit in self.limits:
+            if t == tres:
+                left = limit - used.get((scope, t), 0.0)
+                if best is None or left < best[0]:
+                    best = (left, limit)
+        return best
+
+
+@dataclass(frozen=True)
 class Launch:
     """How the batch script starts tasks: the default command, and where its own output goes."""
 
@@ -381,6 +406,16 @@ class Scheduler(ABC):
     def known_clusters(self) -> Optional[List[str]]:
         """The clusters this scheduler can reach by name (None: it cannot say)."""
         return None
+
+    def allocation(self, account: Optional[str]) -> Allocation:
+        """The account's (None: the user's default account) limits and usage; raises SchedulerError
+        when the scheduler cannot be asked."""
+        raise SchedulerError(f"the {self.name} backend cannot say what an account may still spend")
+
+    @staticmethod
+    def budget_reason(reason: str) -> bool:
+        """Does this pending reason mean the allocation is spent (the job will not start by itself)?"""
+        return False
 
     @abstractmethod
     def submit_command(self, script: str) -> str:

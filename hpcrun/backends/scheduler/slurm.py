@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from hpcrun.backends.scheduler import slurm_describe
+from hpcrun.backends.scheduler import slurm_budget, slurm_describe
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
     AccountingUnreachable,
     Adjust,
+    Allocation,
     ClusterFacts,
     JobRequest,
     Launch,
@@ -455,6 +456,16 @@ class Slurm(Scheduler):
                 raise SlurmError(f"{' '.join(argv)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
             return proc.stdout
         return slurm_describe.describe(run, self.cluster)
+
+    def allocation(self, account: Optional[str]) -> Allocation:
+        def run(argv: List[str]) -> str:
+            proc = _run(argv, retries=1, cluster=None if argv[0] == "sacctmgr" else self.cluster)
+            if proc.returncode != 0:
+                raise SlurmError(f"{' '.join(argv[:3])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+            return proc.stdout
+        return slurm_budget.allocation(run, account, self.cluster)
+
+    budget_reason = staticmethod(slurm_budget.is_budget_reason)
 
     def known_clusters(self) -> Optional[List[str]]:
         try:

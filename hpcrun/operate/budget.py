@@ -1,0 +1,68 @@
+"""A spent allocation while the campaign runs: jobs the account's limit holds, and what is done about it.
+
+A poll sees each pending job's reason; one the scheduler calls a budget reason (Slurm:
+``AssocGrpCPUMinutesLimit``, ``AssocGrpBillingMinutes`` ...) will not start until someone raises the
+limit. The poll records it per cluster in the outage table (daemon ``allocation``: since when, how
+many jobs by reason), ends it once a poll of that cluster finds none held, and writes both turns to
+the audit trail; status, serve and report show it from there. While a cluster's allocation is spent
+the supervisor submits nothing more there (another cluster of the campaign still gets work), rather
+than fill its queue with jobs that cannot start.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Set
+
+from hpcrun.operate.metrics import Family
+from hpcrun.operate.outages import ALLOCATION
+from hpcrun.operate.placement import spent_words
+from hpcrun.operate.plandir import ClusterInfo
+from hpcrun.operate.results import StatusReport
+from hpcrun.store.records import Outage
+from hpcrun.store.store import StateStore
+
+Held = Dict[str, int]   # budget reason -> jobs it holds
+
+
+def _where(name: Optional[str]) -> str:
+    return f"cluster {name}: " if name else ""
+
+
+def record(store: StateStore, campaign_id: int, spent: Dict[Optional[str], Held], answered: Set[Optional[str]],
+           known: Sequence[Outage]) -> bool:
+    """This poll's spent allocations recorded; one a poll of its cluster no longer sees is ended.
+    True when a row was written (the outages are to be read again)."""
+    changed = bool(spent)
+    for cluster, held in spent.items():
+        if store.record_outage(campaign_id, cluster, ALLOCATION, spent_words(held)):
+            store.audit(campaign_id, "budget", _where(cluster) + "the allocation is spent: " + spent_words(held))
+    for o in known:
+        if o.daemon == ALLOCATION and o.open and o.cluster not in spent and o.cluster in answered:
+            if store.end_outage(campaign_id, o.cluster, ALLOCATION) is not None:
+                changed = True
+                store.audit(campaign_id, "budget", _where(o.cluster) + "no job is held by the allocation any "
+                            "more: submitting again")
+    return changed
+
+
+def by_name(status: StatusReport, clusters: Sequence[ClusterInfo]) -> Dict[Optional[str], Held]:
+    """The poll's held jobs keyed by cluster name (what submit takes), from status's labels."""
+    names = {("" if len(clusters) < 2 else c.label): c.name for c in clusters}
+    return {names.get(label): held for label, held in status.budget_held.items() if held}
+
+
+def families(held: Dict[str, Held]) -> List[Family]:
+    """Jobs held by a spent allocation per cluster and reason (0 when none is)."""
+    fam = Family("hpcrun_jobs_budget_held", "Pending jobs the account's allocation holds (AssocGrp...Minutes): "
+                 "the supervisor submits nothing more to that cluster meanwhile.")
+    if not held:
+        fam.add(0)
+    for cluster, reasons in sorted(held.items()):
+        for reason, n in sorted(reasons.items()):
+            fam.add(n, cluster=cluster, reason=reason)
+    return [fam]
+
+
+def status_lines(held: Dict[str, Held]) -> List[str]:
+    return [_where(cluster) + "the allocation is spent: " + spent_words(reasons)
+            for cluster, reasons in sorted(held.items()) if reasons]
