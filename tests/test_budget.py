@@ -169,3 +169,19 @@ def test_supervisor_holds_new_submissions_while_the_allocation_is_spent(tmp_path
         [row] = [o for o in store.outages(cid) if o.daemon == "allocation"]
     assert len(log) == 2 and "the allocation is spent" in log[0] and "submitting again" in log[1], log
     assert row.ended_at is not None and "was raised" in row.text()
+
+
+def test_a_cluster_whose_allocation_is_spent_gets_no_new_work_the_others_do():
+    """Per cluster: survey() turns a cluster with held jobs into a `budget` seat, never open; place()
+    gives its share to the others (each cluster has its own accounts and limits)."""
+    from hpcrun.backends.scheduler import scheduler_for
+    from hpcrun.operate.placement import SPENT, Seat, place, survey
+    from hpcrun.operate.plandir import ClusterInfo
+
+    spent = survey(ClusterInfo("a", scheduler_for("slurm", "a"), True), 2, 2, 600,
+                   spent={"AssocGrpCPUMinutesLimit": 2})
+    other = Seat(ClusterInfo("b", scheduler_for("slurm", "b"), True))   # answering, room (asked of no Slurm here)
+    assert spent.state == SPENT and not spent.open
+    assert spent.detail == ("the allocation is spent: 2 job(s) pend with AssocGrpCPUMinutesLimit; nothing new "
+                            "is submitted there until the limit is raised")
+    assert place([1, 2, 3], [spent, other]) == [] and other.given == [1, 2, 3] and spent.given == []
