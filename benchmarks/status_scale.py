@@ -164,6 +164,7 @@ def main() -> int:
                                       "target_s": TARGETS[label], "floor_s": floor, "full_floor_s": full,
                                       "pass": poll_s - sacct_s < TARGETS[label] and calls == 1}
         result["day"] = day_share(result["polls"])
+        result["forecast_s"] = forecast_s(plan)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
@@ -181,12 +182,29 @@ def main() -> int:
                 print(f"      floor recording hpcrun's columns (each field parsed, times in UTC, MaxRSS of the "
                       f"steps): {r['full_floor_s']:.2f} s; ratio {r['beyond_sacct_s'] / r['full_floor_s']:.1f}x"
                       f"{'; the target is below it' if r['full_floor_s'] >= r['target_s'] else ''}")
+        print(f"forecast (what `hpcrun status` adds to the poll: the newest runs read, issue 40): "
+              f"{result['forecast_s']:.2f} s")
         d = result["day"]
         print(f"a day of {args.tasks} jobs at one poll a minute ({d['polls']} polls: every start and every end "
               f"once, the rest steady): {d['cpu_s']:.0f} s of CPU in the supervisor, sacct included "
               f"{d['with_sacct_s']:.0f} s = {d['share_with_sacct']:.2%} of a core "
               f"(target < {DAY_TARGET:.0%}: {'PASS' if d['pass'] else 'FAIL'})")
     return 0
+
+
+def forecast_s(plan: Path) -> float:
+    """Seconds of the forecast on the store as the last poll left it (every task ended)."""
+    from hpcrun.operate.forecast import of_store
+    from hpcrun.operate.plandir import open_plan_store, read_manifest
+
+    manifest = read_manifest(plan, jobs=False)
+    with open_plan_store(plan) as store:
+        campaign_id = store.get_campaign(manifest["campaign"]).id
+        t0 = time.perf_counter()
+        f = of_store(store, campaign_id, manifest)
+        took = time.perf_counter() - t0
+    assert f.ready, f
+    return took
 
 
 def stand_in_sacct(work: Path) -> Tuple[Path, Path, Path]:

@@ -388,7 +388,7 @@ def submit(plan_dir: PathLike, *, dry_run: bool = False, limit: Optional[int] = 
 def status(plan_dir: PathLike, *, db: Optional[str] = None, all_jobs: bool = True) -> Status:
     """Poll the scheduler once for every job in flight, record what changed, and summarise."""
     from hpcrun.operate.track import poll
-    return Status(poll(Path(plan_dir), db=db, all_jobs=all_jobs))
+    return Status(poll(Path(plan_dir), db=db, all_jobs=all_jobs, with_forecast=True))
 
 
 def retry(plan_dir: PathLike, *, dry_run: bool = False, max_attempts: Optional[int] = None,

@@ -124,3 +124,21 @@ def test_a_finished_campaign_forecasts_its_own_end():
     f = make(spans_at(runs, 1000), totals_at(runs, 4, 1000), T0 + dt.timedelta(seconds=1000))
     assert f.ready and f.remaining_s == 0 and f.end == (T0 + dt.timedelta(seconds=60)).isoformat()
     assert line(f.as_dict()).startswith("forecast: ended")
+
+
+def test_a_sample_of_the_newest_runs_stands_for_all_of_them():
+    """A long campaign's forecast reads the newest runs only (store.run_sample): scaled by the counts, it
+    agrees with the forecast from every run."""
+    rng = random.Random(11)
+    durations = [rng.uniform(20, 40) for _ in range(120)]
+    runs = simulate(durations, slots=4)
+    now = sorted(end for _, end, _ in runs)[59]
+    spans = spans_at(runs, now)
+    ended = sorted((r for r in spans if r.ended_at), key=lambda r: r.ended_at, reverse=True)
+    running = [r for r in spans if r.ended_at is None]
+    totals = totals_at(runs, 120, now)
+    full = make(spans, totals, T0 + dt.timedelta(seconds=now))
+    part = make(ended[:20] + running[:2], totals, T0 + dt.timedelta(seconds=now), counts=(len(ended), len(running)))
+    assert abs((part.remaining_s or 0) - (full.remaining_s or 0)) <= 0.1 * (full.remaining_s or 1), (part, full)
+    assert abs(part.core_hours_spent - full.core_hours_spent) <= 0.1 * full.core_hours_spent
+    assert part.runs_ended == full.runs_ended == len(ended)

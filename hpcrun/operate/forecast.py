@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import TERMINAL
 from hpcrun.operate.metrics import Family
@@ -73,16 +73,22 @@ def _ended(spans: Sequence[RunSpan]) -> List[RunSpan]:
             and r.elapsed_s is not None]
 
 
-def concurrency(spans: Sequence[RunSpan], now: dt.datetime) -> Optional[float]:
-    """Job-seconds of the runs over the last day (or since the first start) divided by that span."""
-    first = min((r.started_at for r in spans), default=None)
+def concurrency(ended: Sequence[RunSpan], running: Sequence[RunSpan], now: dt.datetime,
+                running_scale: float = 1.0, since: Optional[dt.datetime] = None) -> Optional[float]:
+    """Job-seconds of the runs over the last day (or since ``since``, else the first start) divided by
+    that span; running ones weigh ``running_scale`` each (a sample of them stands for all)."""
+    first = since or min((r.started_at for r in [*ended, *running]), default=None)
     if first is None:
         return None
-    since = max(first, now - dt.timedelta(seconds=WINDOW_S))
-    span = (now - since).total_seconds()
+    start = max(first, now - dt.timedelta(seconds=WINDOW_S))
+    span = (now - start).total_seconds()
     if span <= 0:
         return None
-    busy = sum(max(0.0, (min(r.ended_at or now, now) - max(r.started_at, since)).total_seconds()) for r in spans)
+
+    def within(r: RunSpan) -> float:
+        return max(0.0, (min(r.ended_at or now, now) - max(r.started_at, start)).total_seconds())
+
+    busy = sum(map(within, ended)) + running_scale * sum(map(within, running))
     return busy / span if busy > 0 else None
 
 
@@ -97,15 +103,18 @@ def _spread(ended: Sequence[RunSpan], mu: float) -> float:
 
 
 def make(spans: Sequence[RunSpan], totals: InputTotals, now: dt.datetime,
-         charge: Optional[Dict[str, Any]] = None) -> Forecast:
-    """The forecast at ``now`` from these runs and inputs (``charge``: unit and per_core_hour)."""
+         charge: Optional[Dict[str, Any]] = None, counts: Optional[Tuple[int, int]] = None) -> Forecast:
+    """The forecast at ``now`` from these runs and inputs (``charge``: unit and per_core_hour). ``counts``
+    (ended, running): how many runs there are in all when ``spans`` is a sample of the newest."""
     charge = charge or {}
     unit, per_core_hour = str(charge.get("unit") or "core-hours"), float(charge.get("per_core_hour") or 1.0)
     ended = _ended(spans)
     running = [r for r in spans if r.ended_at is None]
-    spent_core_s = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 1) for r in ended) + sum(
+    n_ended, n_running = counts or (len(ended), len(running))
+    scale_e, scale_r = n_ended / max(1, len(ended)), n_running / max(1, len(running))
+    spent_core_s = scale_e * sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 1) for r in ended) + scale_r * sum(
         (now - r.started_at).total_seconds() * (r.alloc_cpus or 1) for r in running)
-    f = Forecast(False, _iso(now), inputs_left=totals.left, runs_ended=len(ended),
+    f = Forecast(False, _iso(now), inputs_left=totals.left, runs_ended=n_ended,
                  core_hours_spent=spent_core_s / 3600, cost_unit=unit)
     if not ended or not sum(r.inputs for r in ended):
         f.why = "no run has ended yet: the forecast starts once one has"
@@ -116,10 +125,12 @@ def make(spans: Sequence[RunSpan], totals: InputTotals, now: dt.datetime,
     job_s = sum(r.elapsed_s or 0.0 for r in ended)
     mu = job_s / sum(r.inputs for r in ended)
     p = max(MIN_SUCCESS, sum(1 for r in ended if r.state == "COMPLETED") / len(ended))
-    c = concurrency(spans, now) or 1.0
-    done_now = sum(min((now - r.started_at).total_seconds(), max(1, r.inputs) * mu) for r in running)
+    # a sample of the newest: the window starts where the sample's ended runs do (older ones are not in it)
+    since = min(r.ended_at for r in ended if r.ended_at) if n_ended > len(ended) else None
+    c = concurrency(ended, running, now, scale_r, since) or 1.0
+    done_now = scale_r * sum(min((now - r.started_at).total_seconds(), max(1, r.inputs) * mu) for r in running)
     work = max(0.0, totals.left * mu / p - done_now)
-    sigma, n = _spread(ended, mu), len(ended)
+    sigma, n = _spread(ended, mu), n_ended
     var = (totals.left * sigma ** 2 / p + (totals.left / p) ** 2 * sigma ** 2 / n
            + (totals.left * mu) ** 2 * (1 - p) / (n * p ** 3))
     half = Z95 * math.sqrt(var)
@@ -146,9 +157,11 @@ def _settle(f: Forecast, end: dt.datetime, now: dt.datetime, remaining_s: float,
 
 def of_store(store: StateStore, campaign_id: int, manifest: Dict[str, Any],
              now: Optional[dt.datetime] = None) -> Forecast:
-    """The campaign's forecast now, from its store (two queries) and its manifest's charge."""
+    """The campaign's forecast now, from its store (bounded reads: the newest runs) and its manifest's charge."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    return make(store.run_spans(campaign_id), store.input_totals(campaign_id), now, manifest.get("charge"))
+    sample = store.run_sample(campaign_id)
+    return make(sample.spans, store.input_totals(campaign_id), now, manifest.get("charge"),
+                (sample.ended, sample.running))
 
 
 def families(f: Forecast) -> List[Family]:
@@ -179,20 +192,24 @@ def line(f: Dict[str, Any]) -> str:
     if not f["ready"]:
         return f"forecast: {f['why']}"
     if not f["remaining_s"]:
-        return (f"forecast: ended {f['end'][:16].replace('T', ' ')}; {f['core_hours_spent']:,.1f} core-hours, "
-                + _costs(f))
-    return (f"forecast: end {_hm(f['end'])} (95%: {_hm(f['end_low'])} - {_hm(f['end_high'])}), "
-            f"{f['inputs_left']} input(s) left, {f['core_hours_left']:,.1f} core-hours left "
-            f"({f['core_hours_left_low']:,.1f}-{f['core_hours_left_high']:,.1f}); " + _costs(f)
+        return f"forecast: ended {_hms(f['end'])} UTC; {_n(f['core_hours_spent'])} core-hours, " + _costs(f)
+    return (f"forecast: end {_hms(f['end'])} UTC (95%: {_hms(f['end_low'])} - {_hms(f['end_high'])}), "
+            f"{f['inputs_left']} input(s) left, {_n(f['core_hours_left'])} core-hours left "
+            f"({_n(f['core_hours_left_low'])}-{_n(f['core_hours_left_high'])}); " + _costs(f)
             + f"; from {f['runs_ended']} ended run(s), {f['concurrency']:.1f} at once")
 
 
-def _hm(iso: str) -> str:
-    return iso[:16].replace("T", " ")
+def _hms(iso: str) -> str:
+    return iso[:19].replace("T", " ")
+
+
+def _n(value: float) -> str:
+    """Three significant figures, thousands separated (0.0123, 4.56, 1,230,000)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 def _costs(f: Dict[str, Any]) -> str:
-    parts = [f"{f['cost_total']:,.1f} {f['cost_unit']} in all"]
+    parts = [f"{_n(f['cost_total'])} {f['cost_unit']} in all"]
     if f["cost_per_event"] is not None:
         parts.append(f"{f['cost_per_event']:.3g} per event")
     if f["cost_per_gb"] is not None:

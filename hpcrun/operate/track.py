@@ -381,19 +381,22 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     return report
 
 
-def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False) -> StatusReport:
-    """Observe every job in flight once, record the changes, and summarise the campaign."""
+def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False,
+         with_forecast: bool = False) -> StatusReport:
+    """Observe every job in flight once, record the changes, and summarise the campaign;
+    ``with_forecast`` adds the forecast (what `hpcrun status` shows: a read of the newest runs)."""
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir, jobs=False)  # names come from the store: a 100k-job manifest is 30 MB
     if not has_store(plan_dir, db):
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
         report = poll_store(plan_dir, manifest, store, all_jobs)
-        try:   # not in poll_store: a supervisor's round needs no forecast
-            campaign_id = store.get_campaign(manifest["campaign"]).id
-        except StateStoreError:
-            return report
-        report.forecast = forecast.of_store(store, campaign_id, manifest).as_dict()
+        if with_forecast:
+            try:
+                campaign_id = store.get_campaign(manifest["campaign"]).id
+            except StateStoreError:
+                return report
+            report.forecast = forecast.of_store(store, campaign_id, manifest).as_dict()
         return report
 
 
@@ -450,7 +453,7 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
     current = base
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        report = poll(plan_dir, db=db, all_jobs=all_jobs)
+        report = poll(plan_dir, db=db, all_jobs=all_jobs, with_forecast=True)
         if on_poll:
             on_poll(report)
         if report.in_flight - report.held <= 0 and not report.finalize_in_flight:

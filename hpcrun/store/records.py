@@ -200,6 +200,15 @@ class RunSpan:
 
 
 @dataclass(frozen=True)
+class RunSample:
+    """The newest runs that ended and that run now (at most a sample of each), and how many there are."""
+
+    spans: List[RunSpan]
+    ended: int          # runs that ended, in all
+    running: int        # runs running now, in all
+
+
+@dataclass(frozen=True)
 class InputTotals:
     """The inputs a campaign lists now (withdrawn ones left out)."""
 

@@ -1,41 +1,75 @@
-"""What a forecast reads: each run's span (from its latest observation) and the campaign's inputs in
-total (bytes, events, how many are left), in two queries."""
+"""What a forecast reads, in bounded queries however long the campaign: the latest runs that ended
+and those running now (a sample of at most ``SAMPLE`` each, newest first), how many of each there
+are, and the campaign's inputs in total (bytes, events, how many are left)."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List, Sequence
 
-from sqlalchemy import case, func, select
+from sqlalchemy import and_, case, func, select
 
+from hpcrun.backends.scheduler.base import TERMINAL
 from hpcrun.store import schema
+from hpcrun.store.base import _chunks
 from hpcrun.store.queries import Queries, _int_sum
-from hpcrun.store.records import InputTotals, RunSpan
+from hpcrun.store.records import InputTotals, RunSample, RunSpan
 
-# the scheduler's words for a run that ended (hpcrun.backends.scheduler.base.TERMINAL plus LOST)
-_RUNNING = "RUNNING"
+SAMPLE = 2000   # runs read per kind (ended, running): the forecast's view of a 10^5-job campaign
+_ENDED = tuple(sorted(TERMINAL | {"LOST"}))   # the states of a run that ended, as the store keeps them
 
 
 class Spans(Queries):
-    """Run spans and input totals (a mixin of StateStore)."""
+    """Run samples and input totals (a mixin of StateStore)."""
 
-    def run_spans(self, campaign_id: int) -> List[RunSpan]:
-        """Every run that started: its state, start, end (None: running), elapsed, CPUs and inputs."""
-        s, sc, link = schema.submission, schema.state_change, schema.submission_input
-        latest = (select(sc.c.submission_id, func.max(sc.c.id).label("change_id"))
-                  .join(s, s.c.id == sc.c.submission_id).where(s.c.campaign_id == campaign_id)
-                  .group_by(sc.c.submission_id).subquery())
-        carried = (select(link.c.submission_id, func.count().label("inputs"))
-                   .join(s, s.c.id == link.c.submission_id).where(s.c.campaign_id == campaign_id)
-                   .group_by(link.c.submission_id).subquery())
-        query = (select(sc.c.slurm_state, sc.c.started_at, sc.c.ended_at, sc.c.elapsed_s, sc.c.alloc_cpus,
-                        carried.c.inputs, s.c.failure_class)
-                 .select_from(latest.join(sc, sc.c.id == latest.c.change_id)
-                              .join(s, s.c.id == latest.c.submission_id)
-                              .outerjoin(carried, carried.c.submission_id == latest.c.submission_id))
-                 .where(sc.c.started_at.is_not(None)))
+    def run_sample(self, campaign_id: int, limit: int = SAMPLE) -> RunSample:
+        """The newest ``limit`` ended runs and up to ``limit`` running ones (each with its inputs), and how
+        many of each there are."""
+        s, sc = schema.submission, schema.state_change
+        cols = (sc.c.submission_id, sc.c.slurm_state, sc.c.started_at, sc.c.ended_at, sc.c.elapsed_s,
+                sc.c.alloc_cpus)
+        mine = and_(s.c.id == sc.c.submission_id, s.c.campaign_id == campaign_id)
+        ended_where = (sc.c.ended_at.is_not(None), sc.c.started_at.is_not(None), sc.c.slurm_state.in_(_ENDED),
+                       s.c.last_state == sc.c.slurm_state)
+        # any of the running ones will do (they all run now): no order, so the query stops at the limit
+        running_q = (select(*cols).join(s, mine).where(sc.c.slurm_state == "RUNNING", s.c.last_state == "RUNNING",
+                                                       sc.c.started_at.is_not(None)).limit(limit))
+        count_q = (select(func.sum(case((s.c.last_state.in_(_ENDED), 1), else_=0)),
+                          func.sum(case((s.c.last_state == "RUNNING", 1), else_=0)))
+                   .where(s.c.campaign_id == campaign_id))
         with self._read() as conn:
-            return [RunSpan(r[0], r[1], r[2] if r[0] != _RUNNING else None, r[3], r[4], int(r[5] or 0),
-                            r[6]) for r in conn.execute(query)]
+            ended, running = conn.execute(count_q).one()
+            rows = self._newest(conn, cols, mine, ended_where, min(limit, int(ended or 0)))
+            rows += list(conn.execute(running_q))
+            inputs = self._inputs_of(conn, [r[0] for r in rows])
+        spans = [RunSpan(r[1], r[2], r[3] if r[1] != "RUNNING" else None, r[4], r[5], inputs.get(r[0], 0))
+                 for r in rows]
+        return RunSample(spans, int(ended or 0), int(running or 0))
+
+    @staticmethod
+    def _newest(conn: Any, cols: Sequence[Any], mine: Any, where: Sequence[Any], want: int) -> List[Any]:
+        """The newest ``want`` observations matching ``where``, read from the top of the table down in
+        widening slices of ids (the primary key), not by sorting every observation of the campaign."""
+        sc = schema.state_change
+        top = conn.execute(select(func.max(sc.c.id))).scalar() or 0
+        width = max(1, 4 * want)
+        while want:
+            low = max(0, top - width)
+            rows = list(conn.execute(select(*cols).join(schema.submission, mine)
+                                     .where(sc.c.id > low, *where).order_by(sc.c.id.desc()).limit(want)))
+            if len(rows) >= want or low == 0:
+                return rows
+            width *= 4
+        return []
+
+    @staticmethod
+    def _inputs_of(conn: Any, ids: Sequence[int]) -> Dict[int, int]:
+        link = schema.submission_input
+        out: Dict[int, int] = {}
+        for chunk in _chunks(sorted(set(ids))):
+            q = (select(link.c.submission_id, func.count()).where(link.c.submission_id.in_(chunk))
+                 .group_by(link.c.submission_id))
+            out.update((int(k), int(n)) for k, n in conn.execute(q))
+        return out
 
     def input_totals(self, campaign_id: int) -> InputTotals:
         """Inputs listed now: how many, their bytes and events (where known), and how many are not ended."""
