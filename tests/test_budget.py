@@ -185,3 +185,23 @@ def test_a_cluster_whose_allocation_is_spent_gets_no_new_work_the_others_do():
     assert spent.detail == ("the allocation is spent: 2 job(s) pend with AssocGrpCPUMinutesLimit; nothing new "
                             "is submitted there until the limit is raised")
     assert place([1, 2, 3], [spent, other]) == [] and other.given == [1, 2, 3] and spent.given == []
+
+
+def test_a_billing_limit_is_compared_with_the_charge_in_the_sites_units(cli, spec_factory, budget_env, tmp_path,
+                                                                         monkeypatch):
+    """The profile charges node-hours x 2 ("units"); the account limits billing only: 3 jobs x 1 node x
+    0.5 h x 2 = 3 units = 180 billing-minutes, against the 96 left of 100."""
+    _fakes(budget_env, SHARE.replace("|cpu=2|", "|billing=100|"))
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "units.yaml").write_text("name: units\nextends: local-test\naccounting:\n  charge_unit: units\n"
+                                     "partitions:\n  debug:\n    charge_per: node-hour\n    charge_factor: 2\n")
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
+    spec = spec_factory({"site": {"profile": "units", "account": "bx1"}})
+    result = cli("plan", str(spec), "--out", str(tmp_path / "p"), "--json")
+    assert result.exit_code == 0, result.output
+    [b] = json.loads(result.output)["budget"]
+    assert b["tres"] == "billing" and b["charge"] == 3.0 and b["need_minutes"] == 180 and b["left_minutes"] == 96
+    assert b["short"] and "a charge of 3.0 units" in b["line"], b["line"]
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert manifest["charge"] == {"unit": "units", "per_core_hour": 2 / 8}   # a node-hour is 8 CPU-hours here

@@ -213,7 +213,8 @@ class Supervisor:
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()}, spent=status.budget_held)
         self.outages = outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
-        rnd.outages = [o["text"] for o in outages.rows(self.outages, self.sched) if o["ended_at"] is None]
+        rnd.outages = [o["text"] for o in outages.rows(self.outages, self.sched)   # a spent allocation: rnd.spent
+                       if o["ended_at"] is None and o["daemon"] != outages.ALLOCATION]
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
         exports_settled = self._exports(rnd)
         # settled: every submission's end is recorded (a job whose end only a daemon that does not answer

@@ -40,6 +40,7 @@ class Budget:
     per_job_need: float = 0.0
     unchecked: str = ""                 # why the scheduler was not asked, or did not answer
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    charge: Tuple[float, float] = (0.0, 0.0)   # the site's charge at the walltime and escalated, in ``unit``
 
     @property
     def short(self) -> bool:
@@ -51,12 +52,14 @@ class Budget:
                 "escalated_walltime_s": self.escalated_walltime_s,
                 "left_minutes": None if self.left is None else round(self.left, 1), "limit_minutes": self.limit,
                 "short": self.short, "checked": not self.unchecked, "why_unchecked": self.unchecked or None,
+                "charge": round(self.charge[0], 2), "charge_escalated": round(self.charge[1], 2),
                 "line": self.line()}
 
     def line(self) -> str:
         where = f"account {self.account or '(default)'}" + (f" on cluster {self.cluster}" if self.cluster else "")
         need = (f"the plan needs {self.need:,.0f} {self.tres}-minutes at its walltime, {self.need_escalated:,.0f} "
-                f"at the {format_duration(self.escalated_walltime_s)} retries may escalate to")
+                f"at the {format_duration(self.escalated_walltime_s)} retries may escalate to (a charge of "
+                f"{self.charge[0]:,.1f} {self.unit}, {self.charge[1]:,.1f} escalated)")
         if self.unchecked:
             return f"could not check the budget of {where}: {self.unchecked}; {need}"
         if self.left is None:
@@ -94,14 +97,15 @@ def _compare(plan: Plan, alloc: Allocation, base: Budget) -> Budget:
         notes.append(f"one job needs {one_job:,.0f} {tres}-minutes, more than MaxTRESMins allows ({per_job:,})")
     return Budget(base.cluster, alloc.account, base.unit, need, esc, base.escalated_walltime_s, tres,
                   None if left is None else left[0], None if left is None else left[1], per_job, one_job,
-                  notes=tuple(notes))
+                  notes=tuple(notes), charge=base.charge)
 
 
 def check_one(plan: Plan) -> Budget:
     walltime = escalated_walltime(plan)
     need = plan.cpu_minutes
     base = Budget(plan.seat.name, plan.campaign.site.account, plan.profile.budget.charge_unit, need,
-                  need * walltime / max(1, plan.campaign.walltime), walltime)
+                  need * walltime / max(1, plan.campaign.walltime), walltime,
+                  charge=(plan.charge(), plan.charge(walltime)))
     if not plan.profile.budget.check_budget:
         return Budget(**{**base.__dict__, "unchecked": "the site profile says not to (accounting.check_budget)"})
     if not plan.accounting:
