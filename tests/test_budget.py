@@ -159,6 +159,10 @@ def test_supervisor_holds_new_submissions_while_the_allocation_is_spent(tmp_path
     [outage] = [o for o in status.outages if o["daemon"] == "allocation"]
     assert outage["ended_at"] is None and outage["text"].startswith("the allocation on the cluster spent since")
     assert [j.reason for j in status.jobs if j.reason] == ["AssocGrpCPUMinutesLimit"]
+    from hpcrun.report.web import summary
+    page = summary(plan_dir)   # the live page: the held jobs counted, by reason
+    assert any("spent since" in o and "1 job(s) pend with AssocGrpCPUMinutesLimit" in o for o in page["outages"])
+    assert any(label == "allocation" and "1 job(s) pend" in value for label, value in page["merit"]), page["merit"]
 
     _set_reason(fake_slurm, second, "(Priority)")            # the limit was raised: it will start
     run(plan_dir, once=True)

@@ -65,10 +65,12 @@ class Budget:
         if self.left is None:
             text = f"{where}: no {self.tres}-minute limit (GrpTRESMins); {need}"
         else:
-            text = (f"{where} has {self.left:,.0f} of {self.limit:,} {self.tres}-minutes left (GrpTRESMins); {need}"
-                    + (f": {self.need - self.left:,.0f} more than is left" if self.short else
-                       f": {self.need_escalated - self.left:,.0f} more than is left if every job escalates"
-                       if self.need_escalated > self.left else ""))
+            left, used = max(0.0, self.left), (self.limit or 0) - self.left
+            text = (f"{where} has {left:,.0f} of {self.limit:,} {self.tres}-minutes left ({used:,.0f} used; "
+                    f"GrpTRESMins); {need}"
+                    + (f": {self.need - left:,.0f} more than is left" if self.short else
+                       f": {self.need_escalated - left:,.0f} more than is left if every job escalates"
+                       if self.need_escalated > left else ""))
         return "; ".join((text, *self.notes))
 
 

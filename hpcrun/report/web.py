@@ -23,6 +23,7 @@ import jinja2
 
 from hpcrun import __version__
 from hpcrun.operate.forecast import line as forecast_line
+from hpcrun.operate.outages import ALLOCATION
 from hpcrun.operate.outages import rows as outage_rows
 from hpcrun.operate.plandir import clusters_of
 from hpcrun.report.figures import CampaignReport
@@ -85,7 +86,8 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
         health = [(f"cluster {h.name or '(default)'} health", f"{h.state} since {h.since:%Y-%m-%d %H:%M:%S} UTC"
                    + (f": {h.detail}" if h.detail and h.state != "up" else ""))
                   for h in store.cluster_health(campaign.id)]
-        outages = [o["text"] for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)]
+        outages = [o["text"] + (f": {o['detail']}" if o["daemon"] == ALLOCATION and o["ended_at"] is None else "")
+                   for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)]
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
             "succeeded": report.succeeded, "merit": merit_rows(report) + health,
