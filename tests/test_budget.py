@@ -154,6 +154,10 @@ def test_supervisor_holds_new_submissions_while_the_allocation_is_spent(tmp_path
     metrics = (plan_dir / "metrics.prom").read_text()
     assert 'hpcrun_jobs_budget_held{campaign="test-campaign",cluster="",reason="AssocGrpCPUMinutesLimit"} 1' \
         in metrics, metrics
+    # one run ended: the forecast is in the metrics file, with its bounds
+    assert 'hpcrun_forecast_ready{campaign="test-campaign"} 1' in metrics, metrics
+    for bound in ("point", "low", "high"):
+        assert f'hpcrun_forecast_end_timestamp_seconds{{campaign="test-campaign",bound="{bound}"}}' in metrics, metrics
     status = poll(plan_dir, all_jobs=True)
     assert status.budget_held == {"": {"AssocGrpCPUMinutesLimit": 1}}
     [outage] = [o for o in status.outages if o["daemon"] == "allocation"]
