@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,29 @@ def _live_page(cluster, hpcrun_bin: str, work: Path, plan: Path, figures: dict) 
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_plan_checks_each_clusters_own_allocation(slurm_cluster, beta, hpcrun_bin, example_root):
+    """Issue 40, per cluster: one account on both clusters, limited on beta only (GrpTRESMins=cpu=1 there).
+    `plan` asks each cluster (sshare --clusters) and notes the shortfall on beta alone."""
+    account = "t" + uuid.uuid4().hex[:7]
+    for argv in (["sacctmgr", "-i", "add", "account", account, "Cluster=hpcrun,beta", "Description=issue40",
+                  "Organization=hpcrun"],
+                 ["sacctmgr", "-i", "add", "user", slurm_cluster.user, f"Account={account}", "Cluster=hpcrun,beta"],
+                 ["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "cluster=beta", "set",
+                  "GrpTRESMins=cpu=1"]):
+        proc = slurm_cluster.run(argv)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    work = _campaign(slurm_cluster, example_root, 4, "two-budgets")
+    data = yaml.safe_load((work / "campaign.yaml").read_text())
+    data["site"]["account"] = account
+    slurm_cluster.write(work / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
+    proc = _hp(slurm_cluster, hpcrun_bin, work, "plan", str(work / "campaign.yaml"), "--out", str(work / "plan"),
+               "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    budgets = {b["cluster"]: b for b in json.loads(proc.stdout)["budget"]}
+    assert set(budgets) == {"hpcrun", "beta"}, budgets
+    assert budgets["beta"]["checked"] and budgets["beta"]["limit_minutes"] == 1 and budgets["beta"]["short"]
+    assert budgets["hpcrun"]["checked"] and budgets["hpcrun"]["limit_minutes"] is None
+    assert not budgets["hpcrun"]["short"] and "no cpu-minute limit" in budgets["hpcrun"]["line"]
+    assert f"account {account} on cluster beta has 1 of 1 cpu-minutes left" in budgets["beta"]["line"]
