@@ -131,7 +131,7 @@ def test_run_stops_submitting_on_a_spent_allocation_and_goes_on_when_it_is_raise
             _status(c, env)["supervisor"] or {}).get("note", ""), 120, sup)
         now = _status(c, env)
         before, rounds = _sent(now), now["supervisor"]["rounds"]
-        _wait("three more rounds", lambda: _status(c, env)["supervisor"]["rounds"] >= rounds + 3, 180, sup)
+        _wait("two more rounds", lambda: _status(c, env)["supervisor"]["rounds"] >= rounds + 2, 180, sup)
         during = _status(c, env)
         assert _sent(during) == before, "submitted while the allocation was spent"
         assert during["counts"]["pending"] > 0, during["counts"]     # there was work it held back
