@@ -87,7 +87,7 @@ def status_extra_lines(report: Any) -> List[str]:
     """Outages of the scheduler's daemons and of the allocation (waited out), and the forecast."""
     from hpcrun.operate.forecast import line
 
-    lines = [o["text"] + (f": {o['detail']}" if o["ended_at"] is None and o["detail"] else "") for o in report.outages]
+    lines = [o["line"] for o in report.outages]
     if report.forecast is not None:
         lines.append(line(report.forecast))
     return lines

@@ -35,7 +35,7 @@ def record(store: StateStore, campaign_id: int, spent: Dict[Optional[str], Held]
     changed = bool(spent)
     for cluster, held in spent.items():
         if store.record_outage(campaign_id, cluster, ALLOCATION, spent_words(held)):
-            store.audit(campaign_id, "budget", _where(cluster) + "the allocation is spent: " + spent_words(held))
+            store.audit(campaign_id, "budget", _where(cluster) + spent_words(held, said=True))
     for o in known:
         if o.daemon == ALLOCATION and o.open and o.cluster not in spent and o.cluster in answered:
             if store.end_outage(campaign_id, o.cluster, ALLOCATION) is not None:
@@ -64,5 +64,4 @@ def families(held: Dict[str, Held]) -> List[Family]:
 
 
 def status_lines(held: Dict[str, Held]) -> List[str]:
-    return [_where(cluster) + "the allocation is spent: " + spent_words(reasons)
-            for cluster, reasons in sorted(held.items()) if reasons]
+    return [_where(cluster) + spent_words(reasons, said=True) for cluster, reasons in sorted(held.items()) if reasons]

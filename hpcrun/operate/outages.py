@@ -70,7 +70,12 @@ def probe(store: StateStore, campaign_id: int, scheds: Dict[Optional[str], Sched
 
 
 def rows(outages: Sequence[Outage], sched: Scheduler) -> List[Dict[str, Any]]:
-    """Open outages and those ended within the last hour, each with its sentence."""
+    """Open outages and those ended within the last hour, each with its sentence (``text``) and, while
+    open, that sentence with the scheduler's words or the held jobs (``line``)."""
     now = dt.datetime.now(dt.timezone.utc)
-    return [dict(o.as_dict(), text=o.text(sched.daemon_name(o.daemon))) for o in outages
-            if o.open or (o.ended_at is not None and (now - o.ended_at).total_seconds() < RECENT_OUTAGE_S)]
+    out = []
+    for o in outages:
+        if o.open or (o.ended_at is not None and (now - o.ended_at).total_seconds() < RECENT_OUTAGE_S):
+            text = o.text(sched.daemon_name(o.daemon))
+            out.append(dict(o.as_dict(), text=text, line=text + (f": {o.detail}" if o.open and o.detail else "")))
+    return out

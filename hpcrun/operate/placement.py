@@ -51,9 +51,10 @@ def _smaller(a: Optional[int], b: Optional[int]) -> Optional[int]:
     return b if a is None else a if b is None else min(a, b)
 
 
-def spent_words(held: Dict[str, int]) -> str:
-    """Jobs the account's limit holds, in words (held: reason -> jobs)."""
-    return (", ".join(f"{n} job(s) pend with {r}" for r, n in sorted(held.items()))
+def spent_words(held: Dict[str, int], said: bool = False) -> str:
+    """Jobs the account's limit holds, in words (held: reason -> jobs); ``said``: opening with what it is."""
+    return (("the allocation is spent: " if said else "")
+            + ", ".join(f"{n} job(s) pend with {r}" for r, n in sorted(held.items()))
             + "; nothing new is submitted there until the limit is raised")
 
 
@@ -63,7 +64,7 @@ def survey(cluster: ClusterInfo, in_flight: int, pending: int, walltime_s: int,
     jobs pend on a spent allocation (``spent``: reason -> jobs) gets nothing new."""
     seat = Seat(cluster, pending=pending)
     if spent:
-        seat.state, seat.detail = SPENT, "the allocation is spent: " + spent_words(spent)
+        seat.state, seat.detail = SPENT, spent_words(spent, said=True)
         return seat
     now = now or dt.datetime.now(dt.timezone.utc)
     try:

@@ -11,7 +11,7 @@ account's usage changes by the hour, so it is checked at each ``plan``, never re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -109,13 +109,13 @@ def check_one(plan: Plan) -> Budget:
                   need * walltime / max(1, plan.campaign.walltime), walltime,
                   charge=(plan.charge(), plan.charge(walltime)))
     if not plan.profile.budget.check_budget:
-        return Budget(**{**base.__dict__, "unchecked": "the site profile says not to (accounting.check_budget)"})
+        return replace(base, unchecked="the site profile says not to (accounting.check_budget)")
     if not plan.accounting:
-        return Budget(**{**base.__dict__, "unchecked": "the scheduler keeps no accounting here"})
+        return replace(base, unchecked="the scheduler keeps no accounting here")
     try:
         alloc = scheduler_for(plan.scheduler, plan.seat.name).allocation(plan.campaign.site.account)
     except SchedulerError as exc:
-        return Budget(**{**base.__dict__, "unchecked": str(exc).splitlines()[0]})
+        return replace(base, unchecked=str(exc).splitlines()[0])
     return _compare(plan, alloc, base)
 
 

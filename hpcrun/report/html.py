@@ -67,8 +67,7 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
 
 def allocation_rows(r: CampaignReport) -> List[Tuple[str, str]]:
     """Each spent allocation (jobs the account's limit held), open or lately raised."""
-    return [("allocation", o["text"] + (f": {o['detail']}" if o["ended_at"] is None and o["detail"] else ""))
-            for o in r.allocation]
+    return [("allocation", o["line"]) for o in r.allocation]
 
 
 def forecast_rows(f: Optional[Dict[str, Any]]) -> List[Tuple[str, str]]:

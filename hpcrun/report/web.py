@@ -86,7 +86,7 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
         health = [(f"cluster {h.name or '(default)'} health", f"{h.state} since {h.since:%Y-%m-%d %H:%M:%S} UTC"
                    + (f": {h.detail}" if h.detail and h.state != "up" else ""))
                   for h in store.cluster_health(campaign.id)]
-        outages = [o["text"] + (f": {o['detail']}" if o["daemon"] == ALLOCATION and o["ended_at"] is None else "")
+        outages = [o["line"] if o["daemon"] == ALLOCATION else o["text"]   # the held jobs, not the daemon's words
                    for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)]
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,

@@ -449,21 +449,19 @@ class Slurm(Scheduler):
             raise SlurmError(f"scontrol show reservation failed: {proc.stderr.strip() or proc.stdout.strip()}")
         return parse_maintenance(proc.stdout)
 
+    def _output(self, argv: List[str], retries: int = 3, shown: Optional[int] = None) -> str:
+        """A query's output (sacctmgr asks slurmdbd: no --clusters); SlurmError naming the command (its
+        first ``shown`` words) when it fails."""
+        proc = _run(argv, retries=retries, cluster=None if argv[0] == "sacctmgr" else self.cluster)
+        if proc.returncode != 0:
+            raise SlurmError(f"{' '.join(argv[:shown])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc.stdout
+
     def describe(self) -> ClusterFacts:
-        def run(argv: List[str]) -> str:
-            proc = _run(argv, cluster=None if argv[0] == "sacctmgr" else self.cluster)   # sacctmgr: cluster=
-            if proc.returncode != 0:
-                raise SlurmError(f"{' '.join(argv)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
-            return proc.stdout
-        return slurm_describe.describe(run, self.cluster)
+        return slurm_describe.describe(self._output, self.cluster)
 
     def allocation(self, account: Optional[str]) -> Allocation:
-        def run(argv: List[str]) -> str:
-            proc = _run(argv, retries=1, cluster=None if argv[0] == "sacctmgr" else self.cluster)
-            if proc.returncode != 0:
-                raise SlurmError(f"{' '.join(argv[:3])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
-            return proc.stdout
-        return slurm_budget.allocation(run, account, self.cluster)
+        return slurm_budget.allocation(lambda argv: self._output(argv, retries=1, shown=3), account, self.cluster)
 
     budget_reason = staticmethod(slurm_budget.is_budget_reason)
 
