@@ -83,9 +83,9 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
 
     ss, plan, arrays, answer = status_campaign(tmp_path, monkeypatch, "kept", 40)
     reads, collector = [], []
-    real_read, real_record = Observations.active_submissions, Observations.record_state_changes
+    real_read, real_record = Observations.active_submissions, Observations.record_transitions
     monkeypatch.setattr(Observations, "active_submissions", lambda self, cid: reads.append(1) or real_read(self, cid))
-    monkeypatch.setattr(Observations, "record_state_changes",
+    monkeypatch.setattr(Observations, "record_transitions",
                         lambda self, cid, ch: collector.append(gc.isenabled()) or real_record(self, cid, ch))
     inflight._KEPT.clear()
     assert gc.isenabled()
@@ -97,7 +97,7 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
     assert [k.active for k in inflight._KEPT.values()] == [[]]   # every job ended: nothing kept
     assert track.poll(plan).counts["done"] == 40 and len(reads) == 1
     assert collector == [False] * 4 and gc.isenabled()   # each poll recorded with the collector paused
-    monkeypatch.setattr(Observations, "record_state_changes", lambda *a: 1 / 0)
+    monkeypatch.setattr(Observations, "record_transitions", lambda *a: 1 / 0)
     answer.write_text(ss.sacct_text(arrays, "RUNNING").replace("RUNNING", "FAILED"))
     inflight._KEPT.clear()
     with pytest.raises(ZeroDivisionError):

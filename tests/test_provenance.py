@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from hpcrun import api
 from hpcrun.cli import main
+from hpcrun.operate import track
 from hpcrun.operate.plandir import open_plan_store
 from hpcrun.operate.supervise import run
 
@@ -87,6 +88,26 @@ def test_sidecars_beside_the_outputs(tmp_path, spec_factory, fake_slurm):
     side = json.loads((tmp_path / "out" / "run002.reco.prov.json").read_text())
     assert side["output"] == str(tmp_path / "out" / "run002.reco") and side["checksum"] == "sha256:run002run002"
     assert "sidecar" not in side and side["image_digest"] == "sha256:feed"   # the runtime's word, none pinned
+
+
+def test_two_pollers_that_see_one_end_record_its_outcomes_once(tmp_path, spec_factory, fake_slurm, store_backend,
+                                                               monkeypatch):
+    """`hpcrun status` beside `hpcrun run`: both read the jobs in flight, both see them end; the second finds the
+    transition recorded, and must not record the QA outcomes and provenance a second time."""
+    plan_dir = _plan(tmp_path, spec_factory)
+    assert len(api.submit(plan_dir).rows()) == 3
+    Jobs(fake_slurm, plan_dir, {}).after_round(None)
+    with open_plan_store(plan_dir) as store:
+        campaign_id = store.get_campaign("test-campaign").id
+        seen_in_flight = track.in_flight(store, campaign_id)
+    assert len(seen_in_flight) == 3
+    first = track.poll(plan_dir)
+    monkeypatch.setattr(track, "in_flight", lambda store, cid: seen_in_flight)   # read before the first recorded
+    second = track.poll(plan_dir)
+    assert first.observed == 3 and second.observed == 0
+    assert len(list(api.outputs(plan_dir))) == 3
+    with open_plan_store(plan_dir) as store:
+        assert len(store.report_rows(campaign_id).qa) == 3
 
 
 def test_outputs_of_a_plan_never_submitted_is_refused(tmp_path, spec_factory):

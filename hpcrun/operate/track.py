@@ -417,8 +417,10 @@ def _poll_store(plan_dir: Path, manifest: Dict[str, Any], store: StateStore, all
     fin = _finalize_in_flight(store, campaign.id) if manifest.get("finalize") else None
     extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
     changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
-    observed = store.record_state_changes(campaign.id, changes)
+    recorded = set(store.record_transitions(campaign.id, changes))
+    observed = len(recorded)
     after_recording(store, campaign.id, active, changes, observed)
+    ended = [(a, raw) for a, raw in ended if a.id in recorded]   # not those another poller recorded first
     provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
     if fin is not None:
         observe_finalize(poller, store, fin)

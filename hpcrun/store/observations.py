@@ -96,7 +96,13 @@ class Observations(StoreBase):
         return self.record_state_changes(campaign_id, [change]) == 1
 
     def record_state_changes(self, campaign_id: int, changes: Sequence[NewStateChange]) -> int:
-        """Record observations that differ from each submission's last known state; returns how many.
+        """Record observations that differ from each submission's last known state; returns how many."""
+        return len(self.record_transitions(campaign_id, changes))
+
+    def record_transitions(self, campaign_id: int, changes: Sequence[NewStateChange]) -> List[int]:
+        """Record observations that differ from each submission's last known state; returns the
+        submissions whose transition this call recorded (what their end leads to is this caller's to do:
+        another poller that saw the same end recorded nothing, and must not record its outputs again).
 
         A status poll observes every job each time; only transitions are stored, so polling
         is idempotent. Inputs follow the state of their latest submission (an observation of
@@ -104,7 +110,7 @@ class Observations(StoreBase):
         """
         s, sc, t, camp = schema.submission, schema.state_change, schema.input_file, schema.campaign
         if not changes:
-            return 0
+            return []
         now = _now()
         with self._write() as conn:
             # status writers of one campaign take turns (the campaign row is their lock on servers; SQLite's
@@ -144,7 +150,7 @@ class Observations(StoreBase):
                     why = _failure_reason(state, c.exit_code, c.signal, c.reason) if target == "failed" else None
                     inputs_to[c.submission_id] = (target, why)
             if not kept:
-                return 0
+                return []
             columns = dict(zip(NewStateChange._fields, map(list, zip(*kept))))   # column by column
             columns.update(observed_at=stamps, slurm_state=states)
             self._insert_columns(conn, sc, columns)
@@ -165,7 +171,7 @@ class Observations(StoreBase):
                 follow = update(t).where(t.c.state != "pending", t.c.state != "parked").values(**values)
                 for chunk in _id_chunks(sids):
                     conn.execute(follow.where(_id_in(t.c.last_submission_id, chunk)))
-        return len(kept)
+        return [c.submission_id for c in kept]
 
     @staticmethod
     def _raw_rows(conn: Any, query: Any) -> List[Any]:
