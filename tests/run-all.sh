@@ -32,8 +32,15 @@ if [ -f tests/cluster/harness.py ] && [ "${HPCRUN_SKIP_CLUSTER:-0}" != 1 ]; then
   echo "run-all: PostgreSQL on $HPCRUN_TEST_PG_URL"
 fi
 
-# the 20 slowest tests close the output, so the suite's cost stays visible
-python3 -m pytest --durations=20 "$@"
+# two pytest-xdist workers: the cluster's tests run one after another on one of them (they share one
+# cluster; tests/cluster/pytest_cluster.py groups them) while the tests that need none run on the other.
+# HPCRUN_TEST_WORKERS=1 runs everything in one process. The 20 slowest tests close the output.
+workers=${HPCRUN_TEST_WORKERS:-2}
+parallel=()
+if [ "$workers" -gt 1 ]; then
+  parallel=(-n "$workers" --dist loadgroup)
+fi
+python3 -m pytest ${parallel[@]+"${parallel[@]}"} --durations=20 "$@"
 rc=$?
 [ "$rc" -eq 5 ] && { echo "pytest collected no tests"; rc=1; }
 

@@ -42,6 +42,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "cluster: needs the real single-node Slurm test cluster (tests/cluster/harness.py)")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Under pytest-xdist (tests/run-all.sh runs two workers) every test of the one shared cluster goes to
+    one worker, one after another in file order: they share its queue, nodes, accounts and test user.
+    The tests that need no cluster spread over the workers meanwhile."""
+    for item in items:
+        if item.get_closest_marker("cluster") or "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _current_test["nodeid"] = item.nodeid
