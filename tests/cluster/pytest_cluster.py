@@ -42,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "cluster: needs the real single-node Slurm test cluster (tests/cluster/harness.py)")
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """Under pytest-xdist (tests/run-all.sh runs two workers) every test of the one shared cluster goes to
     one worker, one after another in file order: they share its queue, nodes, accounts and test user.
