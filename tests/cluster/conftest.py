@@ -17,7 +17,8 @@ def hpcrun_bin(slurm_cluster) -> str:
     venv = slurm_cluster.dir / "venv"
     stamp = venv / "hpcrun-source.digest"
     digest = source_digest()
-    if not (stamp.exists() and stamp.read_text() == digest):
+    hpcrun = venv / "bin" / "hpcrun"
+    if not (stamp.exists() and stamp.read_text() == digest and hpcrun.exists()):   # a run killed mid-install
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([PY, "-m", "venv", str(venv)], check=True)
         src = slurm_cluster.dir / "hpcrun-src"
@@ -29,7 +30,7 @@ def hpcrun_bin(slurm_cluster) -> str:
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         stamp.write_text(digest)
-    return str(venv / "bin" / "hpcrun")
+    return str(hpcrun)
 
 
 @pytest.fixture(scope="session")
