@@ -135,8 +135,11 @@ class FakeSlurm:
         path = self.bin / "queue"
         return path.read_text().splitlines() if path.exists() else []
 
-    def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0", reason: str = "None") -> None:
-        """The job leaves the queue and gets an accounting record."""
+    def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0", reason: str = "None",
+            elapsed_s: int = 0) -> None:
+        """The job leaves the queue and gets an accounting record; it ran ``elapsed_s`` (default 5 s, or a
+        day for a TIMEOUT: a job that reaches its time limit ran all of it)."""
+        elapsed_s = elapsed_s or (86400 if state == "TIMEOUT" else 5)
         kept, gone = [], []
         for row in self.queue():
             (gone if row.split("|")[1] == job_id else kept).append(row)
@@ -145,7 +148,7 @@ class FakeSlurm:
         with open(self.bin / "acct", "a") as f:
             for row in gone:
                 jid, _aid, name, _state, _reason = row.split("|")
-                f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|{reason}|5|00:00:01|1|node1|"
+                f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|{reason}|{elapsed_s}|00:00:01|1|node1|"
                         f"2030-01-01T00:00:00|2030-01-01T00:00:05|2G|1G\n")
 
     def stop(self, daemon: str) -> None:

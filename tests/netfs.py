@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Optional
 
-PORT = 2222
 USER = "hpcrunfs"
 
 
@@ -43,16 +43,29 @@ def _user_home() -> Path:
     return Path(os.path.expanduser(f"~{USER}"))
 
 
-def _start_sshd(work: Path, home: Path) -> subprocess.Popen:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keys_file(home: Path) -> Path:
+    """This process's own authorized keys: two runs at once (the suite's self-check beside it) keep theirs."""
+    return home / ".ssh" / f"authorized_keys-{os.getpid()}"
+
+
+def _start_sshd(work: Path, home: Path, port: int) -> subprocess.Popen:
     for name in ("hostkey", "clientkey"):
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / name))
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700, exist_ok=True)
-    (ssh / "authorized_keys").write_text((work / "clientkey.pub").read_text())
+    keys = _keys_file(home)
+    keys.write_text((work / "clientkey.pub").read_text())
     shutil.chown(ssh, USER, USER)
-    shutil.chown(ssh / "authorized_keys", USER, USER)
+    shutil.chown(keys, USER, USER)
     (work / "sshd_config").write_text(
-        f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey {work / 'hostkey'}\nPidFile {work / 'sshd.pid'}\n"
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {work / 'hostkey'}\nPidFile {work / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {keys}\n"
         "PubkeyAuthentication yes\nPasswordAuthentication no\nUsePAM no\nStrictModes no\n"
         "Subsystem sftp internal-sftp\n")
     os.makedirs("/run/sshd", exist_ok=True)
@@ -71,7 +84,9 @@ class SshfsMount:
         shutil.rmtree(self.export, ignore_errors=True)
         self.export.mkdir()
         shutil.chown(self.export, USER, USER)
-        self.sshd = _start_sshd(work, home)
+        self.home = home
+        self.port = _free_port()
+        self.sshd = _start_sshd(work, home, self.port)
         self.mount_point.mkdir()
         try:
             self._mount()
@@ -83,7 +98,7 @@ class SshfsMount:
         deadline = time.monotonic() + 20
         while True:
             proc = subprocess.run(
-                ["sshfs", "-p", str(PORT), "-o",
+                ["sshfs", "-p", str(self.port), "-o",
                  f"IdentityFile={self.work / 'clientkey'},StrictHostKeyChecking=no,"
                  "UserKnownHostsFile=/dev/null,allow_other,default_permissions",
                  f"{USER}@127.0.0.1:{self.export}", str(self.mount_point)],
@@ -107,3 +122,4 @@ class SshfsMount:
         self.sshd.kill()
         self.sshd.wait(timeout=10)
         shutil.rmtree(self.export, ignore_errors=True)
+        _keys_file(self.home).unlink(missing_ok=True)

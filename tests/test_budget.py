@@ -140,7 +140,8 @@ def test_supervisor_holds_new_submissions_while_the_allocation_is_spent(tmp_path
     prof.mkdir()
     (prof / "q2.yaml").write_text("name: q2\nextends: local-test\nmax_queued_jobs: 2\n")
     monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
-    spec = spec_factory({"jobs": {"array": "never"}, "site": {"profile": "q2"}}, inputs=3)
+    hook = {"command": ["sh", "-c", "cat >> budget-events.jsonl; echo >> budget-events.jsonl"], "on": ["budget"]}
+    spec = spec_factory({"jobs": {"array": "never"}, "site": {"profile": "q2"}, "events": hook}, inputs=3)
     plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
     run(plan_dir, once=True)
     first, second = [row.split("|")[1] for row in fake_slurm.queue()]
@@ -177,6 +178,10 @@ def test_supervisor_holds_new_submissions_while_the_allocation_is_spent(tmp_path
         [row] = [o for o in store.outages(cid) if o.daemon == "allocation"]
     assert len(log) == 2 and "the allocation is spent" in log[0] and "submitting again" in log[1], log
     assert row.ended_at is not None and "was raised" in row.text()
+    run(plan_dir, once=True)   # a later supervisor: nothing new to say
+    told = [json.loads(line) for line in (plan_dir / "budget-events.jsonl").read_text().splitlines() if line]
+    assert [(e["event"], e["cluster"], e["spent"]) for e in told] == [("budget", None, True), ("budget", None, False)]
+    assert told[0]["held"].startswith("1 job(s) pend with AssocGrpCPUMinutesLimit") and told[0]["since"], told
 
 
 def test_a_cluster_whose_allocation_is_spent_gets_no_new_work_the_others_do():
@@ -213,3 +218,25 @@ def test_a_billing_limit_is_compared_with_the_charge_in_the_sites_units(cli, spe
     assert b["short"] and "a charge of 3.0 units" in b["line"], b["line"]
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert manifest["charge"] == {"unit": "units", "per_core_hour": 2 / 8}   # a node-hour is 8 CPU-hours here
+
+
+def test_a_running_job_slurm_ends_on_the_spent_allocation_is_retried_unchanged(tmp_path, spec_factory, fake_slurm):
+    """Slurm ends *running* jobs when the group's TRES-minutes run out, as TIMEOUT after a few seconds of a
+    5-minute limit (seen on the test cluster): class allocation, retried with the same time limit; a
+    TIMEOUT that ran its whole limit stays a time limit (more time next)."""
+    from hpcrun.operate.plandir import open_plan_store
+    from hpcrun.operate.supervise import run
+    from hpcrun.render.plandir import write_plan
+
+    spec = spec_factory({"jobs": {"array": "never"}}, inputs=2)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    run(plan_dir, once=True)
+    first, second = [row.split("|")[1] for row in fake_slurm.queue()]
+    fake_slurm.end(first, "TIMEOUT", "0:0", elapsed_s=9)
+    fake_slurm.end(second, "TIMEOUT", "0:0", elapsed_s=30 * 60 + 20)
+    run(plan_dir, once=True)
+    again = fake_slurm.args()[2:]
+    assert len(again) == 2 and sum("--time=00:45:00" in a for a in again) == 1, again   # only the one at its limit
+    with open_plan_store(plan_dir) as store:
+        cid = store.get_campaign("test-campaign").id
+        assert store.attempts_by_class(cid) == {"allocation": 1, "time_limit": 1}

@@ -43,6 +43,9 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
     FailureClass("merge", "exit 8: the merge failed", max_attempts=2),
     FailureClass("qa", "exit 9: QA failed (the same input gives the same events)", retry=False),
     FailureClass("time_limit", "exit 10, TIMEOUT or DEADLINE: the time limit was reached", more_walltime=1.5),
+    FailureClass("allocation", "TIMEOUT well before the job's time limit: Slurm ended the running job because "
+                 "the account's allocation ran out (GrpTRESMins) or its limit was shortened; not the job's "
+                 "length, so retried unchanged (it starts once the limit is raised)", max_attempts=10),
     FailureClass("checksum", "exit 11: an input's checksum did not match", max_attempts=2, restage=True),
     FailureClass("transfer", "exit 13: an input could not be copied from its server (unreachable, timed "
                  "out) after the job's own retries", max_attempts=3),
@@ -70,11 +73,14 @@ STATE_CLASSES: Dict[str, str] = {"TIMEOUT": "time_limit", "DEADLINE": "time_limi
                                  "REVOKED": "preempted", "CANCELLED": "cancelled", "LOST": "lost"}
 
 
-def classify(state: Optional[str], exit_code: Optional[int], by_operator: bool = False) -> str:
+def classify(state: Optional[str], exit_code: Optional[int], by_operator: bool = False, early: bool = False) -> str:
     """The failure class of a job that ended in ``state`` with ``exit_code``; ``by_operator``: the
-    campaign's operators asked hpcrun to cancel it (only those cancellations are theirs)."""
+    campaign's operators asked hpcrun to cancel it (only those cancellations are theirs); ``early``: it
+    ran well short of its time limit (a TIMEOUT then is a limit of the account, not of the job)."""
     if by_operator and state in ("CANCELLED", "LOST"):
         return "cancelled"
+    if state == "TIMEOUT" and early:
+        return "allocation"
     if state == "CANCELLED":
         return "site_cancel"
     if state in STATE_CLASSES:
@@ -127,8 +133,8 @@ class RetrySpec(_Strict):
         "exclude_node, restage"))
 
 
-EventName = Literal["done", "parked", "stalled"]
-EVENT_NAMES: Tuple[EventName, ...] = ("done", "parked", "stalled")
+EventName = Literal["done", "parked", "stalled", "budget"]
+EVENT_NAMES: Tuple[EventName, ...] = ("done", "parked", "stalled", "budget")
 
 
 class EventsSpec(_Strict):
@@ -139,7 +145,7 @@ class EventsSpec(_Strict):
         "as JSON on stdin"))
     on: List[EventName] = Field(default_factory=lambda: list(EVENT_NAMES), description=(
         "which events run it: done (the campaign finished), parked (jobs were parked), stalled (nothing "
-        "changed for stall_after)"))
+        "changed for stall_after), budget (an allocation found spent, or raised again)"))
     stall_after: Duration = Field(6 * 3600, description="no change for this long is a stall")
     timeout: Duration = Field(60, description="the command is killed after this long")
 

@@ -11,7 +11,8 @@ than fill its queue with jobs that cannot start.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set
+import datetime as dt
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from hpcrun.operate.metrics import Family
 from hpcrun.operate.outages import ALLOCATION
@@ -65,3 +66,17 @@ def families(held: Dict[str, Held]) -> List[Family]:
 
 def status_lines(held: Dict[str, Held]) -> List[str]:
     return [_where(cluster) + spent_words(reasons, said=True) for cluster, reasons in sorted(held.items()) if reasons]
+
+
+Opened = Dict[Optional[str], dt.datetime]   # cluster -> since when its allocation is recorded spent
+
+
+def turns(before: Opened, outages: Sequence[Outage]) -> Tuple[Opened, List[Dict[str, Any]]]:
+    """The spec's ``budget`` events since the last look, from the outage rows (whichever poll wrote them):
+    an allocation found spent (a row open now that was not) and one raised (a row open before, ended now);
+    and the open ones, for the next look."""
+    now = {o.cluster: o.since for o in outages if o.daemon == ALLOCATION and o.open}
+    found = [{"cluster": c, "spent": True, "since": since.isoformat(timespec="seconds"),
+              "held": next(o.detail for o in outages if o.daemon == ALLOCATION and o.open and o.cluster == c)}
+             for c, since in now.items() if before.get(c) != since]
+    return now, found + [{"cluster": c, "spent": False} for c in before if c not in now]

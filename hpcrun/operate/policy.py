@@ -21,6 +21,7 @@ from hpcrun.store.store import StateStore
 from hpcrun.units import format_duration, format_size
 
 MAX_EXCLUDED = 16        # nodes kept off one job; older ones are forgotten first
+EARLY_SHARE = 0.9        # a TIMEOUT before this share of the time limit was not the job's length (class allocation)
 
 
 def adjust_of(text: Optional[str]) -> Tuple[Optional[Adjust], Optional[str]]:
@@ -59,7 +60,9 @@ class RetryPolicy:
 
     # -- one job ---------------------------------------------------------------------------
     def decide(self, job: FailedJob) -> RetryDecision:
-        cls = classify(job.state, job.exit_code, by_operator=bool(job.cancel_requested_by))
+        data: Dict[str, Any] = json.loads(job.adjust) if job.adjust else {}
+        cls = classify(job.state, job.exit_code, by_operator=bool(job.cancel_requested_by),
+                       early=self._early(job, int(data.get("walltime_s") or self.walltime_s)))
         rule = self.rules.get(cls) or self.rules["other"]
         failures = job.past_classes.get(cls, 0) + 1          # this one included
         what = f"{cls} ({job.reason or job.state or 'failed'})"
@@ -77,7 +80,6 @@ class RetryPolicy:
             return park(f"{what}, {failures} time(s) in {job.attempts} attempt(s) (retry.on.{cls}.max_attempts)")
         if job.attempts >= self.max_total:
             return park(f"{what}; {job.attempts} attempts in all (retry.max_total_attempts)")
-        data: Dict[str, Any] = json.loads(job.adjust) if job.adjust else {}
         notes: List[str] = []
         refused = (self._more_time(rule, data, notes) or self._more_memory(rule, job, data, notes)
                    or self._exclude(rule, job, data, notes))
@@ -87,6 +89,11 @@ class RetryPolicy:
             notes.append("inputs staged again")
         data["changes"] = f"after {cls}: " + ("; ".join(notes) if notes else "resubmitted unchanged")
         return RetryDecision(job.job_index, job.submission_id, cls, True, adjust=json.dumps(data, sort_keys=True))
+
+    @staticmethod
+    def _early(job: FailedJob, limit_s: int) -> bool:
+        """It ran well short of its time limit (a job that reaches it runs the limit, or a little more)."""
+        return job.elapsed_s is not None and limit_s > 0 and job.elapsed_s < EARLY_SHARE * limit_s
 
     @staticmethod
     def _grow(current: int, factor: float, top: Optional[int]) -> Optional[int]:

@@ -84,6 +84,7 @@ class Round:
     outages: List[str] = field(default_factory=list)   # daemons not answering: waited out, in words
     ended: Dict[str, int] = field(default_factory=dict)   # at the end: inputs by outcome (results.outcome_of)
     spent: Dict[str, Dict[str, int]] = field(default_factory=dict)  # cluster label -> budget reason -> jobs held
+    budget_turns: List[Dict[str, Any]] = field(default_factory=list)   # allocations spent or raised since the last
     finished: bool = False
     pause: float = 0.0
 
@@ -170,6 +171,7 @@ class Supervisor:
         self.sched = listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
         self.scheds = {c.name: c.sched for c in listed}
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
+        self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
         self.listed = listed
 
     def follow_plan(self) -> None:
@@ -213,6 +215,7 @@ class Supervisor:
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()}, spent=status.budget_held)
         self.outages = outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
+        self.spent_since, rnd.budget_turns = budget.turns(self.spent_since, self.outages)
         rnd.outages = [o["text"] for o in outages.rows(self.outages, self.sched)   # a spent allocation: rnd.spent
                        if o["ended_at"] is None and o["daemon"] != outages.ALLOCATION]
         rnd.finalize, finalize_settled = self._finalize(sub.finalize.action if sub.finalize else None)
@@ -264,6 +267,8 @@ class Supervisor:
             self.last_change = time.monotonic()
         if rnd.parked:
             self.events.emit("parked", {"jobs": rnd.parked, "round": rnd.number})
+        for turn in rnd.budget_turns:
+            self.events.emit("budget", {**turn, "round": rnd.number})
         if rnd.finished:
             self.events.emit("done", {"inputs": rnd.inputs, "jobs": rnd.jobs, "round": rnd.number})
         elif time.monotonic() - self.last_change >= stall_after:

@@ -39,19 +39,19 @@ class Failures(StoreBase):
             newest = {sid: cid for sid, cid in self._rows_in(conn, last_seen, c.c.submission_id, sub_ids)}
             ends = {r[0]: r[1:] for r in self._rows_in(
                 conn, select(c.c.submission_id, c.c.slurm_state, c.c.exit_code, c.c.node, c.c.max_rss_bytes,
-                             c.c.reason), c.c.id, list(newest.values()))}
+                             c.c.reason, c.c.elapsed_s), c.c.id, list(newest.values()))}
             states = {r[0]: (r[1], r[2], r[3]) for r in self._rows_in(
                 conn, select(s.c.id, s.c.last_state, s.c.cancel_requested_by, s.c.failure_class), s.c.id, sub_ids)}
             past = self._past_classes(conn, campaign_id, [int(r[0]) for r in rows])
         out = []
         for job_index, attempts, sid, adjust, last_reason in rows:
-            end = ends.get(sid, (None, None, None, None, None))
+            end = ends.get(sid, (None, None, None, None, None, None))
             state, by, classed = states.get(sid, (None, None, None))
             earlier = dict(past.get(int(job_index), {}))
             if classed in earlier:   # decided before and left failed (an operator's cancel): not a failure again
                 earlier[classed] -= 1
             out.append(FailedJob(int(job_index), int(attempts or 0), sid, state or end[0], end[1],
-                                 end[2], end[3], end[4] or last_reason, adjust, earlier, by))
+                                 end[2], end[3], end[4] or last_reason, adjust, earlier, by, end[5]))
         return out
 
     def request_cancel(self, campaign_id: int, job_indices: Optional[Sequence[int]], who: str) -> int:

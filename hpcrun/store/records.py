@@ -399,6 +399,7 @@ class FailedJob:
     adjust: Optional[str]                 # JSON of the changes its last submission carried
     past_classes: Dict[str, int] = field(default_factory=dict)   # failure class -> earlier failures of it
     cancel_requested_by: Optional[str] = None   # who asked hpcrun to cancel its last submission (hpcrun cancel)
+    elapsed_s: Optional[float] = None           # how long its last attempt ran (accounting)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ makes its own account, so its limit and usage touch no other test.
 * An account with ``GrpTRESMins=cpu=1``, far less than the campaign needs: ``plan`` notes the shortfall
   with both figures; ``hpcrun run`` submits until the limit holds jobs (reason
   ``AssocGrpCPUMinutesLimit``), then nothing more (status, the audit trail and the supervisor's round
-  say why); when the limit is raised with ``sacctmgr`` it goes on, and every input runs exactly once.
+  say why, and the spec's event hook is run); when the limit is raised with ``sacctmgr`` it goes on (the
+  hook is run again), and every input runs exactly once.
 * A campaign whose inputs take known times: the forecast made once a third of the inputs are done lies
   within 20% of the actual end.
 """
@@ -52,11 +53,11 @@ def _profile(cluster, max_queued: int):
     return {"HPCRUN_PROFILE_PATH": str(profiles), "COLUMNS": "200"}
 
 
-def _campaign(cluster, hpcrun_bin, example_root, name, files, linger, account=None) -> Campaign:
+def _campaign(cluster, hpcrun_bin, example_root, name, files, linger, account=None, **more) -> Campaign:
     site = {"profile": "budget-test", **({"account": account} if account else {})}
     return Campaign(cluster, hpcrun_bin, example_root, name, burst_buffer=None, inputs={"files": files},
                     chain_extra=["--linger", str(linger)], site=site,
-                    jobs={"files_per_job": 1, "chains_per_node": 1}, walltime="00:05:00")
+                    jobs={"files_per_job": 1, "chains_per_node": 1}, walltime="00:05:00", **more)
 
 
 def _hp(c: Campaign, env, *args, timeout=300) -> subprocess.CompletedProcess:
@@ -108,7 +109,7 @@ def test_run_stops_submitting_on_a_spent_allocation_and_goes_on_when_it_is_raise
     account = _account(cluster, "cpu=1")
     env = _profile(cluster, max_queued=3)
     c = _campaign(cluster, hpcrun_bin, example_root, "budget", _inputs(cluster, example_root, "budget", 10),
-                  linger=8, account=account)
+                  linger=8, account=account, events={"command": ["true"], "on": ["budget"]})
     planned = _hp(c, env, "plan", str(c.spec), "--out", str(c.plan))
     text = " ".join((planned.stdout + planned.stderr).split())
     assert planned.returncode == 0, text
@@ -148,17 +149,24 @@ def test_run_stops_submitting_on_a_spent_allocation_and_goes_on_when_it_is_raise
     assert sup.returncode == 0, out[-3000:] + err[-3000:]
     final = _status(c, env)
     assert final["counts"]["done"] == 10 and not final["budget_held"], final["counts"]
-    runs = _runs(c, since)   # nothing lost, nothing doubled: 10 runs, each completed, one per plan job
-    assert len(runs) == 10 and all(state == "COMPLETED" for _, state, _, _ in runs), runs
-    assert len({job_id for job_id, _, _, _ in runs}) == 10, runs
-    attempts = collections.Counter(j["attempts"] for j in final["jobs"])
-    assert attempts == {1: 10}, final["jobs"]
+    # nothing lost, nothing doubled: each plan job completed once. Slurm also ends jobs *running* when the
+    # group's minutes run out (TIMEOUT long before their limit): those are class allocation, rerun unchanged
+    runs = _runs(c, since)
+    states = collections.Counter(state for _, state, _, _ in runs)
+    assert states["COMPLETED"] == 10 and set(states) <= {"COMPLETED", "TIMEOUT"}, runs
+    assert len({job_id for job_id, _, _, _ in runs}) == len(runs), runs
+    assert sum(j["attempts"] for j in final["jobs"]) == len(runs), final["jobs"]
     log = _hp(c, env, "log", str(c.plan))
     assert "the allocation is spent" in log.stdout and "submitting again" in log.stdout, log.stdout[-2000:]
     report = _hp(c, env, "report", str(c.plan), "--json", "--no-plots")
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
     assert any("was raised" in a["text"] for a in data["allocation"]), data["allocation"]
+    assert data["attempts_by_class"] == ({"allocation": states["TIMEOUT"]} if states["TIMEOUT"] else {}), data
+    events = (c.plan / "events.log").read_text()   # the spec's hook: told once when spent, once when raised
+    told = [json.loads(line.split(" ", 2)[2]) for line in events.splitlines()
+            if line.split(" ")[1:2] == ["budget"] and " hook exit " not in line]
+    assert [e["spent"] for e in told] == [True, False] and events.count("budget hook exit 0") == 2, events
 
 
 def _forecast_on_the_live_page(c: Campaign) -> None:
@@ -244,3 +252,41 @@ def test_forecast_after_a_third_lies_within_20_percent_of_the_actual_end(slurm_c
     assert abs(error) <= 0.2 * total, figures
     done = _status(c, env)["forecast"]
     assert done["ready"] and done["remaining_s"] == 0, done
+
+
+def test_a_running_job_the_spent_allocation_ends_is_rerun_with_the_same_time_limit(
+        slurm_cluster, hpcrun_bin, example_root):
+    """Slurm ends a job *running* when its account's group minutes run out: TIMEOUT long before its 5-minute
+    limit. hpcrun calls that class allocation (not a time limit): the rerun keeps 00:05:00, and pends on
+    the allocation until someone raises it (here the test stops there, and cancels it)."""
+    cluster = slurm_cluster
+    if cluster.accounting != "slurmdbd":
+        pytest.skip("association limits need slurmdbd")
+    account = _account(cluster, "cpu=1")   # one CPU-minute: a one-CPU job is ended after about a minute
+    env = _profile(cluster, max_queued=3)
+    c = _campaign(cluster, hpcrun_bin, example_root, "budget-kill",
+                  _inputs(cluster, example_root, "budget-kill", 1), linger=240, account=account)
+    planned = _hp(c, env, "plan", str(c.spec), "--out", str(c.plan))
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    since = dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    sup = _supervisor(c, env)
+    try:
+        rerun = _wait("the rerun held by the allocation", lambda: (lambda s: s if s["budget_held"] and any(
+            j["attempts"] == 2 for j in s["jobs"]) else None)(_status(c, env)), 300, sup)
+    finally:
+        sup.terminate()
+        sup.communicate(timeout=120)
+        _cancel(c)
+    first, second = sorted(_runs_with_limits(c, since), key=lambda r: int(r[0].split("_")[0]))
+    assert first[1] == "TIMEOUT" and first[2] < 240 and first[3] == "00:05:00", first   # ended long before
+    assert second[1] in ("PENDING", "CANCELLED") and second[3] == "00:05:00", second    # the same limit
+    report = json.loads(_hp(c, env, "report", str(c.plan), "--json", "--no-plots").stdout)
+    assert report["attempts_by_class"] == {"allocation": 1}, (report["attempts_by_class"], rerun["jobs"])
+
+
+def _runs_with_limits(c: Campaign, since: str) -> list:
+    """(job id, state, seconds run, time limit) of every run of the campaign's jobs since ``since``."""
+    proc = c.cluster.run(["sacct", "-n", "-P", "-X", "-D", "-u", c.cluster.user, "-S", since,
+                          "-o", "JobName,JobID,State,ElapsedRaw,Timelimit"])
+    rows = [line.split("|")[1:] for line in proc.stdout.splitlines() if line.startswith(c.name + ".")]
+    return [(jid, state.split()[0], int(elapsed or 0), limit) for jid, state, elapsed, limit in rows]
