@@ -75,8 +75,8 @@ def turns(before: Opened, outages: Sequence[Outage]) -> Tuple[Opened, List[Dict[
     """The spec's ``budget`` events since the last look, from the outage rows (whichever poll wrote them):
     an allocation found spent (a row open now that was not) and one raised (a row open before, ended now);
     and the open ones, for the next look."""
-    now = {o.cluster: o.since for o in outages if o.daemon == ALLOCATION and o.open}
-    found = [{"cluster": c, "spent": True, "since": since.isoformat(timespec="seconds"),
-              "held": next(o.detail for o in outages if o.daemon == ALLOCATION and o.open and o.cluster == c)}
-             for c, since in now.items() if before.get(c) != since]
-    return now, found + [{"cluster": c, "spent": False} for c in before if c not in now]
+    open_rows = {o.cluster: o for o in outages if o.daemon == ALLOCATION and o.open}
+    found = [{"cluster": c, "spent": True, "since": o.since.isoformat(timespec="seconds"), "held": o.detail}
+             for c, o in open_rows.items() if before.get(c) != o.since]
+    raised = [{"cluster": c, "spent": False} for c in before if c not in open_rows]
+    return {c: o.since for c, o in open_rows.items()}, found + raised
