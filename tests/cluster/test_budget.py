@@ -277,7 +277,9 @@ def test_a_running_job_the_spent_allocation_ends_is_rerun_with_the_same_time_lim
         sup.terminate()
         sup.communicate(timeout=120)
         _cancel(c)
-    first, second = sorted(_runs(c, since, "ElapsedRaw,Timelimit"), key=lambda r: int(r[0].split("_")[0]))
+    runs = _wait("both runs in accounting", lambda: (lambda r: r if len(r) >= 2 else None)(   # slurmdbd lags
+        _runs(c, since, "ElapsedRaw,Timelimit")), 60)
+    first, second = sorted(runs, key=lambda r: int(r[0].split("_")[0]))
     first[1], second[1] = first[1].split()[0], second[1].split()[0]   # "CANCELLED by 0": the state
     assert first[1] == "TIMEOUT" and int(first[2]) < 240 and first[3] == "00:05:00", first   # ended long before
     assert second[1] in ("PENDING", "CANCELLED") and second[3] == "00:05:00", second    # the same limit
