@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hpcrun.cli.iotune import load_profile_or_local  # noqa: E402
-from hpcrun.iotune import local as local_mode  # noqa: E402
-from hpcrun.iotune.plan import plan_sweep  # noqa: E402
-from hpcrun.iotune.presets import load_sweep  # noqa: E402
+from hpcrun.iotune.sweeps import local as local_mode  # noqa: E402
+from hpcrun.iotune.sweeps.plan import plan_sweep  # noqa: E402
+from hpcrun.iotune.sweeps.presets import load_sweep  # noqa: E402
 
 TARGET_RATIO = 1.05
 

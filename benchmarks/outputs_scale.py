@@ -76,7 +76,7 @@ out("\n]\n")
 
 def build(work: Path, name: str, n: int) -> Path:
     """A plan of ``n`` jobs, every input registered and one provenance record each."""
-    from hpcrun.operate.submit import open_plan_store, read_manifest, register
+    from hpcrun.operate.submission.submit import open_plan_store, read_manifest, register
     from hpcrun.store.records import ProvenanceRow
 
     plan = make_plan(work, name, n, "always")

@@ -16,7 +16,7 @@ What is measured, each in this process with the package of this checkout:
 
 * ``sacct``: running the stand-in ``sacct`` itself (process start and the whole text read
   through a pipe), the floor any status poll pays;
-* ``poll running``: ``hpcrun.operate.track.poll`` when every task turns RUNNING (N transitions
+* ``poll running``: ``hpcrun.operate.tracking.track.poll`` when every task turns RUNNING (N transitions
   recorded);
 * ``poll unchanged``: the same answer again: N tasks in flight, nothing to record (the steady
   state of a long campaign's ``status --watch``);
@@ -70,7 +70,7 @@ exec cat "{answer}"
 
 def record_submissions(plan: Path) -> list:
     """The store as `hpcrun submit` leaves it; returns [(array job id, tasks)]."""
-    from hpcrun.operate.submit import open_plan_store, read_manifest, register, scripts_of
+    from hpcrun.operate.submission.submit import open_plan_store, read_manifest, register, scripts_of
     from hpcrun.store.records import NewSubmission
 
     manifest = read_manifest(plan)
@@ -125,7 +125,7 @@ def main() -> int:
     try:
         import subprocess
 
-        from hpcrun.operate.track import poll
+        from hpcrun.operate.tracking.track import poll
 
         t0 = time.perf_counter()
         plan = make_plan(work, "status-bench", args.tasks, "always")
@@ -194,12 +194,12 @@ def main() -> int:
 
 def forecast_s(plan: Path) -> float:
     """Seconds of the forecast on the store as the last poll left it (every task ended)."""
-    from hpcrun.operate.forecast import of_store
+    from hpcrun.operate.campaign.forecast import of_store
     from hpcrun.operate.plandir import open_plan_store, read_manifest
 
     manifest = read_manifest(plan, jobs=False)
     with open_plan_store(plan) as store:
-        campaign_id = store.get_campaign(manifest["campaign"]).id
+        campaign_id = store.get_campaign(manifest.campaign).id
         t0 = time.perf_counter()
         f = of_store(store, campaign_id, manifest)
         took = time.perf_counter() - t0

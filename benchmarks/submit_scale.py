@@ -16,7 +16,7 @@ is reported separately as ``cli_startup_s``).
   scripts). Baseline: a Python loop ``subprocess.run(["sbatch", "--parsable", script])``
   over the same N scripts. Measured in the order raw, hpcrun, hpcrun, raw (each hpcrun run on
   a fresh plan); the better of each side's two runs counts. hpcrun:
-  ``hpcrun.operate.submit.submit(plan)`` — registering the inputs, and per job a claim,
+  ``hpcrun.operate.submission.submit.submit(plan)`` — registering the inputs, and per job a claim,
   ``sbatch --job-name=<tag>`` and the record, each in its own transaction
   in ``state.db``. Reported: jobs per second of each and the ratio (target >= 0.9).
 * **array tasks** (``--array-tasks N``, default 100000): a plan of N jobs packed into arrays
@@ -75,7 +75,7 @@ def raw_loop(scripts: list, name: str) -> float:
 
 
 def hpcrun_submit(plan: Path) -> tuple:
-    from hpcrun.operate.submit import submit
+    from hpcrun.operate.submission.submit import submit
 
     t0 = time.perf_counter()
     report = submit(plan)

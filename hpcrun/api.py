@@ -122,23 +122,31 @@ class PlanResult(_Result):
     """A plan directory written: its manifest's totals, notes and scripts."""
 
     plan_dir: str
-    manifest: Dict[str, Any]
+    manifest: Dict[str, Any]   # manifest.json as written (read from a directory: its job list read as gone through)
     diff: Optional[str] = None
     previous: bool = False
     value: Any = None   # the frozen hpcrun.plan.values.Plan it was written from
-    change: Any = None  # a submitted plan directory's next generation: hpcrun.operate.generations.Change
+    change: Any = None  # a submitted plan directory's next generation: hpcrun.operate.campaign.generations.Change
     budgets: List[Any] = field(default_factory=list)   # each cluster's hpcrun.plan.budget.Budget (asked now)
     title = "hpcrun plan"
 
+    @property
+    def typed(self) -> Any:
+        """The manifest as operate reads it (hpcrun.operate.manifest.Manifest)."""
+        from hpcrun.operate.manifest import Manifest
+        return Manifest.from_dict(self.manifest)
+
     def to_dict(self) -> Dict[str, Any]:
-        m = self.manifest
-        out = {k: m[k] for k in ("campaign", "profile", "partition", "qos", "container", "burst_buffer", "totals",
-                                 "notes")}
+        m = self.typed
+        out: Dict[str, Any] = {"campaign": m.campaign, "profile": m.profile, "partition": m.partition, "qos": m.qos,
+                               "container": m.container, "burst_buffer": m.burst_buffer, "totals": dict(m.totals),
+                               "notes": m.notes}
         out["plan_dir"] = self.plan_dir
-        out["scripts"] = [s["path"] for s in m["scripts"]]
-        if m.get("clusters"):
-            out["clusters"] = [{"name": c["name"], "profile": c["profile"], "share": c["share"],
-                                "max_queued_jobs": c["max_queued_jobs"]} for c in m["clusters"]]
+        out["scripts"] = [s["path"] for s in m.scripts]
+        if m.clusters:
+            pairs = zip(m.clusters, m.cluster_profiles)
+            out["clusters"] = [{"name": c.name, "profile": profile, "share": c.share,
+                                "max_queued_jobs": c.max_queued_jobs} for c, profile in pairs]
         if self.diff is not None:
             out["diff"] = self.diff
         if self.change is not None:
@@ -148,14 +156,14 @@ class PlanResult(_Result):
         return out
 
     def summary(self) -> Dict[str, Any]:
-        m = self.manifest
-        return {"plan_dir": self.plan_dir, "campaign": m["campaign"], "profile": m["profile"],
-                "partition": m["partition"], **m["totals"]}
+        m = self.typed
+        return {"plan_dir": self.plan_dir, "campaign": m.campaign, "profile": m.profile,
+                "partition": m.partition, **m.totals}
 
     def rows(self) -> List[Dict[str, Any]]:
         if self.value is None:   # opened from its directory: the manifest's job list
             return [{"job": j["name"], "inputs": len(j["inputs"]), "input_bytes": j["input_bytes"],
-                     "first_input": j["inputs"][0] if j["inputs"] else None} for j in self.manifest["jobs"]]
+                     "first_input": j["inputs"][0] if j["inputs"] else None} for j in self.typed.jobs]
         return [{"job": j.name, "inputs": len(j.inputs), "input_bytes": j.input_bytes,
                  "first_input": j.inputs[0].path if j.inputs else None} for j in self.value.jobs]
 
@@ -201,7 +209,7 @@ class SubmitResult(_Result):
 class Status(_Result):
     """One poll of the scheduler: every plan job's state, recorded in the campaign's store."""
 
-    raw: Any  # hpcrun.operate.track.StatusReport
+    raw: Any  # hpcrun.operate.tracking.track.StatusReport
     title = "hpcrun status"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -219,13 +227,13 @@ class Status(_Result):
 
     @property
     def forecast(self) -> Optional[Dict[str, Any]]:
-        """The campaign's forecast made with this poll (hpcrun.operate.forecast)."""
+        """The campaign's forecast made with this poll (hpcrun.operate.campaign.forecast)."""
         return self.raw.forecast
 
 
 @dataclass(repr=False)
 class RetryResult(_Result):
-    raw: Any  # hpcrun.operate.retry.RetryReport
+    raw: Any  # hpcrun.operate.retries.retry.RetryReport
     title = "hpcrun retry"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -318,7 +326,7 @@ def make_plan(spec: PathLike, out: Optional[PathLike] = None, *, force: bool = F
     Into a directory whose campaign was submitted, the plan is the campaign's next generation: what it
     would change is returned (``change``, with the scripts' diff) and nothing is written unless ``apply``
     (or ``force``)."""
-    from hpcrun.operate.generations import plan_generation, submitted_store
+    from hpcrun.operate.campaign.generations import plan_generation, submitted_store
     from hpcrun.plan import budget
     from hpcrun.plan.load import load_plan
     from hpcrun.render.plandir import write_plan
@@ -335,8 +343,8 @@ def make_plan(spec: PathLike, out: Optional[PathLike] = None, *, force: bool = F
         applying = apply or force
         p, change = plan_generation(Path(spec), where, checked, db=db, apply=applying,
                                     reprocess=reprocess, want_diff=diff or not applying)
-        from hpcrun.operate.plandir import read_manifest
-        manifest = read_manifest(where, jobs=False) if change.applied else _head_of(p, where)
+        from hpcrun.operate.manifest import read_json
+        manifest = read_json(where) if change.applied else _head_of(p, where)
         return PlanResult(str(where), manifest, change.diff, True, p, change, budgets)
     p = checked(Path(spec))
     if target is None:
@@ -362,16 +370,16 @@ class _NoDigests(dict):
 
 def open_plan(plan_dir: PathLike) -> PlanResult:
     """A plan directory written earlier (its manifest), to submit, follow and report on."""
-    from hpcrun.operate.plandir import read_manifest
+    from hpcrun.operate.manifest import read_json
     path = Path(os.path.abspath(plan_dir))
-    return PlanResult(str(path), read_manifest(path))
+    return PlanResult(str(path), read_json(path, jobs=True))
 
 
 def job_script(plan_dir: PathLike, job: str) -> str:
     """The script of one plan job, byte for byte what the scheduler is (or was) handed: its file,
     or its header rendered at submission (``jobs.script_files``)."""
-    from hpcrun.operate.headers import job_script as find
     from hpcrun.operate.plandir import read_manifest
+    from hpcrun.operate.submission.headers import job_script as find
     path = Path(os.path.abspath(plan_dir))
     return find(path, read_manifest(path, jobs=False), job)
 
@@ -380,14 +388,14 @@ def submit(plan_dir: PathLike, *, dry_run: bool = False, limit: Optional[int] = 
            lock_timeout: float = 600.0, finalize_again: bool = False, on_batch: Any = None,
            on_wait: Any = None) -> SubmitResult:
     """Submit the work of PLAN_DIR that is neither done nor in flight, and record it."""
-    from hpcrun.operate.submit import submit as do_submit
+    from hpcrun.operate.submission.submit import submit as do_submit
     return SubmitResult(do_submit(Path(plan_dir), db=db, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
                                   on_batch=on_batch, on_wait=on_wait, finalize_again=finalize_again))
 
 
 def status(plan_dir: PathLike, *, db: Optional[str] = None, all_jobs: bool = True) -> Status:
     """Poll the scheduler once for every job in flight, record what changed, and summarise."""
-    from hpcrun.operate.track import poll
+    from hpcrun.operate.tracking.track import poll
     return Status(poll(Path(plan_dir), db=db, all_jobs=all_jobs, with_forecast=True))
 
 
@@ -395,7 +403,7 @@ def retry(plan_dir: PathLike, *, dry_run: bool = False, max_attempts: Optional[i
           cancelled: Optional[bool] = None, jobs: Sequence[str] = (), unpark: bool = False,
           db: Optional[str] = None, finalize_again: bool = False, on_batch: Any = None) -> RetryResult:
     """Resubmit failed, timed-out and node-failed jobs; park those out of attempts."""
-    from hpcrun.operate.retry import retry as do_retry
+    from hpcrun.operate.retries.retry import retry as do_retry
     return RetryResult(do_retry(Path(plan_dir), db=db, max_attempts=max_attempts, cancelled=cancelled,
                                 jobs=tuple(jobs), unpark=unpark, dry_run=dry_run, on_batch=on_batch,
                                 finalize_again=finalize_again))
@@ -404,7 +412,7 @@ def retry(plan_dir: PathLike, *, dry_run: bool = False, max_attempts: Optional[i
 def rearm_exports(plan_dir: PathLike, *, db: Optional[str] = None) -> int:
     """Given-up exports (outputs.export) back to waiting with a fresh set of attempts; how many."""
     from hpcrun.operate.plandir import open_plan_store, read_manifest
-    from hpcrun.operate.submit import register
+    from hpcrun.operate.submission.submit import register
     with open_plan_store(Path(plan_dir), db) as store:
         campaign = register(store, read_manifest(Path(plan_dir)))
         count = store.rearm_exports(campaign.id)
@@ -423,7 +431,7 @@ def outputs(plan_dir: PathLike, *, db: Optional[str] = None, generation: Optiona
             ) -> Iterator[Dict[str, Any]]:
     """The provenance record of every output that passed QA (of one ``generation``), streamed: what made
     it (inputs and their checksums, release, container, payload identity, job, node, times, digests)."""
-    from hpcrun.operate.provenance import outputs_of
+    from hpcrun.operate.outputs.provenance import outputs_of
     return outputs_of(Path(plan_dir), db=db, generation=generation)
 
 
@@ -431,7 +439,7 @@ def forecast(plan_dir: PathLike, *, db: Optional[str] = None) -> Dict[str, Any]:
     """The campaign's forecast from its store now (no scheduler call): end with its 95% interval,
     core-hours and cost left, cost per event and per GB (docs/forecast.md); ``ready`` False before any
     run has ended, with ``why``."""
-    from hpcrun.operate.forecast import of_store
+    from hpcrun.operate.campaign.forecast import of_store
     from hpcrun.report.gather import open_campaign
     with open_campaign(Path(os.path.abspath(plan_dir)), db) as (manifest, store, campaign):
         return of_store(store, campaign.id, manifest).as_dict()
@@ -439,7 +447,7 @@ def forecast(plan_dir: PathLike, *, db: Optional[str] = None) -> Dict[str, Any]:
 
 def iotune_results(sweep_dir: PathLike) -> IotuneResults:
     """The results of a sweep directory (its results.json, written by `hpcrun iotune` or `collect`)."""
-    from hpcrun.iotune.outdir import RESULTS
+    from hpcrun.iotune.sweeps.outdir import RESULTS
     path = Path(sweep_dir) / RESULTS
     try:
         text = path.read_text(encoding="utf-8")

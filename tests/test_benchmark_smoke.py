@@ -91,7 +91,7 @@ def test_the_full_floor_records_what_hpcrun_records(tmp_path, monkeypatch):
     import sqlite3
     from contextlib import closing
 
-    from hpcrun.operate.track import poll
+    from hpcrun.operate.tracking.track import poll
 
     from .synthetic_status import status_campaign
 

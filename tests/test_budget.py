@@ -132,8 +132,8 @@ def test_supervisor_holds_new_submissions_while_the_allocation_is_spent(tmp_path
     """Room in the queue and a plan job waiting, but a job pends on the spent allocation: the round submits
     nothing, records it (outage row, audit trail, metrics, status), and submits again once none is held."""
     from hpcrun.operate.plandir import open_plan_store
-    from hpcrun.operate.supervise import run
-    from hpcrun.operate.track import poll
+    from hpcrun.operate.supervision.supervise import run
+    from hpcrun.operate.tracking.track import poll
     from hpcrun.render.plandir import write_plan
 
     prof = tmp_path / "profiles"
@@ -188,8 +188,8 @@ def test_a_cluster_whose_allocation_is_spent_gets_no_new_work_the_others_do():
     """Per cluster: survey() turns a cluster with held jobs into a `budget` seat, never open; place()
     gives its share to the others (each cluster has its own accounts and limits)."""
     from hpcrun.backends.scheduler import scheduler_for
-    from hpcrun.operate.placement import SPENT, Seat, place, survey
     from hpcrun.operate.plandir import ClusterInfo
+    from hpcrun.operate.submission.placement import SPENT, Seat, place, survey
 
     spent = survey(ClusterInfo("a", scheduler_for("slurm", "a"), True), 2, 2, 600,
                    spent={"AssocGrpCPUMinutesLimit": 2})
@@ -225,7 +225,7 @@ def test_a_running_job_slurm_ends_on_the_spent_allocation_is_retried_unchanged(t
     5-minute limit (seen on the test cluster): class allocation, retried with the same time limit; a
     TIMEOUT that ran its whole limit stays a time limit (more time next)."""
     from hpcrun.operate.plandir import open_plan_store
-    from hpcrun.operate.supervise import run
+    from hpcrun.operate.supervision.supervise import run
     from hpcrun.render.plandir import write_plan
 
     spec = spec_factory({"jobs": {"array": "never"}}, inputs=2)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcrun.errors import InputError
-from hpcrun.plan.checksums import compute
+from hpcrun.plan.job.checksums import compute
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 

@@ -14,8 +14,9 @@ from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.backends.scheduler.base import Maintenance
 from hpcrun.backends.scheduler.slurm import Slurm, parse_maintenance
 from hpcrun.errors import InputError
-from hpcrun.operate.placement import DOWN, MAINTENANCE, Seat, on_cluster, place
+from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.plandir import ClusterInfo, clusters_of
+from hpcrun.operate.submission.placement import DOWN, MAINTENANCE, Seat, on_cluster, place
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 
@@ -64,7 +65,7 @@ def test_two_profiles_plan_one_directory_with_each_clusters_scripts(spec_factory
     assert 'HPCRUN_RUNDIR="$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/beta-${HPCRUN_JOB_ID:-local}"' in body
     assert "export HPCRUN_CLUSTER=beta" in body
     assert 'bash "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh"' in (out / "jobs/array001.sbatch").read_text()
-    infos = clusters_of(manifest)
+    infos = clusters_of(Manifest.from_dict(manifest))
     assert [(c.name, c.sched.cluster, c.run_prefix) for c in infos] == [("alpha", "alpha", "alpha-"),
                                                                           ("beta", "beta", "beta-")]
 
@@ -73,7 +74,7 @@ def test_one_unnamed_profile_plans_as_before(spec_factory, tmp_path):
     out = write_plan(load_plan(spec_factory()), tmp_path / "plan").out_dir
     manifest = json.loads((out / "manifest.json").read_text())
     assert "clusters" not in manifest and not (out / "clusters").exists()
-    [only] = clusters_of(manifest)
+    [only] = clusters_of(Manifest.from_dict(manifest))
     assert only.name is None and only.sched.cluster is None
 
 
@@ -288,7 +289,7 @@ class _Answering:
 
 
 def test_a_cluster_takes_a_backlog_of_two_waves_within_its_limits():
-    from hpcrun.operate.placement import survey
+    from hpcrun.operate.submission.placement import survey
     info = ClusterInfo("x", _Answering(queued=95), True, max_queued_jobs=50, site_max_queued_jobs=100,
                        capacity_jobs=6)
     assert survey(info, in_flight=10, pending=4, walltime_s=600).room == 5          # the site: 100 - 95

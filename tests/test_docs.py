@@ -13,7 +13,7 @@ import pytest
 from hpcrun.model.reference import model_paths
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
-from hpcrun.plan import placeholders
+from hpcrun.plan.intake import placeholders
 
 from .conftest import REPO
 

@@ -9,8 +9,8 @@ import pytest
 
 from hpcrun.cli import main
 from hpcrun.iotune.engines import engine_for, names
-from hpcrun.iotune.plan import choose_engine
-from hpcrun.iotune.sweep import Sweep
+from hpcrun.iotune.sweeps.plan import choose_engine
+from hpcrun.iotune.sweeps.sweep import Sweep
 from hpcrun.model.profiles import load_profile
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hpcrun.operate.plandir import open_plan_store
-from hpcrun.operate.supervise import run
+from hpcrun.operate.supervision.supervise import run
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 

@@ -1,4 +1,4 @@
-"""The campaign's finalize job (hpcrun/operate/finalize.py): spec checks, the rendered script run locally,
+"""The campaign's finalize job (hpcrun/operate/submission/finalize.py): spec checks, the rendered script run locally,
 and submission against fake sbatch/squeue/sacct on PATH (the real cluster runs in
 tests/cluster/test_campaign_state.py).
 
@@ -18,8 +18,8 @@ import pytest
 
 from hpcrun.errors import InputError
 from hpcrun.operate.plandir import open_plan_store
-from hpcrun.operate.submit import submit
-from hpcrun.operate.track import poll
+from hpcrun.operate.submission.submit import submit
+from hpcrun.operate.tracking.track import poll
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 from hpcrun.store.store import StateStore
@@ -330,7 +330,7 @@ def test_retry_opens_the_plan_once(tmp_path, spec_factory, fake_slurm, monkeypat
     """One `hpcrun retry`: the manifest read once and the store opened once, for the poll, the
     requeue and the resubmission alike (it used to be three and four times)."""
     import hpcrun.operate.plandir as plandir
-    import hpcrun.operate.retry as retry_module
+    import hpcrun.operate.retries.retry as retry_module
 
     plan_dir = _plan(tmp_path, spec_factory)
     first = submit(plan_dir)
@@ -340,8 +340,8 @@ def test_retry_opens_the_plan_once(tmp_path, spec_factory, fake_slurm, monkeypat
         fake_slurm.end(job_id)
     reads, opens = [], []
     real_read, real_open = retry_module.read_manifest, plandir.open_store
-    import hpcrun.operate.submit as submit_module
-    import hpcrun.operate.track as track_module
+    import hpcrun.operate.submission.submit as submit_module
+    import hpcrun.operate.tracking.track as track_module
 
     for module in (retry_module, submit_module, track_module):
         monkeypatch.setattr(module, "read_manifest", lambda *a, **k: reads.append(a) or real_read(*a, **k))

@@ -9,7 +9,7 @@ import datetime as dt
 import random
 from typing import List, Tuple
 
-from hpcrun.operate.forecast import families, line, make
+from hpcrun.operate.campaign.forecast import families, line, make
 from hpcrun.store.records import InputTotals, RunSpan
 
 T0 = dt.datetime(2026, 11, 27, 8, 0, tzinfo=dt.timezone.utc)

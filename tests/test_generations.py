@@ -16,8 +16,9 @@ import yaml
 from click.testing import CliRunner
 
 from hpcrun.cli import main
+from hpcrun.operate.manifest import read_json
 from hpcrun.operate.plandir import open_plan_store, read_manifest
-from hpcrun.operate.supervise import run
+from hpcrun.operate.supervision.supervise import run
 
 from .test_supervise import Cluster, _names_from_store, _plan
 
@@ -47,7 +48,7 @@ def _generations_of_runs(plan_dir: Path) -> dict:
     """Plan job name -> generation of each of its submissions, as the store recorded them."""
     from sqlalchemy import select
 
-    from hpcrun.store import schema
+    from hpcrun.store.sql import schema
     with open_plan_store(plan_dir) as store:
         s, link, t = schema.submission, schema.submission_input, schema.input_file
         query = (select(t.c.path, s.c.generation, s.c.script_path).join(link, link.c.submission_id == s.c.id)
@@ -83,7 +84,7 @@ def test_a_submitted_plan_gets_a_new_generation_only_when_told(tmp_path, spec_fa
 
     applied = _plan_cli(spec, plan_dir, "--apply")
     assert applied.exit_code == 0, applied.output
-    manifest = read_manifest(plan_dir, jobs=False)
+    manifest = read_json(plan_dir)
     assert manifest["generation"]["number"] == 2 and (plan_dir / "generations" / "2" / "manifest.json").is_file()
     assert os.path.islink(plan_dir / "generations" / "2" / "run")
 
@@ -167,7 +168,7 @@ def test_reprocess_all_needs_a_new_output_location(tmp_path, spec_factory, fake_
     refused = _plan_cli(spec, plan_dir, "--apply", "--reprocess", "all")
     assert refused.exit_code == 2, refused.output
     assert "outputs.location" in refused.output and "never overwritten" in refused.output
-    assert read_manifest(plan_dir, jobs=False).get("generation", {}).get("number", 1) == 1
+    assert read_json(plan_dir).get("generation", {}).get("number", 1) == 1
     assert not (plan_dir / "generations" / "2").exists()
 
     _spec_edit(spec, **{"outputs.location": str(tmp_path / "out-v2")})
@@ -211,7 +212,7 @@ def test_an_input_under_another_spelling_would_be_in_two_jobs(tmp_path, spec_fac
 def test_inputs_listed_no_more_are_withdrawn_not_deleted(tmp_path, spec_factory, fake_slurm):
     plan_dir = _plan(tmp_path, spec_factory)
     with open_plan_store(plan_dir) as store:   # registered, nothing submitted: all pending
-        from hpcrun.operate.submit import register
+        from hpcrun.operate.submission.submit import register
         register(store, read_manifest(plan_dir))
     spec = tmp_path / "campaign.yaml"
     (tmp_path / "data" / "run002.raw").unlink()
@@ -228,7 +229,7 @@ def test_inputs_listed_no_more_are_withdrawn_not_deleted(tmp_path, spec_factory,
 
 
 def test_an_apply_stopped_before_the_switch_is_made_again(tmp_path, spec_factory, fake_slurm, monkeypatch):
-    from hpcrun.operate import generations
+    from hpcrun.operate.campaign import generations
 
     plan_dir = _plan(tmp_path, spec_factory)
     run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=1)
@@ -242,11 +243,11 @@ def test_an_apply_stopped_before_the_switch_is_made_again(tmp_path, spec_factory
     monkeypatch.setattr(generations, "_swap_manifest", killed)
     stopped = _plan_cli(spec, plan_dir, "--apply")
     assert stopped.exit_code != 0 and (plan_dir / "generations" / "2" / "manifest.json").is_file()
-    assert read_manifest(plan_dir, jobs=False).get("generation", {}).get("number", 1) == 1   # not switched
+    assert read_json(plan_dir).get("generation", {}).get("number", 1) == 1   # not switched
     monkeypatch.setattr(generations, "_swap_manifest", real)
     again = _plan_cli(spec, plan_dir, "--apply")
     assert again.exit_code == 0, again.output
-    assert read_manifest(plan_dir, jobs=False)["generation"]["number"] == 2
+    assert read_json(plan_dir)["generation"]["number"] == 2
     assert os.path.islink(plan_dir / "generations" / "2" / "logs")
 
 
@@ -254,7 +255,7 @@ def test_a_campaign_from_before_generations_is_generation_1(tmp_path, spec_facto
     """A store migrated from schema 9 (no generations): its campaign carries on as generation 1."""
     from sqlalchemy import create_engine, insert
 
-    from hpcrun.store import schema
+    from hpcrun.store.sql import schema
     from hpcrun.store.store import open_store
 
     plan_dir = _plan(tmp_path, spec_factory)
@@ -265,12 +266,12 @@ def test_a_campaign_from_before_generations_is_generation_1(tmp_path, spec_facto
     manifest = read_manifest(plan_dir)
     with engine.begin() as conn:
         assert schema.migrate(conn, schema.MIGRATIONS[:9]) == 9
-        conn.execute(insert(schema.campaign).values(name="test-campaign", spec_digest=manifest["digests"]["spec"],
-                                                    profile_digest=manifest["digests"]["profile"],
+        conn.execute(insert(schema.campaign).values(name="test-campaign", spec_digest=manifest.spec_digest,
+                                                    profile_digest=manifest.profile_digest,
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with open_store(store_backend or plan_dir) as store:
-        from hpcrun.operate.submit import register
+        from hpcrun.operate.submission.submit import register
         c = register(store, manifest)
         assert store.schema_version() == 10 and [g.number for g in store.generations(c.id)] == [1]
         assert store.counts_by_state(c.id)["pending"] == 3

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from hpcrun.api import job_script
-from hpcrun.operate.headers import digest
-from hpcrun.operate.plandir import open_plan_store, read_manifest
-from hpcrun.operate.submit import submit
+from hpcrun.operate.manifest import read_json
+from hpcrun.operate.plandir import open_plan_store
+from hpcrun.operate.submission.headers import digest
+from hpcrun.operate.submission.submit import submit
 from hpcrun.plan.load import load_plan
 from hpcrun.render import headers
 from hpcrun.render.plandir import write_plan
@@ -53,7 +54,7 @@ def test_rendered_at_submission_is_byte_identical_to_the_files(tmp_path, monkeyp
     assert len(files) == 40
     write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
     assert sorted(_files(plan_dir)) == [headers.TABLE_NAME, headers.TEMPLATE_NAME]
-    manifest = read_manifest(plan_dir, jobs=False)
+    manifest = read_json(plan_dir)
     [entry] = manifest["scripts"]
     assert entry["jobs"] == [0, 39] and entry["headers"] == "jobs/headers.tsv" and entry["array"] is None
     for n in range(1, 41):
@@ -75,7 +76,7 @@ def test_comment_lines_carry_hostile_paths_exactly(tmp_path, monkeypatch):
     write_plan(load_plan(_star(tmp_path, "always", odd)), plan_dir)
     files = _files(plan_dir)
     write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
-    total = read_manifest(plan_dir, jobs=False)["totals"]["jobs"]
+    total = read_json(plan_dir)["totals"]["jobs"]
     assert total == len(files) == 42
     texts = [job_script(plan_dir, str(n)) for n in range(1, total + 1)]
     assert texts == [files[f"job{n:05d}.sbatch"] for n in range(1, total + 1)]
@@ -137,7 +138,7 @@ def test_a_template_the_markers_cannot_carry_gets_a_file_per_job(tmp_path, monke
     write_plan(load_plan(_star(tmp_path, "never")), plan_dir)
     files = _files(plan_dir)
     assert len(files) == 40 and headers.TABLE_NAME not in files
-    assert all(s.get("headers") is None for s in read_manifest(plan_dir, jobs=False)["scripts"])
+    assert all(s.get("headers") is None for s in read_json(plan_dir)["scripts"])
 
 
 def _arrays(tmp_path: Path, n: int, script_files: str) -> Path:
@@ -165,7 +166,7 @@ def test_array_scripts_rendered_at_submission_are_byte_identical(tmp_path, monke
     assert sorted(files) == ["array001.sbatch", "array002.sbatch", "array003.sbatch"]
     write_plan(load_plan(_arrays(tmp_path, 2500, "auto")), plan_dir)
     assert sorted(_files(plan_dir)) == sorted([headers.ARRAY_TABLE_NAME, headers.ARRAY_TEMPLATE_NAME])
-    entries = read_manifest(plan_dir, jobs=False)["scripts"]
+    entries = read_json(plan_dir)["scripts"]
     assert [(e["name"], e["jobs"], e["array"], e["path"], e["headers"]) for e in entries] == [
         ("array001", [0, 1000], "0-1000%7", "jobs/array.header", "jobs/arrays.tsv"),
         ("array002", [1001, 2001], "0-1000%7", "jobs/array.header", "jobs/arrays.tsv"),

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from hpcrun.iotune.darshan import (
+from hpcrun.iotune.readers.darshan import (
     BINS,
     DarshanLogError,
     DarshanSummary,
@@ -28,8 +28,8 @@ from hpcrun.iotune.darshan import (
     summarise,
     summary_from_worker,
 )
-from hpcrun.iotune.darshan_worker import MARKER
-from hpcrun.iotune.ior_output import parse_file
+from hpcrun.iotune.readers.darshan_worker import MARKER
+from hpcrun.iotune.readers.ior_output import parse_file
 
 from .shared_data import shared_data, shared_data_root
 

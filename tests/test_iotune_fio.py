@@ -71,7 +71,7 @@ def test_ior_adapter_reads_real_ior_output(tmp_path):
     """The IOR engine adapter over the IOR reader, on a real IOR JSON summary; a truncated one
     becomes that point's error."""
     from hpcrun.iotune.engines import ior as ior_engine
-    from hpcrun.iotune.ior_output import parse_file
+    from hpcrun.iotune.readers.ior_output import parse_file
     from tests.shared_data import shared_data
 
     src = shared_data("ior/grid") / "ior_hdf5_fpp_n1_t1m_b16m.json"

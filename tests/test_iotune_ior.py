@@ -26,7 +26,7 @@ from hpcrun.iotune.engines.ior_argv import (
     ior_size,
     parse_ior_size,
 )
-from hpcrun.iotune.ior_output import IorParseError, IorRun, parse_file, parse_json, parse_text
+from hpcrun.iotune.readers.ior_output import IorParseError, IorRun, parse_file, parse_json, parse_text
 
 from .shared_data import shared_data, shared_data_root
 

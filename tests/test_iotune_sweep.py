@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hpcrun.errors import InputError
-from hpcrun.iotune.presets import available, load_sweep
-from hpcrun.iotune.sweep import default_block
+from hpcrun.iotune.sweeps.presets import available, load_sweep
+from hpcrun.iotune.sweeps.sweep import default_block
 
 from .conftest import REPO
 
@@ -92,8 +92,8 @@ def test_default_block_is_a_common_multiple():
 
 def test_auto_prefers_an_installed_ior_and_a_named_engine_never_looks(tmp_path, monkeypatch):
     """What --engine auto does depends on the machine, so the tests that mean fio say fio."""
-    from hpcrun.iotune.plan import choose_engine
-    from hpcrun.iotune.sweep import Sweep
+    from hpcrun.iotune.sweeps.plan import choose_engine
+    from hpcrun.iotune.sweeps.sweep import Sweep
     from hpcrun.model.profiles import load_profile
     profile = load_profile("local-test").profile
     stand_in = tmp_path / "bin"

@@ -204,7 +204,7 @@ def test_a_list_changed_after_the_scan_is_refused_and_no_plan_is_left(tmp_path, 
 def _rss_child(spec: Path, out: Path, stream_above: Optional[int]) -> int:
     """Peak RSS (KiB) of a child that plans and writes ``spec``: VmHWM, which starts afresh at exec
     (ru_maxrss would carry the forking test process's own peak over)."""
-    code = ("from pathlib import Path; import hpcrun.plan.listed as L\n"
+    code = ("from pathlib import Path; import hpcrun.plan.job.listed as L\n"
             f"if {stream_above!r} is not None: L.STREAM_ABOVE_BYTES = {stream_above!r}\n"
             "from hpcrun.plan.load import load_plan; from hpcrun.render.plandir import write_plan\n"
             f"write_plan(load_plan(Path({str(spec)!r})), Path({str(out)!r}))\n"

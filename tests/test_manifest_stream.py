@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcrun.plan.inputs import InputItem
+from hpcrun.plan.intake.inputs import InputItem
 from hpcrun.plan.load import load_plan
 from hpcrun.plan.values import Job
 from hpcrun.render import manifest as mf
@@ -74,7 +74,7 @@ def test_task_rows_one_format_for_one_and_several_inputs():
 def test_the_head_is_read_without_the_jobs(tmp_path, monkeypatch, block):
     """A poll reads the manifest only up to its job list, whatever block boundary the list's key
     straddles, and gets every other key exactly."""
-    from hpcrun.operate import plandir
+    from hpcrun.operate import manifest as plandir
 
     monkeypatch.chdir(REPO)
     write_plan(load_plan(Path("examples") / "star-cori" / "campaign.yaml"), tmp_path / "plan")
@@ -83,7 +83,7 @@ def test_the_head_is_read_without_the_jobs(tmp_path, monkeypatch, block):
     reads = []
     real_fdopen = plandir.os.fdopen
     monkeypatch.setattr(plandir.os, "fdopen", lambda *a, **k: reads.append(a[0]) or real_fdopen(*a, **k))
-    head = plandir.read_manifest(tmp_path / "plan", jobs=False)
+    head = plandir.read_json(tmp_path / "plan")
     monkeypatch.undo()
     assert head == {k: v for k, v in whole.items() if k != "jobs"} and "jobs" in whole
     assert reads   # read through the block reader, not whole
@@ -94,18 +94,18 @@ def test_the_job_list_is_read_line_by_line_and_checked(tmp_path, monkeypatch):
     manifest in another layout (an older hpcrun's: a job over several lines) is parsed whole; a job line
     edited into nonsense, or a list cut short, is an error naming the file."""
     from hpcrun.errors import InputError
-    from hpcrun.operate import plandir
+    from hpcrun.operate import manifest as plandir
 
     monkeypatch.chdir(REPO)
     write_plan(load_plan(Path("examples") / "star-cori" / "campaign.yaml"), tmp_path / "plan")
     path = tmp_path / "plan" / "manifest.json"
     whole = json.loads(path.read_text())
-    jobs = plandir.read_manifest(tmp_path / "plan")["jobs"]
+    jobs = plandir.read_json(tmp_path / "plan", jobs=True)["jobs"]
     assert isinstance(jobs, plandir.ManifestJobs)
     assert list(jobs) == whole["jobs"] and len(jobs) == len(whole["jobs"]) == 40
     assert jobs[0] == whole["jobs"][0] and jobs[-1] == whole["jobs"][-1] and jobs[2:4] == whole["jobs"][2:4]
     path.write_text(json.dumps(whole, indent=1))   # every job over several lines
-    old = plandir.read_manifest(tmp_path / "plan")
+    old = plandir.read_json(tmp_path / "plan", jobs=True)
     assert isinstance(old["jobs"], list) and old == whole
     write_plan(load_plan(Path("examples") / "star-cori" / "campaign.yaml"), tmp_path / "plan")
     lines = path.read_text().split("\n")
@@ -113,4 +113,4 @@ def test_the_job_list_is_read_line_by_line_and_checked(tmp_path, monkeypatch):
     for broken in (lines[:at] + ['  {"index": 4, "name": '] + lines[at + 1:], lines[:at] + lines[at + 1:]):
         path.write_text("\n".join(broken))
         with pytest.raises(InputError, match="manifest.json.*plan the campaign again"):
-            list(plandir.read_manifest(tmp_path / "plan")["jobs"])
+            list(plandir.read_json(tmp_path / "plan", jobs=True)["jobs"])

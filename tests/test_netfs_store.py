@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from hpcrun.store.mounts import check_sqlite_location
+from hpcrun.store.locking.mounts import check_sqlite_location
 from hpcrun.store.store import StateStore
 from tests import netfs
 
@@ -69,7 +69,7 @@ def test_a_second_writer_is_refused_on_sshfs(netdir):
 
 def test_hpcrun_run_on_a_plan_directory_on_sshfs(netdir, tmp_path, spec_factory, fake_slurm):
     """The supervisor on a plan directory on the network filesystem: default store, no flag."""
-    from hpcrun.operate.supervise import run
+    from hpcrun.operate.supervision.supervise import run
     from hpcrun.plan.load import load_plan
     from hpcrun.render.plandir import write_plan
 

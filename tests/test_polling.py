@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import hpcrun.operate.track as track
+import hpcrun.operate.tracking.track as track
+from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.plandir import next_interval, poll_interval
 
 
 def test_the_interval_defaults_to_a_minute_and_respects_the_site_minimum():
-    site = {"submit": {"min_poll_interval": 30}}
+    site = Manifest.from_dict({"submit": {"min_poll_interval": 30}})
     assert poll_interval(site, None) == 60
     assert poll_interval(site, 5) == 30          # raised to the site's minimum
     assert poll_interval(site, 120) == 120
-    assert poll_interval({"submit": {}}, 2) == 2   # plans from before the setting
+    assert poll_interval(Manifest.from_dict({"submit": {}}), 2) == 2   # plans from before the setting
 
 
 def test_backoff_doubles_up_to_ten_times_and_drops_back_on_a_change():
@@ -30,7 +31,8 @@ def test_watch_sleeps_politely(monkeypatch, tmp_path):
     """Five polls: nothing changes twice, a change, nothing, then nothing is left in flight."""
     changes = iter([0, 0, 3, 0, 1])
     left = iter([2, 2, 1, 1, 0])
-    monkeypatch.setattr(track, "read_manifest", lambda *a, **k: {"submit": {"min_poll_interval": 1}})
+    slow = Manifest.from_dict({"submit": {"min_poll_interval": 1}})
+    monkeypatch.setattr(track, "read_manifest", lambda *a, **k: slow)
     monkeypatch.setattr(track, "poll", lambda *a, **k: SimpleNamespace(
         in_flight=next(left), held=0, finalize_in_flight=False, observed=next(changes)))
     sleeps = []
@@ -43,7 +45,7 @@ def test_qa_files_of_many_ended_jobs_are_found_through_one_listing_of_the_run_di
     are opened; the rows found are those found by opening every job's file."""
     import datetime as dt
 
-    from hpcrun.operate import qa_rows
+    from hpcrun.operate.outputs import qa_rows
     from hpcrun.store.records import ActiveSubmission
 
     when = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -76,8 +78,8 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
 
     import pytest
 
-    from hpcrun.operate import inflight
-    from hpcrun.store.observations import Observations
+    from hpcrun.operate.tracking import inflight
+    from hpcrun.store.rows.observations import Observations
 
     from .synthetic_status import status_campaign
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from hpcrun import api
 from hpcrun.cli import main
-from hpcrun.operate import track
 from hpcrun.operate.plandir import open_plan_store
-from hpcrun.operate.supervise import run
+from hpcrun.operate.supervision.supervise import run
+from hpcrun.operate.tracking import track
 
 from .test_supervise import Cluster, _names_from_store, _plan
 

@@ -17,7 +17,7 @@ T0 = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
 
 def _policy():
     from hpcrun.model.retry import RetrySpec, effective_rules
-    from hpcrun.operate.policy import RetryPolicy
+    from hpcrun.operate.retries.policy import RetryPolicy
 
     return RetryPolicy(effective_rules(RetrySpec()), 10, {}, 3600)
 

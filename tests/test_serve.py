@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from hpcrun.errors import InputError
-from hpcrun.operate.supervise import run
+from hpcrun.operate.supervision.supervise import run
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 from hpcrun.report.web import make_server

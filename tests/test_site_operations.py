@@ -14,9 +14,9 @@ import pytest
 from hpcrun.backends.scheduler import slurm
 from hpcrun.backends.scheduler.base import AccountingUnreachable, Unreachable
 from hpcrun.backends.scheduler.slurm_acct import ACCT_FIELDS, parse_acct
-from hpcrun.operate import track
 from hpcrun.operate.plandir import open_plan_store
-from hpcrun.operate.supervise import run
+from hpcrun.operate.supervision.supervise import run
+from hpcrun.operate.tracking import track
 
 from .test_supervise import Cluster, _names_from_store, _plan
 

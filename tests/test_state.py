@@ -21,10 +21,9 @@ from sqlalchemy import create_engine, insert, inspect, text
 
 from hpcrun.backends.scheduler.base import normalize_state, parse_exit_code
 from hpcrun.errors import InputError
-from hpcrun.store import schema
 from hpcrun.store.base import SchemaVersionError, StateStoreError
-from hpcrun.store.lockprobe import probe_locks
-from hpcrun.store.mounts import (
+from hpcrun.store.locking.lockprobe import probe_locks
+from hpcrun.store.locking.mounts import (
     OVERRIDE_FLAG,
     Mount,
     NetworkFilesystemWarning,
@@ -39,6 +38,7 @@ from hpcrun.store.records import (
     NewSubmission,
     QaResult,
 )
+from hpcrun.store.sql import schema
 from hpcrun.store.store import StateStore, _configure_sqlite
 
 SPEC = "a" * 64
@@ -444,7 +444,7 @@ def test_lock_probe_sees_a_second_process_refused(tmp_path):
 def test_lock_probe_reports_a_lock_another_process_was_granted(tmp_path, monkeypatch):
     """Locks that are local to each client (NFS with local_lock, Lustre -o localflock seen from
     two nodes) look like this: the other process gets the lock too."""
-    from hpcrun.store import lockprobe
+    from hpcrun.store.locking import lockprobe
     monkeypatch.setattr(lockprobe, "_take_here", lambda fd: [])   # this process takes nothing
     said = probe_locks(tmp_path)
     assert said is not None and "was granted the fcntl lock" in said and "flock" in said
@@ -622,7 +622,7 @@ def test_version_2_store_migrates_to_the_current_version(tmp_path):
 
 def _policy(max_attempts: int, cancelled: bool = False, total: int = 10):
     from hpcrun.model.retry import RetrySpec, effective_rules
-    from hpcrun.operate.policy import RetryPolicy
+    from hpcrun.operate.retries.policy import RetryPolicy
 
     spec = RetrySpec(max_attempts=max_attempts, cancelled=cancelled)
     return RetryPolicy(effective_rules(spec), total, {}, 3600)
@@ -661,7 +661,7 @@ def test_postgres_jobs_report_and_submit_lock(pg_url):
     from sqlalchemy.engine import make_url
 
     from hpcrun.report.figures import build
-    from hpcrun.store.lock import LockTimeout, submit_lock
+    from hpcrun.store.locking.lock import LockTimeout, submit_lock
 
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:  # a database of its own: other tests leave theirs at odd versions
@@ -693,7 +693,7 @@ def test_postgres_jobs_report_and_submit_lock(pg_url):
 
 
 def _hold_lock(db: str, ready: str, release: str) -> None:
-    from hpcrun.store.lock import submit_lock
+    from hpcrun.store.locking.lock import submit_lock
     with _open(Path(db).parent) as store, submit_lock(store.engine, store.location, "camp"):
         Path(ready).touch()
         while not Path(release).exists():
@@ -701,7 +701,7 @@ def _hold_lock(db: str, ready: str, release: str) -> None:
 
 
 def test_sqlite_submit_lock_waits_names_the_holder_and_dies_with_it(tmp_path):
-    from hpcrun.store.lock import LockTimeout, submit_lock
+    from hpcrun.store.locking.lock import LockTimeout, submit_lock
     _open(tmp_path).close()
     ready, release = tmp_path / "ready", tmp_path / "release"
     proc = multiprocessing.get_context("spawn").Process(

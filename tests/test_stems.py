@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hpcrun.errors import InputError
-from hpcrun.plan.inputs import stems_of
+from hpcrun.plan.intake.inputs import stems_of
 from hpcrun.plan.load import load_plan
 
 AOD = "/alice/data/2018/LHC18q/AOD/{n:04d}/AliAOD.root"
@@ -154,7 +154,7 @@ def test_parent_dir_is_os_path_dirname():
     """The planner's inline dirname (called per input) says what os.path.dirname says."""
     import posixpath
 
-    from hpcrun.plan.inputs import parent_dir
+    from hpcrun.plan.intake.inputs import parent_dir
     for path in ["/a/b", "/a", "/", "//", "//a", "a//b", "/a//b", "a", "", "/a/b/", "///a/b", "a/", "x//",
                  "/d/ünï/€.daq", "/a\nb/c"]:
         assert parent_dir(path) == posixpath.dirname(path), path
@@ -169,7 +169,7 @@ def test_parent_dir_is_os_path_dirname():
 ])
 def test_the_quick_list_reading_gives_what_the_line_by_line_reading_gives(tmp_path, monkeypatch, text):
     """The list read at C speed (the usual list) and line by line (any list) give the same inputs."""
-    import hpcrun.plan.inputs as inputs
+    import hpcrun.plan.intake.inputs as inputs
 
     (tmp_path / "l.txt").write_text(text)
     spec = _spec(tmp_path, {"list_file": "l.txt", "events": 99})
@@ -186,7 +186,7 @@ def test_a_list_the_quick_reading_cannot_take_goes_line_by_line(tmp_path, text):
     """Anything unusual (a relative path, a path twice, a bad size or count, a bad URL) is left to the
     reading line by line, which says which line is wrong (a superscript digit is a digit to isdigit,
     not to int: refused, not a traceback)."""
-    from hpcrun.plan.inputs import _quick_list
+    from hpcrun.plan.intake.inputs import _quick_list
 
     (tmp_path / "l.txt").write_text(text)
     assert _quick_list(text.splitlines(), _inputs_spec()) is None
@@ -205,7 +205,7 @@ def test_output_names_at_c_speed_are_the_loops_and_clashes_still_go_to_the_loop(
     """The bulk output names equal the loop's; a clash (same output, same file name staged in one job)
     is left to the loop, which names the inputs."""
     from hpcrun.plan import checks
-    from hpcrun.plan.inputs import InputItem
+    from hpcrun.plan.intake.inputs import InputItem
 
     items = [InputItem(f"/d/r{k}/f{k % 4 if '{name}' == pattern[:6] else k}.daq", 1, None, f"r{k}_f")
              for k in range(12)]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hpcrun.operate.plandir import open_plan_store
-from hpcrun.operate.supervise import SupervisorBusy, run
+from hpcrun.operate.supervision.supervise import SupervisorBusy, run
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
-from hpcrun.store.lock import supervisor_lock
+from hpcrun.store.locking.lock import supervisor_lock
 
 from .fake_slurm import FakeSlurm
 from .test_finalize import FINALIZE
@@ -184,7 +184,7 @@ def test_follow_keeps_supervising_after_the_end(tmp_path, spec_factory, fake_slu
 
 def test_a_stall_runs_the_hook_once_per_period(tmp_path, spec_factory, fake_slurm, monkeypatch, store_backend):
     """Nothing ever ends (the fake queue keeps the jobs): after events.stall_after the hook hears of it."""
-    import hpcrun.operate.supervise as supervise
+    import hpcrun.operate.supervision.supervise as supervise
 
     clock = [1000.0]
 

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from hpcrun.operate.plandir import open_plan_store
-from hpcrun.operate.supervise import run
-from hpcrun.store.fence import Fenced
-from hpcrun.store.lock import supervisor_lock
+from hpcrun.operate.supervision.supervise import run
+from hpcrun.store.locking.fence import Fenced
+from hpcrun.store.locking.lock import supervisor_lock
 from hpcrun.store.records import NewInput
 
 from .test_supervise import Cluster, _plan

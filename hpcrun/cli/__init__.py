@@ -179,7 +179,7 @@ def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional
     """Submit the work of PLAN_DIR that is neither done nor in flight, and record it; then the
     campaign's finalize job (spec `finalize:`) once every plan job has been submitted."""
     from hpcrun import api
-    from hpcrun.operate.submit import follow as follow_submit
+    from hpcrun.operate.submission.submit import follow as follow_submit
 
     show = None if as_json else _show_batch(dry_run)
     if follow and not dry_run:
@@ -230,7 +230,7 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
         out.print(f"{report.paused}: new submissions are held (`hpcrun resume`)", highlight=False, markup=False,
                   emoji=False, soft_wrap=True)
     for g in report.generations:   # a campaign planned more than once: each generation's figures
-        from hpcrun.operate.generations import figure_line
+        from hpcrun.operate.campaign.generations import figure_line
 
         out.print(figure_line(g), highlight=False, markup=False, emoji=False, soft_wrap=True)
     from hpcrun.cli.summary import status_extra_lines
@@ -269,7 +269,7 @@ def status_cmd(plan_dir: Path, db: Optional[str], wait_: bool, watch: bool, time
                interval: Optional[float], show_all: bool, as_json: bool) -> None:
     """Poll Slurm once for every job in flight, record what changed, and summarise PLAN_DIR's campaign."""
     from hpcrun import api
-    from hpcrun.operate.track import watch as watch_status
+    from hpcrun.operate.tracking.track import watch as watch_status
 
     if watch and not as_json:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -437,8 +437,8 @@ def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: flo
 
     Exit code 0 when every log was summarised, 1 when some could not be read.
     """
-    from hpcrun.iotune.darshan import DarshanLogError, DarshanSummary, advise, summarise_many
-    from hpcrun.iotune.darshan_report import darshan_details, darshan_json, darshan_table
+    from hpcrun.iotune.readers.darshan import DarshanLogError, DarshanSummary, advise, summarise_many
+    from hpcrun.iotune.readers.darshan_report import darshan_details, darshan_json, darshan_table
 
     results = summarise_many([str(p) for p in logs], timeout=timeout)
     failed = [r for r in results if isinstance(r, DarshanLogError)]

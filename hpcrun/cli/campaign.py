@@ -35,7 +35,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
                 as_json: bool) -> None:
         """Drive PLAN_DIR's campaign to the end unattended: poll, retry by the spec's policy, submit
         within the queue's limits, finalize; safe to kill and restart at any moment."""
-        from hpcrun.operate.supervise import run
+        from hpcrun.operate.supervision.supervise import run
 
         def show(rnd: Any) -> None:
             if not as_json:
@@ -99,7 +99,7 @@ def _outputs_command(main: click.Group, db_option: Any, reported: Any) -> None:
         import sys
 
         from hpcrun import api
-        from hpcrun.operate.provenance import as_csv_rows, as_json_lines, outputs_of
+        from hpcrun.operate.outputs.provenance import as_csv_rows, as_json_lines, outputs_of
 
         if as_json and as_csv:
             raise click.UsageError("give --json or --csv, not both")

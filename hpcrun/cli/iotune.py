@@ -129,8 +129,8 @@ def _show(results: Dict[str, Any], as_json: bool, extra: Dict[str, Any]) -> None
 def _finish(sweep_dir: Path, results: Dict[str, Any], apply_to: Optional[Path], as_json: bool) -> None:
     from hpcrun.iotune import history
     from hpcrun.iotune.apply import apply
-    from hpcrun.iotune.outdir import PLOT, RESULTS, write_json
     from hpcrun.iotune.plot import plot
+    from hpcrun.iotune.sweeps.outdir import PLOT, RESULTS, write_json
 
     write_json(sweep_dir / RESULTS, results)
     try:
@@ -198,8 +198,8 @@ def _run_command(group: click.Group, reported: Callable[..., Any]) -> None:
         Default: render a batch job into --out (submit it with --submit, then `hpcrun iotune
         collect DIR`). --local: run it now on this node and print the results.
         """
-        from hpcrun.iotune.plan import plan_sweep
-        from hpcrun.iotune.presets import load_sweep
+        from hpcrun.iotune.sweeps.plan import plan_sweep
+        from hpcrun.iotune.sweeps.presets import load_sweep
 
         if local and submit:
             raise InputError([Problem(CL, None, "--submit", "--local runs the sweep now; --submit is for batch jobs")])
@@ -227,7 +227,7 @@ def _collect_command(group: click.Group, reported: Callable[..., Any]) -> None:
     def collect_cmd(sweep_dir: Path, apply_to: Optional[Path], as_json: bool) -> None:
         """Gather the results of a sweep job that has ended: table, results.json, plot, history."""
         from hpcrun.iotune.collect import NotFinished, collect, finished
-        from hpcrun.iotune.outdir import SUBMITTED, read_manifest
+        from hpcrun.iotune.sweeps.outdir import SUBMITTED, read_manifest
 
         sweep_dir = Path(os.path.abspath(sweep_dir))
         manifest = read_manifest(sweep_dir)
@@ -301,9 +301,9 @@ def _default_dir(plan: Any, out_dir: Optional[Path]) -> Path:
 
 def _run_local(plan: Any, out_dir: Optional[Path], force: bool, apply_to: Optional[Path], as_json: bool) -> None:
     from hpcrun.cli import err
-    from hpcrun.iotune import local, manifest
     from hpcrun.iotune.collect import collect
-    from hpcrun.iotune.outdir import MANIFEST, check, staging, write_json
+    from hpcrun.iotune.sweeps import local, manifest
+    from hpcrun.iotune.sweeps.outdir import MANIFEST, check, staging, write_json
 
     target = check(_default_dir(plan, out_dir), force)
     data = manifest.build(plan, str(target))
@@ -332,8 +332,8 @@ def _render_batch(plan: Any, out_dir: Optional[Path], force: bool, submit: bool,
 
     from hpcrun.backends.scheduler import scheduler_for
     from hpcrun.cli import out
-    from hpcrun.iotune import jobscript, manifest
-    from hpcrun.iotune.outdir import MANIFEST, SCRIPT, SUBMITTED, check, staging, write_json, write_text
+    from hpcrun.iotune.sweeps import jobscript, manifest
+    from hpcrun.iotune.sweeps.outdir import MANIFEST, SCRIPT, SUBMITTED, check, staging, write_json, write_text
 
     target = check(_default_dir(plan, out_dir), force)
     script = jobscript.render(plan, str(target))

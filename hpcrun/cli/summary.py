@@ -85,7 +85,7 @@ def export_line(e: Dict[str, Any]) -> str:
 
 def status_extra_lines(report: Any) -> List[str]:
     """Outages of the scheduler's daemons and of the allocation (waited out), and the forecast."""
-    from hpcrun.operate.forecast import line
+    from hpcrun.operate.campaign.forecast import line
 
     lines = [o["line"] for o in report.outages]
     if report.forecast is not None:

@@ -30,7 +30,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
                    all_jobs: bool, as_json: bool) -> None:
         """Cancel plan jobs in flight through the scheduler. They end CANCELLED and are not retried
         unless asked (`hpcrun retry --cancelled`); `hpcrun pause` first holds new submissions too."""
-        from hpcrun.operate.control import cancel
+        from hpcrun.operate.supervision.control import cancel
 
         report = cancel(plan_dir, db=db, jobs=_split(jobs), inputs=_split(inputs), all_jobs=all_jobs)
         if as_json:
@@ -51,7 +51,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
     def pause_cmd(plan_dir: Path, db: Optional[str], note: Optional[str]) -> None:
         """Hold new submissions: the supervisor keeps polling and recording, and no submit (its own or one
         by hand) sends anything until `hpcrun resume`."""
-        from hpcrun.operate.control import pause
+        from hpcrun.operate.supervision.control import pause
 
         already = pause(plan_dir, db=db, note=note)
         out.print(f"already {already.text()}" if already else "paused: no new submissions until `hpcrun resume`",
@@ -63,7 +63,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
     @reported
     def resume_cmd(plan_dir: Path, db: Optional[str]) -> None:
         """Allow submissions again after `hpcrun pause`."""
-        from hpcrun.operate.control import resume
+        from hpcrun.operate.supervision.control import resume
 
         lifted = resume(plan_dir, db=db)
         out.print(f"resumed ({lifted.text()})" if lifted else "the campaign was not paused", **plain)
@@ -76,7 +76,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
     def log_cmd(plan_dir: Path, db: Optional[str], as_json: bool) -> None:
         """The audit trail: every state-changing action on the campaign (who as user@host, when, the
         command, what it changed), oldest first."""
-        from hpcrun.operate.control import audit_log
+        from hpcrun.operate.supervision.control import audit_log
 
         entries = audit_log(plan_dir, db=db)
         if as_json:

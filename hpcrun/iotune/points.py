@@ -9,10 +9,26 @@ or option, so the placeholders cannot collide with user text.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 DIR = "\0dir\0"
 RAW = "\0raw\0"
+
+
+class SweepShape(Protocol):
+    """What an engine reads of a sweep (sweeps/sweep.py's Sweep has it). The sweep model takes its
+    engine choices from the engines' registry, so the engines see the sweep only through this."""
+
+    @property
+    def apis(self) -> Sequence[str]: ...
+    @property
+    def nodes(self) -> Sequence[int]: ...
+    @property
+    def operations(self) -> Sequence[str]: ...
+    @property
+    def reps(self) -> int: ...
+    @property
+    def direct(self) -> bool: ...
 
 
 class EngineOutputError(Exception):

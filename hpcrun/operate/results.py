@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -122,7 +123,7 @@ class StatusReport:
     generations: List[Dict[str, Any]] = field(default_factory=list)  # a campaign planned more than once: each one's
     # jobs pending because the account's allocation is spent: cluster label ("" on one) -> reason -> jobs
     budget_held: Dict[str, Dict[str, int]] = field(default_factory=dict)
-    forecast: Optional[Dict[str, Any]] = None                   # hpcrun.operate.forecast.Forecast.as_dict
+    forecast: Optional[Dict[str, Any]] = None                   # hpcrun.operate.campaign.forecast.Forecast.as_dict
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -145,3 +146,13 @@ class StatusReport:
                 "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
                 "generations": self.generations, "budget_held": self.budget_held, "forecast": self.forecast,
                 "jobs": [j.as_dict() for j in self.jobs]}
+
+
+def adjust_of(text: Optional[str]) -> Tuple[Optional[Adjust], Optional[str]]:
+    """The scheduler's Adjust and the change in words from a decision's JSON."""
+    if not text:
+        return None, None
+    data = json.loads(text)
+    adjust = Adjust(data.get("walltime_s"), data.get("mem_bytes"), tuple(data.get("exclude", ())),
+                    tuple(data.get("nodelist", ())))
+    return (adjust or None), (data.get("changes") or None)

@@ -15,21 +15,21 @@ from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan import checks as carried
-from hpcrun.plan.buffer import choose_buffer
 from hpcrun.plan.checks import Checks
-from hpcrun.plan.checksums import assign as assign_checksums
-from hpcrun.plan.checksums import assign_listed
-from hpcrun.plan.commands import check_outputs, commands_of
-from hpcrun.plan.container import check_runtime, container_plan
-from hpcrun.plan.database import database_and_runtime
-from hpcrun.plan.exports import export_plan
-from hpcrun.plan.inputs import InputItem, expand
-from hpcrun.plan.jobs import data_dirs, group_jobs, scripts_of
-from hpcrun.plan.listed import Listed, scan
-from hpcrun.plan.locality import group_by_node
-from hpcrun.plan.reads import remote_plan, stage_dir_expr
-from hpcrun.plan.remote import Remote
-from hpcrun.plan.requests import finalize_request, launcher, with_request
+from hpcrun.plan.intake.inputs import InputItem, expand
+from hpcrun.plan.intake.locality import group_by_node
+from hpcrun.plan.intake.remote import Remote
+from hpcrun.plan.job.buffer import choose_buffer
+from hpcrun.plan.job.checksums import assign as assign_checksums
+from hpcrun.plan.job.checksums import assign_listed
+from hpcrun.plan.job.commands import check_outputs, commands_of
+from hpcrun.plan.job.container import check_runtime, container_plan
+from hpcrun.plan.job.database import database_and_runtime
+from hpcrun.plan.job.exports import export_plan
+from hpcrun.plan.job.jobs import data_dirs, group_jobs, scripts_of
+from hpcrun.plan.job.listed import Listed, scan
+from hpcrun.plan.job.reads import remote_plan, stage_dir_expr
+from hpcrun.plan.job.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
 from hpcrun.plan.values import ChecksumPlan, Job, Plan, StreamedJobs, Succession, chains_of
 from hpcrun.shell import quote

@@ -19,8 +19,8 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.model.site import SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.model.yamlsrc import Located
-from hpcrun.plan import placeholders as ph
-from hpcrun.plan.inputs import InputItem
+from hpcrun.plan.intake import placeholders as ph
+from hpcrun.plan.intake.inputs import InputItem
 
 Report = Callable[[Sequence[object], str], None]
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -16,7 +16,7 @@ from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, T
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
 from hpcrun.model.spec import Campaign
-from hpcrun.plan.inputs import InputItem
+from hpcrun.plan.intake.inputs import InputItem
 
 
 class Job(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator, List
 
-from hpcrun.plan.commands import HDF5_HELPER
+from hpcrun.plan.job.commands import HDF5_HELPER
 from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (

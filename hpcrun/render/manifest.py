@@ -16,7 +16,7 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from hpcrun import __version__
 from hpcrun.model.retry import effective_rules
-from hpcrun.plan.requests import finalize_name
+from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, index_range, inputs_in
 from hpcrun.render.headers import ARRAY_TABLE_NAME, ARRAY_TEMPLATE_NAME, TABLE_NAME, TEMPLATE_NAME
 from hpcrun.render.scripts import node_key, run_prefix, script_path

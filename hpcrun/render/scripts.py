@@ -19,7 +19,7 @@ import jinja2
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.model.retry import KILL_SIGNALS
-from hpcrun.plan.requests import finalize_name
+from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
 from hpcrun.resources import site_template_dirs
 from hpcrun.shell import Shell, comment, finalize, join, quote

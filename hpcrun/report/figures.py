@@ -117,7 +117,7 @@ class CampaignReport:
     # and the rest (in flight, pending, or failed awaiting the retry policy)
     outcome: Dict[str, int] = field(default_factory=dict)
     generations: List[Dict[str, Any]] = field(default_factory=list)   # planned more than once: each one's figures
-    forecast: Optional[Dict[str, Any]] = None   # hpcrun.operate.forecast.Forecast.as_dict (made with the report)
+    forecast: Optional[Dict[str, Any]] = None   # operate.campaign.forecast.Forecast.as_dict (made with the report)
     allocation: List[Dict[str, Any]] = field(default_factory=list)   # spent allocations (open or lately raised)
 
     def as_dict(self) -> Dict[str, Any]:

@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate import forecast
-from hpcrun.operate.finalize import finalize_summary
-from hpcrun.operate.generations import figures as generation_figures
-from hpcrun.operate.outages import ALLOCATION
-from hpcrun.operate.outages import rows as outage_rows
+from hpcrun.operate.campaign import forecast
+from hpcrun.operate.campaign.generations import figures as generation_figures
+from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read_manifest
 from hpcrun.operate.results import outcome_of
-from hpcrun.operate.track import poll as status_poll
+from hpcrun.operate.submission.finalize import finalize_summary
+from hpcrun.operate.tracking.outages import ALLOCATION
+from hpcrun.operate.tracking.outages import rows as outage_rows
+from hpcrun.operate.tracking.track import poll as status_poll
 from hpcrun.report.figures import CampaignReport, build, transfers_of
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.records import Campaign
@@ -26,7 +27,7 @@ from hpcrun.store.store import StateStore
 
 
 @contextmanager
-def open_campaign(plan_dir: Path, db: Optional[str]) -> Iterator[Tuple[Dict[str, Any], StateStore, Campaign]]:
+def open_campaign(plan_dir: Path, db: Optional[str]) -> Iterator[Tuple[Manifest, StateStore, Campaign]]:
     """The manifest, the open store and the campaign of a plan; a clear refusal when it has no state."""
     manifest = read_manifest(plan_dir)
     if not has_store(plan_dir, db):
@@ -34,29 +35,29 @@ def open_campaign(plan_dir: Path, db: Optional[str]) -> Iterator[Tuple[Dict[str,
             "has no campaign state yet (no state.db): start it with `hpcrun run` or `hpcrun submit`"))])
     with open_plan_store(plan_dir, db) as store:
         try:
-            campaign = store.get_campaign(manifest["campaign"])
+            campaign = store.get_campaign(manifest.campaign)
         except StateStoreError:
             raise InputError([Problem(store.location, None, "", (
-                f"has no campaign '{manifest['campaign']}': start it with `hpcrun run` or `hpcrun submit`"))]) from None
+                f"has no campaign '{manifest.campaign}': start it with `hpcrun run` or `hpcrun submit`"))]) from None
         yield manifest, store, campaign
 
 
-def report_of(manifest: Dict[str, Any], store: StateStore, campaign: Campaign,
+def report_of(manifest: Manifest, store: StateStore, campaign: Campaign,
               plan_dir: Optional[Path] = None) -> CampaignReport:
-    report = build(campaign.name, store.report_rows(campaign.id), {j["index"]: j["name"] for j in manifest["jobs"]})
+    report = build(campaign.name, store.report_rows(campaign.id), {j["index"]: j["name"] for j in manifest.jobs})
     report.finalize = finalize_summary(manifest, store, campaign.id)
-    report.targets = dict(manifest.get("targets") or {})
+    report.targets = dict(manifest.targets)
     report.outcome = outcome_of(report.inputs, store.operator_cancelled(campaign.id))
     report.generations = generation_figures(store, campaign.id)
     report.forecast = forecast.of_store(store, campaign.id, manifest).as_dict()
     report.allocation = [o for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)
                          if o["daemon"] == ALLOCATION]
-    exports = store.export_summary(campaign.id) if manifest.get("export") else None
+    exports = store.export_summary(campaign.id) if manifest.export else None
     if exports is not None:
         report.exports = exports.as_dict()
         if exports.failed_attempts:   # the class of failed copies to outputs.export (the job was not rerun)
             report.attempts_by_class["export"] = exports.failed_attempts
-    if plan_dir is not None and manifest.get("inputs_remote"):
+    if plan_dir is not None and manifest.inputs_remote:
         report.transfers = transfers_of(_transfer_rows(plan_dir), _stage_jobs(plan_dir))
     if plan_dir is not None:
         report.chain_endings = _chain_endings(plan_dir)

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
-from hpcrun.operate.generations import figure_line
+from hpcrun.operate.campaign.generations import figure_line
 from hpcrun.report.figures import CampaignReport, against
 from hpcrun.resources import templates_dir
 

@@ -22,10 +22,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
-from hpcrun.operate.forecast import line as forecast_line
-from hpcrun.operate.outages import ALLOCATION
-from hpcrun.operate.outages import rows as outage_rows
+from hpcrun.operate.campaign.forecast import line as forecast_line
 from hpcrun.operate.plandir import clusters_of
+from hpcrun.operate.tracking.outages import ALLOCATION
+from hpcrun.operate.tracking.outages import rows as outage_rows
 from hpcrun.report.figures import CampaignReport
 from hpcrun.report.gather import open_campaign, report_of
 from hpcrun.report.html import merit_rows

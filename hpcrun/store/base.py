@@ -17,8 +17,8 @@ from sqlalchemy.sql import ColumnElement, Select
 from typing_extensions import Self
 
 from hpcrun.errors import HpcrunError
-from hpcrun.store import schema
-from hpcrun.store.fence import Lease, check_fence
+from hpcrun.store.locking.fence import Lease, check_fence
+from hpcrun.store.sql import schema
 
 _IN_CHUNK = 900  # bound parameters per IN (...) list: below every backend's limit
 

@@ -8,10 +8,10 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 from sqlalchemy import BigInteger, bindparam, case, cast, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from hpcrun.store import schema
 from hpcrun.store.base import _INPUT_COLUMNS, StateStoreError, StoreBase, _now, _path_key
-from hpcrun.store.mounts import INPUT_STATES
+from hpcrun.store.locking.mounts import INPUT_STATES
 from hpcrun.store.records import Campaign, InputRecord, InputRow, JobState, NewInput, QaRow, ReportData, RunRow
+from hpcrun.store.sql import schema
 
 ADD_CHUNK = 20000   # inputs registered per step of add_inputs
 

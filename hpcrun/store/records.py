@@ -338,7 +338,7 @@ class Outage:
         seconds = ((self.ended_at or dt.datetime.now(dt.timezone.utc)) - self.since).total_seconds()
         took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
         name = daemon_name or self.daemon
-        if self.daemon == "allocation":   # not a daemon: the account's allocation, spent (hpcrun/operate/budget.py)
+        if self.daemon == "allocation":   # not a daemon: the account's allocation, spent (operate/tracking/budget.py)
             if self.open:
                 return f"the allocation on {where} spent since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took})"
             return f"the allocation on {where} was raised at {self.ended_at:%H:%M:%S} UTC after {took}"

@@ -33,18 +33,18 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.store import schema
 from hpcrun.store.base import SchemaVersionError, StateStoreError, _whoami
-from hpcrun.store.claims import Claims
-from hpcrun.store.control import Control
-from hpcrun.store.exports import Exports
-from hpcrun.store.failures import Failures
-from hpcrun.store.generations import Generations
-from hpcrun.store.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
-from hpcrun.store.observations import Observations
+from hpcrun.store.locking.mounts import DB_NAME, DEFAULT_BUSY_TIMEOUT_S, check_sqlite_location
 from hpcrun.store.queries import Queries
-from hpcrun.store.spans import Spans
-from hpcrun.store.supervision import Supervision
+from hpcrun.store.rows.claims import Claims
+from hpcrun.store.rows.control import Control
+from hpcrun.store.rows.exports import Exports
+from hpcrun.store.rows.failures import Failures
+from hpcrun.store.rows.generations import Generations
+from hpcrun.store.rows.observations import Observations
+from hpcrun.store.rows.spans import Spans
+from hpcrun.store.rows.supervision import Supervision
+from hpcrun.store.sql import schema
 
 # ---------------------------------------------------------------------------------------------
 # engines

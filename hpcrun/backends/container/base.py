@@ -11,13 +11,35 @@ wrong with the plan for it (``problems``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
 from hpcrun.shell import Shell
 
-if TYPE_CHECKING:  # the models import this package's registry; types only here
-    from hpcrun.model.site import SiteProfile
-    from hpcrun.model.spec import ContainerSpec
+
+class ContainerSpec(Protocol):
+    """What a runtime reads of the spec's ``container`` table (model/spec.py's ContainerSpec has it).
+
+    A protocol, not the model: the models derive their lists of kinds from this registry, so the
+    backends must not depend on them, not even for a type."""
+
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def image(self) -> Optional[str]: ...
+    @property
+    def options(self) -> Sequence[str]: ...
+    @property
+    def modules(self) -> Sequence[str]: ...
+
+
+class SiteProfile(Protocol):
+    """What a runtime reads of the site profile (model/site.py's SiteProfile has it): its name and
+    its ``containers`` table, one settings table per runtime."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def containers(self) -> Any: ...
 
 
 @dataclass(frozen=True)

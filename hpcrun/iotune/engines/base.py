@@ -10,13 +10,10 @@ from __future__ import annotations
 import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Tuple, Type
+from typing import Callable, ClassVar, Dict, List, Optional, Tuple, Type
 
-from hpcrun.iotune.points import Measurement, Point, Step
-
-if TYPE_CHECKING:   # the sweep model derives its engine choices from this registry
-    from hpcrun.iotune.sweep import Sweep
-    from hpcrun.model.site import SiteProfile
+from hpcrun.iotune.points import Measurement, Point, Step, SweepShape
+from hpcrun.model.site import SiteProfile
 
 DarshanEnv = Callable[[str, bool], Tuple[Tuple[Tuple[str, str], ...], str]]   # (step name, mpi) -> env, log
 
@@ -37,7 +34,7 @@ class Engine(ABC):
         """Whether ``--engine auto`` may choose it on this site."""
         return bool(shutil.which(self.binary(profile)))
 
-    def check_sweep(self, sweep: Sweep) -> None:
+    def check_sweep(self, sweep: SweepShape) -> None:
         """Raise ValueError when the sweep asks what this engine cannot measure."""
         return None
 
@@ -50,7 +47,7 @@ class Engine(ABC):
         return ""
 
     @abstractmethod
-    def steps(self, sweep: Sweep, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
+    def steps(self, sweep: SweepShape, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
         """The runs that measure one point."""
 
     @abstractmethod

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from hpcrun.iotune.engines.base import DarshanEnv, Engine, register
-from hpcrun.iotune.points import DIR, EngineOutputError, Measurement, Point, Step, combine
-
-if TYPE_CHECKING:
-    from hpcrun.iotune.sweep import Sweep
-    from hpcrun.model.site import SiteProfile
+from hpcrun.iotune.points import DIR, EngineOutputError, Measurement, Point, Step, SweepShape, combine
+from hpcrun.model.site import SiteProfile
 
 MIB = 2**20
 
@@ -76,7 +73,7 @@ def version(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown"
 
 
-def check_sweep(sweep: Sweep) -> None:
+def check_sweep(sweep: SweepShape) -> None:
     """fio runs one POSIX process group on the node it starts on."""
     if sweep.apis != ["posix"]:
         raise ValueError("fio measures POSIX I/O only; use apis: [posix] (--api posix) or the IOR "
@@ -99,7 +96,7 @@ class Fio(Engine):
     def present(self, profile: SiteProfile) -> bool:
         return True   # the fallback: a missing fio is reported when the sweep runs
 
-    def check_sweep(self, sweep: Sweep) -> None:
+    def check_sweep(self, sweep: SweepShape) -> None:
         check_sweep(sweep)
 
     def path_problem(self, path: str) -> str:
@@ -107,7 +104,7 @@ class Fio(Engine):
             return f"target '{path}' contains ':', which fio reads as a separator between directories"
         return ""
 
-    def steps(self, sweep: Sweep, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
+    def steps(self, sweep: SweepShape, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
         out = []
         for rep in range(1, sweep.reps + 1):
             for op in ("write", "read"):

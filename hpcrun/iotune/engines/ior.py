@@ -1,5 +1,5 @@
 """The IOR engine, as a thin adapter: argv comes from :mod:`hpcrun.iotune.engines.ior_argv` (checked
-against IOR's option grammar) and results from :mod:`hpcrun.iotune.ior_output` (the tolerant JSON
+against IOR's option grammar) and results from :mod:`hpcrun.iotune.readers.ior_output` (the tolerant JSON
 summary reader). Both modules are imported only when IOR is used, so fio sweeps never need them.
 
 One IOR invocation per point measures every requested operation and repeats itself (``-i``);
@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.iotune.engines.base import DarshanEnv, Engine, register
-from hpcrun.iotune.points import DIR, RAW, EngineOutputError, Measurement, Point, Step
-
-if TYPE_CHECKING:
-    from hpcrun.iotune.sweep import Sweep
-    from hpcrun.model.site import SiteProfile
+from hpcrun.iotune.points import DIR, RAW, EngineOutputError, Measurement, Point, Step, SweepShape
+from hpcrun.model.site import SiteProfile
 
 _API = {"posix": "POSIX", "mpiio": "MPIIO", "hdf5": "HDF5"}
 
@@ -58,7 +55,7 @@ def version_argv(ior: str) -> List[str]:
 
 def parse(path: Path, operations: Sequence[str]) -> Tuple[Dict[str, Measurement], str]:
     """Measurements per operation from IOR's JSON summary file, and IOR's version."""
-    from hpcrun.iotune.ior_output import IorParseError, parse_file
+    from hpcrun.iotune.readers.ior_output import IorParseError, parse_file
 
     try:
         run = parse_file(path)
@@ -107,7 +104,7 @@ class Ior(Engine):
                     "which is not on PATH here")
         return ""
 
-    def steps(self, sweep: Sweep, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
+    def steps(self, sweep: SweepShape, point: Point, binary: str, darshan: Optional[DarshanEnv]) -> List[Step]:
         ops = [op for op in ("write", "read") if op in sweep.operations]
         name = point.id
         env, log = darshan(name, True) if darshan else ((), "")

@@ -1,0 +1,488 @@
+"""Submit a plan's outstanding work to the scheduler, recording every job in the campaign state store.
+
+Each submission is three steps: claim the plan jobs in the store (their inputs become
+``submitted`` under a fresh claim token), submit them with the job name
+``<campaign>.<token[:12]>`` (the *tag*), and record the job id. A process killed between
+any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
+submit lock, so no live submitter is mid-way) looks for the tag in the queue and the
+accounting records and records the job it finds, or returns the claim to pending when the
+scheduler never got it. Nothing is submitted twice and nothing is lost.
+
+Job arrays go out as one array submission of the pending task ids (``%N`` throttled) per
+array script, so a retry resubmits exactly the failed tasks of the same script.
+"""
+
+from __future__ import annotations
+
+import collections
+import getpass
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain, Unreachable
+from hpcrun.errors import InputError, Problem
+from hpcrun.operate.campaign.generations import generation_record
+from hpcrun.operate.manifest import Manifest
+from hpcrun.operate.plandir import (
+    ClusterInfo,
+    clusters_of,
+    has_store,
+    open_plan_store,
+    poll_interval,
+    read_manifest,
+    scheduler_of,
+)
+from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
+from hpcrun.operate.submission.batches import (  # re-exported: callers and tests use submit.*
+    claim_groups,
+    compress_indices,
+    plan_batches,
+    plan_retry_batches,
+    scripts_of,
+    tag_of,
+)
+from hpcrun.operate.submission.headers import HeaderBook
+from hpcrun.operate.submission.headers import digest as text_digest
+from hpcrun.operate.submission.locality import prefer_nodes
+from hpcrun.operate.submission.placement import DOWN, mark_slow, on_cluster, place, spent_words, survey
+from hpcrun.store.locking.lock import submit_lock
+from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
+from hpcrun.store.store import StateStore
+
+DEFAULT_LOCK_TIMEOUT = 600.0
+
+
+def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    if not text:
+        return None, None
+    algo, _, value = text.partition(":")
+    return value, algo
+
+
+def plan_inputs(manifest: Manifest, held_paths: AbstractSet[str] = frozenset(),
+                held: Optional[List[str]] = None) -> Iterator[NewInput]:
+    """Every input of the plan with the job that processes it, as the store registers them (one job's at
+    a time: the store takes them in chunks). A job with an input in ``held_paths`` is left out, its
+    inputs put in ``held``."""
+    generation = manifest.generation.number
+    for job in manifest.jobs:
+        if held_paths and any(p in held_paths for p in job["inputs"]):
+            if held is not None:
+                held.extend(job["inputs"])
+            continue
+        n = len(job["inputs"])
+        sizes: Sequence[Optional[int]] = job.get("input_sizes") or [None] * n
+        events: Sequence[Optional[int]] = job.get("input_events") or [None] * n
+        sums: Sequence[Optional[str]] = job.get("checksums") or [None] * n
+        for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
+            value, algo = _split_checksum(cs)
+            yield NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
+                           events=ev, job_name=job["name"], generation=generation)
+
+
+def register(store: StateStore, manifest: Manifest) -> Campaign:
+    """The campaign and its inputs in the store (idempotent; new inputs are added). A manifest of a newer
+    generation than the store's is taken up here, once: its jobs' inputs move to it, except a job one of
+    whose inputs went into flight since it was planned (that one finishes where it is)."""
+    number = manifest.generation.number
+    campaign = store.register_campaign(manifest.campaign, manifest.spec_digest,
+                                       manifest.profile_digest, number)
+    gen = generation_record(manifest)
+    if number > 1 and store.current_generation(campaign.id) < number:
+        held: List[str] = []
+        moved = store.take_up_generation(campaign.id, gen, plan_inputs(manifest, store.in_flight_paths(campaign.id),
+                                                                        held), held)
+        if moved is not None:
+            store.audit(campaign.id, "generation", f"took up generation {number}: {moved['added']} input(s) "
+                                                   f"added, {moved['rerun']} to run again, {moved['withdrawn']} "
+                                                   f"withdrawn, {len(held)} left in jobs in flight")
+        return store.get_campaign(campaign.name)
+    store.record_generation(campaign.id, gen)
+    store.add_inputs(campaign.id, plan_inputs(manifest), generation=number, remap=False)
+    return campaign
+
+
+def _text_key(script: ScriptInfo, job_index: int) -> int:
+    """Whose text a job is submitted with: its own, or its array's (named by the array's first job)."""
+    return script.first if script.is_array else job_index
+
+
+class Submitter:
+    """Claims, submits and records the batches of one plan; settles claims left by a stopped run."""
+
+    def __init__(self, plan_dir: Path, store: StateStore, manifest: Manifest, campaign: Campaign,
+                 cluster: Optional[ClusterInfo] = None):
+        self.plan_dir = plan_dir
+        self.store = store
+        self.manifest = manifest
+        self.campaign = campaign
+        self.clusters = clusters_of(manifest)
+        self.cluster = cluster or self.clusters[0]     # where this submitter sends work
+        self.scripts = scripts_of(manifest, self.cluster.scripts)
+        self._script_by_job: Dict[int, ScriptInfo] = {}
+        self.accounting = self.cluster.accounting
+        self.sched = self.cluster.sched
+        self.changes: Dict[int, Optional[str]] = {}   # plan job -> a retry's changes, while one group submits
+        self.texts: Dict[int, str] = {}                # plan job -> its script rendered at submission
+        self._books: Dict[str, HeaderBook] = {}
+
+    def script_text(self, script: ScriptInfo, job_index: int) -> Optional[str]:
+        """The script of a job (an array task: of its array) rendered at submission (None: the script
+        is a file of the plan)."""
+        if script.headers is None:
+            return None
+        book = self._books.get(script.headers)
+        if book is None:
+            book = self._books[script.headers] = HeaderBook(self.plan_dir, script.path, script.headers)
+        return book.text(_text_key(script, job_index))
+
+    def on(self, cluster: ClusterInfo) -> Submitter:
+        """The same submitter sending work to another cluster of the plan."""
+        return Submitter(self.plan_dir, self.store, self.manifest, self.campaign, cluster)
+
+    def script_of(self, job_index: int) -> ScriptInfo:
+        hit = self._script_by_job.get(job_index)
+        if hit is not None:
+            return hit
+        for s in self.scripts:
+            if s.first <= job_index <= s.last:
+                self._script_by_job.update(dict.fromkeys(range(s.first, s.last + 1), s))
+                return s
+        raise InputError([Problem(str(self.plan_dir / "manifest.json"), None, "", (
+            f"has no script for job {job_index} recorded in {self.store.location}; the plan changed after "
+            "submission. Plan the changed campaign into a new directory."))])
+
+    # -- one claim: one array submission, or a group of per-job submissions ------------------
+
+    def submit_group(self, batches: Sequence[Batch]) -> List[Batch]:
+        """Claim the jobs of these batches at once, submit each batch, then record them all.
+
+        Claiming and recording once per group (not per submission) keeps the store's cost far
+        below the scheduler's own. Each submission carries a name that ties it to the claim (and, in a
+        group of per-job scripts, to its plan job), so a stop anywhere in between is settled
+        by the next submit (``settle``).
+        """
+        claim = self.store.claim_jobs(self.campaign.id, [j for b in batches for j in b.jobs])
+        claimed = {i.job_index for i in claim.inputs if i.job_index is not None}
+        if not claimed:
+            return []  # another submitter took them
+        base = tag_of(self.campaign.name, claim.token)
+        grouped = len(batches) > 1
+        done: List[Batch] = []
+        by_job: Dict[int, str] = {}
+        changes = self.changes = {}
+        self.texts = {}
+        try:
+            for batch in batches:
+                jobs = [j for j in batch.jobs if j in claimed]
+                if not jobs:
+                    continue
+                if jobs != batch.jobs:
+                    batch = Batch(batch.script, jobs, self._array_spec(batch.script, jobs) if batch.array_spec
+                                  else None, adjust=batch.adjust, changes=batch.changes)
+                batch.tag = f"{base}.{jobs[0]}" if grouped else base
+                self.store.check_fences()   # a holder that lost its lock hands the scheduler nothing
+                text = self.script_text(batch.script, jobs[0])
+                if text is not None:
+                    self.texts[_text_key(batch.script, jobs[0])] = text
+                batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
+                                                 array=batch.array_spec or None, adjust=batch.adjust, text=text)
+                changes.update(dict.fromkeys(jobs, batch.changes))
+                done.append(batch)
+                by_job.update(dict.fromkeys(jobs, batch.job_id))
+        except SubmitUncertain:
+            self._record(claim, by_job)
+            found, _released = self.settle([claim])
+            if not found:
+                raise
+            uncertain = batch  # the batch whose submission did not finish cleanly: it exists after all
+            uncertain.job_id = dict(found).get(uncertain.tag or "")
+            if uncertain.job_id:
+                done.append(uncertain)
+            return done
+        except SchedulerError as exc:
+            self._record(claim, by_job)
+            self.store.release_claim(claim.token, reason=str(exc))
+            raise
+        self._record(claim, by_job)
+        return done
+
+    def _array_spec(self, script: ScriptInfo, jobs: Sequence[int]) -> str:
+        throttle = self.manifest.submit.throttle
+        return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
+
+    def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
+        """Record the claimed plan jobs that got a job on this submitter's cluster (``job_ids``: plan job ->
+        scheduler job id)."""
+        by_job: Dict[int, List[int]] = {}
+        for rec in claim.inputs:
+            if rec.job_index is not None and rec.job_index in job_ids:
+                by_job.setdefault(rec.job_index, []).append(rec.id)
+        if not by_job:
+            return
+        subs = []
+        digests: Dict[int, str] = {}
+        tag = tag_of(self.campaign.name, claim.token)
+        for job_index, input_ids in sorted(by_job.items()):
+            script = self.script_of(job_index)
+            key = _text_key(script, job_index)
+            text = self.texts.get(key) or self.script_text(script, job_index)  # settled: the same text
+            if text is not None and key not in digests:   # an array's tasks: filled and hashed once
+                self.texts[key], digests[key] = text, text_digest(text)
+            path, digest = (script.path, script.sha256) if text is None else (f"{script.headers}#{key}", digests[key])
+            subs.append(NewSubmission(job_ids[job_index], path, digest, tag, input_ids,
+                                      job_index - script.first if script.is_array else None, claim.token,
+                                      changes=self.changes.get(job_index), cluster=self.cluster.name,
+                                      script_text=text, generation=script.generation))
+        self.store.record_submissions(self.campaign.id, subs)
+
+    # -- claims left by a stopped submitter --------------------------------------------------
+
+    def settle(self, claims: Sequence[Claim]) -> Tuple[List[Tuple[str, str]], List[str]]:
+        """Record the Slurm jobs found under each claim's names, release what Slurm never got.
+
+        A claim's names are its tag (an array, or a single job) and ``<tag>.<plan job>`` (a
+        group of per-job scripts). Returns ([(name, job id) found], [tags released]).
+        """
+        if not claims:
+            return [], []
+        names: Dict[str, Tuple[Claim, Optional[int]]] = {}
+        for c in claims:
+            base = tag_of(self.campaign.name, c.token)
+            names[base] = (c, None)
+            for j in {i.job_index for i in c.inputs if i.job_index is not None}:
+                names[f"{base}.{j}"] = (c, j)
+        # every cluster is asked: the claim's job may be on any (a cluster that cannot be asked
+        # raises Unreachable, and the claims wait for the next submit rather than risk a second job)
+        ids: Dict[str, set] = {n: set() for n in names}
+        claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
+        for cl in self.clusters:
+            for q in cl.sched.queue(names=list(names)):
+                if q.name in ids:
+                    ids[q.name].add((cl.label, q.array_job_id))
+            if cl.accounting:
+                since = cl.sched.since_text(min(claimed)) if claimed else "now-7days"
+                for rec in cl.sched.records((), since, names=list(names)).values():
+                    if rec.name in ids:
+                        ids[rec.name].add((cl.label, rec.job_id.split("_", 1)[0]))
+        found: List[Tuple[str, str]] = []
+        released: List[str] = []
+        by_label = {cl.label: cl for cl in self.clusters}
+        for c in claims:
+            got: Dict[str, Dict[int, str]] = {}
+            jobs = {i.job_index for i in c.inputs if i.job_index is not None}
+            for name, (owner, job) in names.items():
+                if owner is not c or not ids[name]:
+                    continue
+                label, job_id = min(ids[name], key=lambda cj: int(cj[1]) if cj[1].isdigit() else 0)
+                got.setdefault(label, {}).update(dict.fromkeys(jobs if job is None else [job], job_id))
+                found.append((name, job_id))
+            for label, job_ids in got.items():
+                self.on(by_label[label])._record(c, job_ids)
+            if sum(len(j) for j in got.values()) < len(jobs):
+                tag = tag_of(self.campaign.name, c.token)
+                self.store.release_claim(c.token, reason=(
+                    f"released: no job named {tag} (the submitter stopped before the scheduler took it)"))
+                released.append(tag)
+        return found, released
+
+    def reconcile(self) -> Tuple[List[Tuple[str, str]], List[str]]:
+        return self.settle(self.store.unresolved_claims(self.campaign.id))
+
+
+def _queue_budget(manifest: Manifest, limit: Optional[int]) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    budget = limit
+    queue = None
+    max_queued = manifest.submit.max_queued_jobs
+    if max_queued:
+        queued = scheduler_of(manifest).queued_count(getpass.getuser())
+        queue = (queued, int(max_queued))
+        room = max(0, int(max_queued) - queued)
+        budget = room if budget is None else min(budget, room)
+    return budget, queue
+
+
+def _finalize_step(plan_dir: Path, store: StateStore, manifest: Manifest, campaign: Campaign,
+                   report: SubmitReport, again: bool) -> Optional[FinalizeAction]:
+    """The campaign's finalize job, once nothing of the plan is left pending (see submission/finalize.py)."""
+    if not manifest.finalize:
+        return None
+    from hpcrun.operate.submission.finalize import Finalizer
+    from hpcrun.operate.tracking.track import poll_store
+
+    def refresh() -> None:
+        poll_store(plan_dir, manifest, store)
+
+    finalizer = Finalizer(plan_dir, store, manifest, campaign, refresh=refresh)
+    refused = finalizer.again() if again else None
+    if refused is not None:
+        return refused
+    room = None if report.queue is None else report.queue[1] - report.queue[0] - report.submitted_jobs
+    elsewhere = _in_flight_elsewhere(manifest, store, campaign)
+    if elsewhere:   # a dependency cannot reach another cluster's jobs: wait for them to end
+        return FinalizeAction("waiting", f"plan jobs are still in flight on {elsewhere}; the finalize job (on the "
+                                         "first cluster) goes out once they have ended")
+    return finalizer.step(report, room)
+
+
+def _in_flight_elsewhere(manifest: Manifest, store: StateStore, campaign: Campaign) -> str:
+    """The other clusters (not the first) with plan jobs queued or running, in words ('' for none)."""
+    clusters = clusters_of(manifest)
+    if len(clusters) < 2:
+        return ""
+    counts = store.cluster_counts(campaign.id)
+    busy = [c.label for c in clusters[1:] if any(counts.get(c.name, {}).get(s, 0) for s in ("submitted", "running"))]
+    return ", ".join(f"cluster {b}" for b in busy)
+
+
+def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: bool = False,
+           limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           on_batch: Optional[Callable[[Batch], None]] = None,
+           on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False) -> SubmitReport:
+    """Submit every plan job that is neither done nor in flight (at most ``limit`` and the queue's room),
+    then the campaign's finalize job once nothing is left pending; ``finalize_again`` opens one more
+    finalize round after the last one ended (for work retried after it)."""
+    plan_dir = Path(os.path.abspath(plan_dir))
+    manifest = read_manifest(plan_dir)
+    throttle = manifest.submit.throttle
+    if dry_run and not has_store(plan_dir, db):
+        # nothing recorded yet: everything is outstanding, and a dry run creates no store
+        budget, queue = _queue_budget(manifest, limit)
+        batches, left = plan_batches(scripts_of(manifest), [j["index"] for j in manifest.jobs], budget, throttle)
+        from hpcrun.operate.submission.finalize import dry_run_action
+        return SubmitReport(manifest.campaign, str(plan_dir / "state.db"), batches, left_pending=left,
+                            queue=queue, dry_run=True, finalize=dry_run_action(manifest, None, None, left))
+    with open_plan_store(plan_dir, db) as store:
+        return submit_store(plan_dir, manifest, store, dry_run=dry_run, limit=limit, lock_timeout=lock_timeout,
+                            on_batch=on_batch, on_wait=on_wait, finalize_again=finalize_again)
+
+
+def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_run: bool = False,
+                 limit: Optional[int] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 on_batch: Optional[Callable[[Batch], None]] = None,
+                 on_wait: Optional[Callable[[str], None]] = None, finalize_again: bool = False,
+                 with_finalize: bool = True, spent: Optional[Dict[Optional[str], Dict[str, int]]] = None
+                 ) -> SubmitReport:
+    """``submit`` on a plan directory already open (retry and run reuse its manifest and store);
+    ``with_finalize`` False leaves the finalize job for a later call (the supervisor sends it once
+    every plan job has settled, retries included); ``spent``: clusters whose jobs the last poll saw
+    held by a spent allocation (reason -> jobs), which get nothing new."""
+    throttle = manifest.submit.throttle
+    campaign = register(store, manifest)
+    report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
+    if dry_run:
+        budget, report.queue = _queue_budget(manifest, limit)
+        report.batches, report.left_pending = plan_batches(
+            scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
+        from hpcrun.operate.submission.finalize import dry_run_action
+        report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
+        return report
+    with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait), \
+            _lease(store, campaign.id, "submit"):
+        submitter = Submitter(plan_dir, store, manifest, campaign)
+        try:
+            report.recovered, report.released = submitter.reconcile()
+        except Unreachable:
+            if len(submitter.clusters) < 2:
+                raise
+            # a claim's job may sit on the cluster that does not answer: settled once it does, never guessed
+        held, spent = store.paused(campaign.id), spent or {}
+        report.paused = held.text() if held else None
+        report.spent = spent_words(spent[submitter.cluster.name]) if (
+            len(submitter.clusters) < 2 and spent.get(submitter.cluster.name)) else None
+        if report.paused or report.spent:   # an operator's pause, a spent allocation: settle, submit nothing new
+            report.left_pending = len(store.pending_jobs(campaign.id))
+            return report
+        if len(submitter.clusters) > 1:
+            _spread(submitter, limit, report, on_batch, spent)
+        else:
+            budget, report.queue = _queue_budget(manifest, limit)
+            pending = store.pending_jobs(campaign.id)
+            adjustments = prefer_nodes(manifest, store, campaign.id, pending, store.pending_adjustments(campaign.id))
+            batches, report.left_pending = plan_retry_batches(submitter.scripts, pending, adjustments, budget,
+                                                              throttle)
+            for group in claim_groups(batches):
+                for done in submitter.submit_group(group):
+                    report.batches.append(done)
+                    if on_batch:
+                        on_batch(done)
+        if with_finalize:
+            report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
+        if report.batches:
+            ids = ", ".join(b.job_id or "?" for b in report.batches[:20]) + (" ..." if len(report.batches) > 20 else "")
+            store.audit(campaign.id, "submit", f"submitted {report.submitted_jobs} job(s) in "
+                        f"{len(report.batches)} submission(s): {ids}")
+    return report
+
+
+def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
+            on_batch: Optional[Callable[[Batch], None]], spent: Dict[Optional[str], Dict[str, int]]) -> None:
+    """A campaign on several clusters: ask each one, place the pending jobs, submit each cluster's share."""
+    store, campaign = submitter.store, submitter.campaign
+    pending = sorted(store.pending_jobs(campaign.id))
+    active = store.active_submissions(campaign.id)
+    in_flight = collections.Counter(a.cluster for a in active)
+    waiting = collections.Counter(a.cluster for a in active if a.last_state in (None, "PENDING"))
+    walltime = submitter.manifest.walltime_seconds
+    seats = [survey(cl, in_flight[cl.name], waiting[cl.name], walltime, spent=spent.get(cl.name))
+             for cl in submitter.clusters]
+    mark_slow(seats, store, campaign.id, active, submitter.manifest.move_pending_after_s)
+    todo = pending if limit is None else pending[:limit]
+    left = place(todo, seats)
+    report.left_pending = len(pending) - len(todo) + len(left)
+    adjustments = store.pending_adjustments(campaign.id)
+    last = store.last_clusters(campaign.id) if adjustments else {}
+    throttle = submitter.manifest.submit.throttle
+    for seat in seats:
+        if seat.given:
+            own = {j: on_cluster(adjustments[j], last.get(j), seat.cluster.name)
+                   for j in seat.given if j in adjustments}
+            sub = submitter.on(seat.cluster)
+            batches, _ = plan_retry_batches(sub.scripts, seat.given, own, None, throttle)
+            try:
+                for group in claim_groups(batches):
+                    for done in sub.submit_group(group):
+                        done.cluster = seat.cluster.name
+                        report.batches.append(done)
+                        if on_batch:
+                            on_batch(done)
+            except Unreachable as exc:   # it went away between the survey and now: the claim was released
+                seat.state, seat.detail = DOWN, str(exc).splitlines()[0]
+                report.left_pending += len(seat.given) - sum(b.tasks for b in report.batches
+                                                             if b.cluster == seat.cluster.name)
+        store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
+        report.clusters[seat.cluster.label] = {"state": seat.state, "detail": seat.detail, "room": seat.room,
+                                               "pending_there": seat.pending, "placed": len(seat.given)}
+
+
+@contextmanager
+def _lease(store: StateStore, campaign_id: int, purpose: str) -> Iterator[None]:
+    """The lease that goes with a lock just taken: this store's writes are fenced while it holds it."""
+    store.take_lease(campaign_id, purpose)
+    try:
+        yield
+    finally:
+        store.drop_fence(purpose)
+
+
+def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: Optional[str] = None,
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           on_batch: Optional[Callable[[Batch], None]] = None,
+           on_round: Optional[Callable[[SubmitReport], None]] = None,
+           finalize_again: bool = False) -> List[SubmitReport]:
+    """Keep submitting as the queue drains until no outstanding work is left to submit (every
+    ``interval`` seconds: one minute by default, never below the site's minimum)."""
+    pause = poll_interval(read_manifest(Path(os.path.abspath(plan_dir)), jobs=False), interval)
+    reports: List[SubmitReport] = []
+    while True:
+        report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch,
+                        finalize_again=finalize_again and not reports)
+        reports.append(report)
+        if on_round:
+            on_round(report)
+        if report.left_pending == 0 and not (report.finalize and report.finalize.action == "waiting"):
+            return reports
+        time.sleep(pause)
