@@ -1,11 +1,15 @@
-"""The package's layers and import graph: data flows one way, and no module reaches back up.
+"""The package's layers, its rooms and their import graph: data flows one way, and no module reaches back up.
 
 load (model) -> validate -> plan -> render -> operate -> store -> report, with the backends
 at the bottom (the models derive their lists of kinds from the backends' registries) and the
-command line on top. Every ``import`` in the package, module-level or inside a function, is
-read from the source, except those under ``if TYPE_CHECKING:`` (annotations only, never run);
-an import of a higher layer, an import between sibling rooms that must stay independent, or
-a cycle fails this test with the offending lines.
+command line on top. Every ``import`` in the package is read from the source, those under
+``if TYPE_CHECKING:`` included (a type is a dependency of the design):
+
+* layers and independent rooms: every import, module-level or inside a function;
+* the sub-rooms of a folder (``ROOMS``), bottom first: the same, but for the late references
+  named in ``LATE`` (an import inside a function, each with its reason);
+* cycles: module-level imports (``TYPE_CHECKING`` ones included); an import inside a function is
+  the one way to break a cycle, so it does not count.
 """
 
 from __future__ import annotations
@@ -38,6 +42,22 @@ INDEPENDENT: List[Tuple[str, ...]] = [
     ("hpcrun.backends.scheduler", "hpcrun.backends.container", "hpcrun.backends.burstbuffer"),
     ("hpcrun.report", "hpcrun.iotune"),
 ]
+# The rooms inside a folder, bottom first: a unit (a module or a sub-package) imports only units at or
+# below its own place. Every module of the folder belongs to one unit, so a new module or sub-room
+# must be placed here.
+ROOMS: Dict[str, List[str]] = {
+    "hpcrun.operate": ["manifest", "results", "metrics", "plandir", "campaign", "outputs", "submission",
+                       "tracking", "retries", "supervision"],
+    "hpcrun.plan": ["intake", "checks", "site", "values", "job", "budget", "build", "load"],
+    "hpcrun.store": ["sql", "records", "locking", "base", "queries", "rows", "store"],
+    "hpcrun.iotune": ["points", "readers", "engines", "sweeps", "advice", "apply", "history", "plot", "collect"],
+}
+# Late references up the room order: (importer, imported) -> why (an import inside a function only).
+LATE = {
+    ("hpcrun.operate.submission.submit", "hpcrun.operate.tracking.track"):
+        "submit polls once before it sends the finalize job, so its dependency names the jobs still queued",
+}
+FOLDER_MODULES_MAX = 15
 ROOT_MODULES_MAX = 8
 MODULE_LINES_MAX = 500
 
@@ -49,13 +69,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> List[Tuple[str, int]]:
-    """Every hpcrun module ``path`` imports, with its line."""
-    tree = ast.parse(path.read_text(), str(path))
+def imports_of(path: Path, module_level: bool = False) -> List[Tuple[str, int]]:
+    """Every hpcrun module ``path`` imports, with its line (``module_level``: not those inside a function)."""
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    return _imports_in(ast.parse(path.read_text(), str(path)), package, module_level)
+
+
+def _imports_in(tree: ast.AST, package: str, module_level: bool) -> List[Tuple[str, int]]:
     found = []
-    for node in _runtime_nodes(tree):
+    for node in (_module_level_nodes(tree) if module_level else ast.walk(tree)):
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "hpcrun"]
         elif isinstance(node, ast.ImportFrom):
@@ -71,22 +94,14 @@ def imports_of(path: Path) -> List[Tuple[str, int]]:
     return found
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
-def _runtime_nodes(tree: ast.AST) -> List[ast.AST]:
-    """Every node outside ``if TYPE_CHECKING:`` bodies (their ``else`` runs and is kept)."""
+def _module_level_nodes(tree: ast.AST) -> List[ast.AST]:
+    """Every node outside function bodies (``if TYPE_CHECKING:`` blocks and class bodies included)."""
     out: List[ast.AST] = []
     stack: List[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         out.append(node)
-        if _is_type_checking(node):
-            stack.extend(node.orelse)  # type: ignore[attr-defined]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
         stack.extend(ast.iter_child_nodes(node))
     return out
@@ -108,10 +123,11 @@ def _layer(module: str) -> int:
 
 
 def _graph() -> Dict[str, Set[str]]:
+    """Module -> the modules it imports at module level (``TYPE_CHECKING`` blocks included)."""
     mods = _modules()
     graph: Dict[str, Set[str]] = {}
     for name, path in mods.items():
-        graph[name] = {t for t, _ in imports_of(path) if t in mods and t != name}
+        graph[name] = {t for t, _ in imports_of(path, module_level=True) if t in mods and t != name}
     return graph
 
 
@@ -179,16 +195,86 @@ def test_no_import_cycles() -> None:
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
 
-def test_type_checking_imports_are_left_out() -> None:
+def test_type_checking_imports_count_and_function_imports_only_outside_cycles() -> None:
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import hpcrun.cli\n"
-                     "else:\n    import hpcrun.units\nimport hpcrun.errors\n")
-    names = {n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.Import)}
-    assert names == {"hpcrun.units", "hpcrun.errors"}
+                     "else:\n    import hpcrun.units\nimport hpcrun.errors\ndef f():\n    import hpcrun.api\n")
+    assert {t for t, _ in _imports_in(tree, "hpcrun", True)} == {"hpcrun.cli", "hpcrun.units", "hpcrun.errors"}
+    assert {t for t, _ in _imports_in(tree, "hpcrun", False)} == {"hpcrun.cli", "hpcrun.units", "hpcrun.errors",
+                                                                   "hpcrun.api"}
 
 
 def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def _unit(folder: str, module: str) -> str:
+    """The unit of ``folder``'s room order that holds ``module`` ('' for none)."""
+    rest = module[len(folder) + 1:].split(".")[0] if module.startswith(folder + ".") else ""
+    return rest if rest in ROOMS[folder] else ("" if not rest else "?" + rest)
+
+
+def test_every_module_of_a_folder_with_rooms_has_its_room() -> None:
+    missing = sorted(m for m in _modules() for folder in ROOMS if _unit(folder, m).startswith("?"))
+    assert not missing, f"modules outside the room order of their folder (place them in ROOMS): {missing}"
+
+
+def _room_violations(imports: Dict[str, List[Tuple[str, int]]]) -> List[str]:
+    bad = []
+    for folder, order in ROOMS.items():
+        for name, found in sorted(imports.items()):
+            mine = _unit(folder, name)
+            if not mine or mine.startswith("?"):
+                continue
+            for target, line in found:
+                theirs = _unit(folder, target)
+                if theirs and not theirs.startswith("?") and order.index(theirs) > order.index(mine) \
+                        and (name, target) not in LATE:
+                    bad.append(f"{name}:{line} ({folder} room {mine}) imports {target} (room {theirs}, above it)")
+    return bad
+
+
+def test_rooms_import_only_rooms_below_them() -> None:
+    mods = _modules()
+    imports = {name: [(t, line) for t, line in imports_of(path) if t in mods] for name, path in mods.items()}
+    bad = _room_violations(imports)
+    assert not bad, "\n".join(bad)
+
+
+def test_late_references_are_inside_functions_and_still_needed() -> None:
+    mods = _modules()
+    for importer, imported in LATE:
+        every = {t for t, _ in imports_of(mods[importer])}
+        top = {t for t, _ in imports_of(mods[importer], module_level=True)}
+        assert imported in every, f"{importer} no longer imports {imported}: drop it from LATE"
+        assert imported not in top, f"{importer} imports {imported} at module level: that is a dependency, not late"
+
+
+def test_room_order_finds_an_upward_import() -> None:
+    """The check itself: submission importing tracking at module level, or campaign importing submission."""
+    assert _room_violations({"hpcrun.operate.campaign.generations": [("hpcrun.operate.submission.batches", 1)]})
+    assert not _room_violations({"hpcrun.operate.submission.batches": [("hpcrun.operate.campaign.generations", 1)]})
+
+
+def test_no_cycle_through_a_type_checking_import() -> None:
+    """A cycle closed by an import under ``if TYPE_CHECKING:`` is a cycle (a type is a dependency)."""
+    graph = _graph()
+    graph["hpcrun.backends.container.base"] = graph["hpcrun.backends.container.base"] | {"hpcrun.model.site"}
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not name.startswith(t + ".")}
+    assert _cycle(graph), "the model -> backends -> model circle would not have been found"
+
+
+def test_no_folder_holds_more_than_fifteen_modules() -> None:
+    """A room of more than 15 modules is a flat room: cut it by concern (docs/architecture.md)."""
+    crowded = [f"{d.relative_to(PKG.parent)}: {n} modules" for d in sorted(PKG.rglob("*")) if d.is_dir()
+               and (n := len([p for p in d.glob("*.py") if p.name != "__init__.py"])) > FOLDER_MODULES_MAX]
+    assert not crowded, "\n".join(crowded)
+
+
+def test_operate_top_level_holds_sub_rooms_and_a_few_shared_modules() -> None:
+    top = sorted(p.stem for p in (PKG / "operate").glob("*.py") if p.name != "__init__.py")
+    assert top == ["manifest", "metrics", "plandir", "results"], top
 
 
 def test_the_package_root_stays_small() -> None:
