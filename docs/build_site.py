@@ -25,6 +25,15 @@ DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
 sys.path.insert(0, str(REPO))
 
+# The decisions' pages, one a room of the package, in the order of the layers (docs/architecture.md)
+DECISION_ROOMS = [
+    ("model", "model/: loading and validating"), ("plan", "plan/: planning"),
+    ("job", "render/ and templates/: the generated job"), ("backends", "backends/"), ("store", "store/"),
+    ("operate:submission", "submission/"), ("operate:tracking", "tracking/"), ("operate:retries", "retries/"),
+    ("operate:supervision", "supervision/"), ("operate:outputs", "outputs/"), ("operate:campaign", "campaign/"),
+    ("report", "report/"), ("iotune", "iotune/"), ("interface", "api.py, cli/, docs and tests"),
+]
+
 NAV = [
     {"Home": "index.md"},
     {"Guides": [{"Campaign spec": "campaign-spec.md"}, {"Site profiles": "site-profiles.md"},
@@ -35,7 +44,11 @@ NAV = [
     {"Reference": [{"Campaign spec keys": "reference/campaign-keys.md"},
                    {"Site profile keys": "reference/profile-keys.md"},
                    {"Python API": "reference/api.md"}, {"Command line": "reference/cli.md"}]},
-    {"Design": [{"Architecture": "architecture.md"}, {"Decisions": "decisions.md"}]},
+    {"Design": [{"Architecture": "architecture.md"}, {"Decisions": [
+        {"By room": "decisions.md"},
+        *[{title: f"decisions/{slug}.md"} for slug, title in DECISION_ROOMS if not slug.startswith("operate:")],
+        {"operate/": [{title: f"decisions/{slug[8:]}.md"} for slug, title in DECISION_ROOMS
+                      if slug.startswith("operate:")]}]}]},
 ]
 
 CONFIG = """site_name: hpcrun
@@ -129,6 +142,7 @@ def build(site: Path, docs: Path = DOCS) -> None:
         stage.mkdir()
         for page in docs.glob("*.md"):
             shutil.copy(page, stage / page.name)
+        shutil.copytree(docs / "decisions", stage / "decisions")
         key_references(stage)
         (stage / "reference" / "api.md").write_text(api_reference())
         (stage / "reference" / "cli.md").write_text(cli_reference())

@@ -34,7 +34,7 @@ def test_a_report_without_matplotlib_says_which_extra(monkeypatch, tmp_path):
 
 
 def test_darshan_summaries_without_pydarshan_say_which_extra():
-    code = ("import sys; sys.modules['darshan'] = None; from hpcrun.iotune import darshan_worker; "
+    code = ("import sys; sys.modules['darshan'] = None; from hpcrun.iotune.readers import darshan_worker; "
             "sys.exit(darshan_worker.main(['w', '/nonexistent.darshan']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 3 and "pip install 'hpcrun[darshan]'" in done.stdout

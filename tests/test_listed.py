@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hpcrun.errors import HpcrunError, InputError
-from hpcrun.plan import listed as L
+from hpcrun.plan.job import listed as L
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 

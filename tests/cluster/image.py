@@ -9,7 +9,7 @@ The image is a Debian minbase (debootstrap) with python3, python3-h5py, mariadb-
 mariadb-client installed by apt-get in a chroot, an /etc/hosts (ch-run binds none and
 mariadb-install-db needs one) and the mount points the tests bind to (a ch-run image is
 read-only, so a bind target must already exist in it). Facts and timings:
-../shared/reference/charliecloud.md; decisions: docs/decisions.md.
+../shared/reference/charliecloud.md; decisions: docs/decisions/backends.md.
 
 The slimmed image is cached as a tar.zst under $HPCRUN_TEST_CACHE (default
 /var/cache/hpcrun-test), named by a key over everything that decides its contents: the

@@ -1,6 +1,6 @@
 """Fencing: a lock's lease and the check every write of its holder makes.
 
-The supervisor and submit locks (store/lock.py) are held by OS or server sessions; a session
+The supervisor and submit locks (store/locking/lock.py) are held by OS or server sessions; a session
 the server dropped (a restart, a network blip, a hung login node reaped) loses its lock without
 its process knowing. So each lock comes with a lease: taking it bumps an epoch, and a store that
 holds a lease (``StoreBase.fence``) checks in every write transaction that the epoch is still its

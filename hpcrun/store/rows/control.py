@@ -1,4 +1,4 @@
-"""Who may change a campaign, and what operators did to it: leases (store/fence.py), the audit
+"""Who may change a campaign, and what operators did to it: leases (store/locking/fence.py), the audit
 trail and the pause switch (a mixin of StateStore)."""
 
 from __future__ import annotations
