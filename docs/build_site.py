@@ -135,8 +135,17 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
+def need_mkdocs() -> None:
+    """Stop with the install that brings MkDocs (the ``docs`` extra) when it is missing."""
+    import importlib.util
+    if importlib.util.find_spec("mkdocs") is None:
+        raise SystemExit("docs site: MkDocs is not installed; install the docs extra: "
+                         "python3 -m pip install -e '.[docs]' (from the checkout)")
+
+
 def build(site: Path, docs: Path = DOCS) -> None:
     """Stage ``docs``' pages and the generated references, then build the site with MkDocs (strict)."""
+    need_mkdocs()
     with tempfile.TemporaryDirectory(prefix="hpcrun-docs-") as tmp:
         stage = Path(tmp) / "docs"
         stage.mkdir()

@@ -66,3 +66,19 @@ def test_wheel_in_fresh_venv(wheel, tmp_path):
     assert planned.returncode == 0, planned.stderr
     assert (outside / "plan" / "jobs" / "job00001.sbatch").is_file()
     assert "core-hours" in planned.stdout
+    _docs_site_as_a_new_user_builds_it(py, wheel, tmp_path, clean)
+
+
+def _docs_site_as_a_new_user_builds_it(py: Path, wheel: Path, tmp_path: Path, env: dict) -> None:
+    """After the README's install the docs build names the extra it needs; with the ``docs`` extra
+    installed as the README says, the site builds (strict: a broken link or a page left out fails)."""
+    build = [str(py), str(REPO / "docs" / "build_site.py"), "--out", str(tmp_path / "site")]
+    without = subprocess.run(build, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert without.returncode != 0 and ".[docs]" in without.stderr, without.stdout + without.stderr
+    assert "No module named" not in without.stderr and "Traceback" not in without.stderr
+    extra = subprocess.run([str(py), "-m", "pip", "install", "--quiet", f"{wheel}[docs]"],
+                           capture_output=True, text=True, env=env)
+    assert extra.returncode == 0, extra.stdout + extra.stderr
+    built = subprocess.run(build, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert (tmp_path / "site" / "decisions" / "retries.html").is_file()
