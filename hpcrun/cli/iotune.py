@@ -302,6 +302,7 @@ def _default_dir(plan: Any, out_dir: Optional[Path]) -> Path:
 def _run_local(plan: Any, out_dir: Optional[Path], force: bool, apply_to: Optional[Path], as_json: bool) -> None:
     from hpcrun.cli import err
     from hpcrun.iotune.collect import collect
+    from hpcrun.iotune.points import SweepManifest
     from hpcrun.iotune.sweeps import local, manifest
     from hpcrun.iotune.sweeps.outdir import MANIFEST, check, staging, write_json
 
@@ -323,7 +324,7 @@ def _run_local(plan: Any, out_dir: Optional[Path], force: bool, apply_to: Option
     with staging(target) as tmp:
         write_json(tmp / MANIFEST, data)
         local.run(plan, tmp, progress)
-        results = collect(tmp, data)
+        results = collect(tmp, SweepManifest.from_dict(data))
     _finish(target, results, apply_to, as_json)
 
 

@@ -12,7 +12,7 @@ from hpcrun import __version__
 from hpcrun.errors import InputError, Problem
 from hpcrun.iotune import advice
 from hpcrun.iotune.engines import Engine, engine_for
-from hpcrun.iotune.points import EngineOutputError, Measurement
+from hpcrun.iotune.points import EngineOutputError, Measurement, SweepManifest
 
 
 class NotFinished(InputError):
@@ -67,20 +67,20 @@ def finished(sweep_dir: Path) -> bool:
     return (sweep_dir / "raw" / "exit_code").is_file()
 
 
-def collect(sweep_dir: Path, manifest: Dict[str, Any], job_state: Optional[str] = None) -> Dict[str, Any]:
+def collect(sweep_dir: Path, manifest: SweepManifest, job_state: Optional[str] = None) -> Dict[str, Any]:
     raw = sweep_dir / "raw"
     exit_code = _read(raw / "exit_code")
     if exit_code is None and job_state is None:
         raise NotFinished([Problem(str(sweep_dir), None, "DIR", (
             "the sweep has not finished: raw/exit_code is missing (the job is queued or running, or was "
             "never submitted); run collect again when it has ended"))])
-    engine = engine_for(manifest["engine"]["name"])
-    steps = manifest["steps"]
+    engine = engine_for(manifest.engine_name)
+    steps = manifest.steps
     rows: List[Dict[str, Any]] = []
     seen_version = None
-    for point in manifest["points"]:
+    for point in manifest.points:
         mine = [s for s in steps if s["point"] == point["id"]]
-        for op in manifest["sweep"]["operations"]:
+        for op in manifest.operations:
             m, error, version = _measure(engine, raw, mine, op)
             seen_version = seen_version or version
             row = dict(point)
@@ -103,21 +103,21 @@ def collect(sweep_dir: Path, manifest: Dict[str, Any], job_state: Optional[str] 
     version_text = _read(raw / "engine-version") or ""
     engine_version = seen_version or engine.version(version_text)
     targets = []
-    for t in manifest["targets"]:
+    for t in manifest.targets:
         targets.append(dict(t, run_path=_read(raw / f"target-{t['index']}.path"),
                             fstype=_read(raw / f"target-{t['index']}.fstype") or "unknown"))
     return {
-        "kind": "hpcrun-iotune-results", "schema": 1, "sweep_id": manifest["sweep_id"],
-        "name": manifest["sweep"]["name"], "created": manifest["created"],
+        "kind": "hpcrun-iotune-results", "schema": 1, "sweep_id": manifest.sweep_id,
+        "name": manifest.name, "created": manifest.created,
         "collected": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "hpcrun_version": __version__, "planned_with": manifest["hpcrun_version"], "mode": manifest["mode"],
-        "engine": {"name": engine.name, "version": engine_version, "binary": manifest["engine"]["binary"]},
+        "hpcrun_version": __version__, "planned_with": manifest.hpcrun_version, "mode": manifest.mode,
+        "engine": {"name": engine.name, "version": engine_version, "binary": manifest.engine_binary},
         "environment": {"node": _read(raw / "node"), "date": _read(raw / "started"),
-                        "slurm_job_id": _job_id(raw), "profile": manifest["profile"],
+                        "slurm_job_id": _job_id(raw), "profile": manifest.profile,
                         "exit_code": int(exit_code) if exit_code and exit_code.isdigit() else None,
                         "job_state": job_state},
-        "targets": targets, "sweep": manifest["sweep"], "results": rows,
-        "recommendation": advice.recommend(rows, manifest["sweep"]["operations"]),
+        "targets": targets, "sweep": manifest.sweep, "results": rows,
+        "recommendation": advice.recommend(rows, manifest.operations),
     }
 
 

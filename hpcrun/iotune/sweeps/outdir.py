@@ -14,10 +14,11 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Iterator
 
 from hpcrun.backends.scheduler import DEFAULT, scheduler_for
 from hpcrun.errors import InputError, Problem
+from hpcrun.iotune.points import SweepManifest
 
 MANIFEST = "iotune.json"
 SCRIPT = "iotune" + scheduler_for(DEFAULT).script_suffix
@@ -88,7 +89,7 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=1) + "\n")
 
 
-def read_manifest(sweep_dir: Path) -> Dict[str, Any]:
+def read_manifest(sweep_dir: Path) -> SweepManifest:
     path = sweep_dir / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -100,4 +101,4 @@ def read_manifest(sweep_dir: Path) -> Dict[str, Any]:
         raise InputError([Problem(str(path), None, "", f"cannot be read: {exc}")]) from None
     if not isinstance(data, dict) or data.get("kind") != "hpcrun-iotune":
         raise InputError([Problem(str(path), None, "", "is not an hpcrun iotune manifest")])
-    return data
+    return SweepManifest.from_dict(data)
