@@ -27,9 +27,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from hpcrun.errors import HpcrunError, InputError, Problem
+
+if TYPE_CHECKING:   # at run time imported where used: `import hpcrun` stays light
+    from hpcrun.operate.manifest import Manifest
 
 PathLike = Union[str, "os.PathLike[str]"]
 Error = HpcrunError
@@ -131,7 +134,7 @@ class PlanResult(_Result):
     title = "hpcrun plan"
 
     @property
-    def typed(self) -> Any:
+    def typed(self) -> Manifest:
         """The manifest as operate reads it (hpcrun.operate.manifest.Manifest)."""
         from hpcrun.operate.manifest import Manifest
         return Manifest.from_dict(self.manifest)
@@ -144,9 +147,8 @@ class PlanResult(_Result):
         out["plan_dir"] = self.plan_dir
         out["scripts"] = [s["path"] for s in m.scripts]
         if m.clusters:
-            pairs = zip(m.clusters, m.cluster_profiles)
-            out["clusters"] = [{"name": c.name, "profile": profile, "share": c.share,
-                                "max_queued_jobs": c.max_queued_jobs} for c, profile in pairs]
+            out["clusters"] = [{"name": c.name, "profile": c.profile, "share": c.share,
+                                "max_queued_jobs": c.max_queued_jobs} for c in m.clusters]
         if self.diff is not None:
             out["diff"] = self.diff
         if self.change is not None:

@@ -302,8 +302,8 @@ def _default_dir(plan: Any, out_dir: Optional[Path]) -> Path:
 def _run_local(plan: Any, out_dir: Optional[Path], force: bool, apply_to: Optional[Path], as_json: bool) -> None:
     from hpcrun.cli import err
     from hpcrun.iotune.collect import collect
-    from hpcrun.iotune.points import SweepManifest
     from hpcrun.iotune.sweeps import local, manifest
+    from hpcrun.iotune.sweeps.manifest import SweepManifest
     from hpcrun.iotune.sweeps.outdir import MANIFEST, check, staging, write_json
 
     target = check(_default_dir(plan, out_dir), force)

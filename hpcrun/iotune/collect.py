@@ -12,7 +12,8 @@ from hpcrun import __version__
 from hpcrun.errors import InputError, Problem
 from hpcrun.iotune import advice
 from hpcrun.iotune.engines import Engine, engine_for
-from hpcrun.iotune.points import EngineOutputError, Measurement, SweepManifest
+from hpcrun.iotune.points import EngineOutputError, Measurement
+from hpcrun.iotune.sweeps.manifest import SweepManifest
 
 
 class NotFinished(InputError):

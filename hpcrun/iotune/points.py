@@ -103,37 +103,3 @@ def combine(parts: Sequence[Measurement]) -> Measurement:
         bw_mean=sum(samples) / len(samples), bw_max=max(p.bw_max for p in parts),
         bw_min=min(p.bw_min for p in parts), iops_mean=(sum(iops) / len(iops)) if iops else None,
         reps=sum(p.reps for p in parts), samples=samples)
-
-
-@dataclass(frozen=True)
-class SweepManifest:
-    """A sweep directory's ``iotune.json`` (written by sweeps/manifest.py), read once for ``collect``:
-    the only reader of its keys. Points, steps and targets stay the JSON's own dicts."""
-
-    sweep_id: str
-    created: str
-    hpcrun_version: str
-    mode: str
-    profile: str
-    engine_name: str
-    engine_binary: str
-    sweep: Dict[str, Any]
-    points: List[Dict[str, Any]]
-    steps: List[Dict[str, Any]]
-    targets: List[Dict[str, Any]]
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> SweepManifest:
-        engine = data.get("engine") or {}
-        return cls(str(data.get("sweep_id", "")), str(data.get("created", "")), str(data.get("hpcrun_version", "")),
-                   str(data.get("mode", "")), str(data.get("profile", "")), str(engine.get("name", "")),
-                   str(engine.get("binary", "")), dict(data.get("sweep") or {}), list(data.get("points") or []),
-                   list(data.get("steps") or []), list(data.get("targets") or []))
-
-    @property
-    def name(self) -> str:
-        return str(self.sweep.get("name", ""))
-
-    @property
-    def operations(self) -> List[str]:
-        return list(self.sweep.get("operations") or [])

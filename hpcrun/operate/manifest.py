@@ -118,6 +118,7 @@ class Cluster:
     run_prefix: str = ""
     scripts: List[ScriptEntry] = field(default_factory=list)
     capacity_jobs: Optional[int] = None
+    profile: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,6 @@ class Manifest:
     burst_buffer: str = "none"
     totals: Mapping[str, Any] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
-    cluster_profiles: Tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
@@ -189,8 +189,7 @@ class Manifest:
             provenance=dict(data.get("provenance") or {}),
             profile=str(data.get("profile", "")), partition=data.get("partition"), qos=data.get("qos"),
             container=str(data.get("container") or "none"), burst_buffer=str(data.get("burst_buffer") or "none"),
-            totals=dict(data.get("totals") or {}), notes=list(data.get("notes") or []),
-            cluster_profiles=tuple(str(c.get("profile", "")) for c in data.get("clusters") or []))
+            totals=dict(data.get("totals") or {}), notes=list(data.get("notes") or []))
 
     @property
     def several_clusters(self) -> bool:
@@ -207,7 +206,7 @@ def _submit(sub: Mapping[str, Any]) -> Submit:
 def _cluster(c: Mapping[str, Any], kind: str) -> Cluster:
     return Cluster(c["name"], c.get("scheduler", kind), bool(c.get("accounting", True)), float(c.get("share") or 1.0),
                    c.get("max_queued_jobs"), c.get("site_max_queued_jobs"), c.get("run_prefix", ""),
-                   list(c.get("scripts", [])), c.get("capacity_jobs"))
+                   list(c.get("scripts", [])), c.get("capacity_jobs"), str(c.get("profile", "")))
 
 
 def read_manifest(plan_dir: Path, jobs: bool = True) -> Manifest:

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from hpcrun.backends.scheduler import DEFAULT, scheduler_for
 from hpcrun.errors import InputError, Problem
-from hpcrun.iotune.points import SweepManifest
+from hpcrun.iotune.sweeps.manifest import SweepManifest
 
 MANIFEST = "iotune.json"
 SCRIPT = "iotune" + scheduler_for(DEFAULT).script_suffix

@@ -15,7 +15,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hpcrun.operate.manifest import Manifest
 
@@ -34,11 +34,10 @@ class Hook:
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, plan_dir: Path) -> Hook:
-        ev = manifest.events
-        if ev is None:
-            return cls([], [], DEFAULT_STALL_S, 60.0, plan_dir, manifest.campaign)
-        return cls(list(ev["command"] or []), list(ev["on"] or []), float(ev["stall_after_s"] or DEFAULT_STALL_S),
-                   float(ev["timeout_s"] or 60), plan_dir, manifest.campaign)
+        ev: Mapping[str, Any] = manifest.events or {}
+        return cls(list(ev.get("command") or []), list(ev.get("on") or []),
+                   float(ev.get("stall_after_s") or DEFAULT_STALL_S), float(ev.get("timeout_s") or 60),
+                   plan_dir, manifest.campaign)
 
     def emit(self, event: str, detail: Dict[str, Any]) -> Optional[int]:
         """Log the event; run the command if the spec asks for this event. Returns its exit code."""
