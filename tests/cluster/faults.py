@@ -206,13 +206,25 @@ class FaultCampaign:
             proc = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job}\\."], capture_output=True, text=True)
             steps += [int(p) for p in proc.stdout.split()]
         slurmd = [int(p) for p in self.cluster.run(["pgrep", "-f", f"slurmd -D -N {node}"]).stdout.split()]
-        victims = slurmd + self._descendants(steps)
-        for pid in victims:
+        # frozen before they are killed, until no new one appears: a process forked between the listing
+        # and the kill would outlive the "crash", holding the job's node-local lock for ever
+        frozen: List[int] = []
+        while True:
+            new = [pid for pid in slurmd + self._descendants(steps) if pid not in frozen]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            frozen += new
+        for pid in frozen:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        return victims
+        return frozen
 
     def _kill_a_slurmd(self, out: Outcome, stop: threading.Event) -> None:
         """Crash the last node while it runs one of this campaign's jobs (NODE_FAIL); start its slurmd later."""
