@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def test_no_scheduler_to_ask_says_so(cli, spec_factory, tmp_path, monkeypatch):
     result = cli("plan", str(spec), "--out", str(tmp_path / "p"), "--json")
     [b] = json.loads(result.output)["budget"]
     assert result.exit_code == 0 and not b["checked"] and b["line"].startswith("could not check the budget")
-    assert "res_nsearch" in b["why_unchecked"]
+    assert "no controller is configured" in b["why_unchecked"] and "res_nsearch" not in b["why_unchecked"]
 
 
 def _set_reason(fake, job_id: str, reason: str) -> None:
@@ -240,3 +241,20 @@ def test_a_running_job_slurm_ends_on_the_spent_allocation_is_retried_unchanged(t
     with open_plan_store(plan_dir) as store:
         cid = store.get_campaign("test-campaign").id
         assert store.attempts_by_class(cid) == {"allocation": 1, "time_limit": 1}
+
+
+def test_real_slurm_commands_without_a_controller_say_so_in_one_line(cli, spec_factory, tmp_path, monkeypatch):
+    """Slurm's own commands, installed but with no slurm.conf, SLURM_CONF or DNS SRV record (a laptop, a
+    build host): plan says that in one line, not libslurm's three lines of resolver errors."""
+    if shutil.which("sacctmgr") is None:
+        pytest.skip("Slurm's commands are not installed (python3 tests/cluster/harness.py install)")
+    if Path("/etc/slurm/slurm.conf").exists():
+        pytest.skip("/etc/slurm/slurm.conf exists here: Slurm's commands have a controller to ask")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    spec = spec_factory({"site": {"account": "bx1"}})
+    result = cli("plan", str(spec), "--out", str(tmp_path / "p"), "--json")
+    assert result.exit_code == 0, result.output
+    [b] = json.loads(result.output)["budget"]
+    assert not b["checked"], b
+    assert "no controller is configured" in b["line"] and "\n" not in b["line"], b["line"]
+    assert "resolve_ctls_from_dns_srv" not in b["line"] and "_establish_config_source" not in b["line"], b["line"]

@@ -151,7 +151,7 @@ def _run_job(root: Path, spec: Path, job_id: str) -> tuple:
     write_plan(load_plan(spec), plan)
     subprocess.run(["chown", "-R", USER, str(root)], check=True)
     env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "HOME": "/tmp"}
+           "SLURM_JOB_NUM_NODES": "1", "SLURMD_NODENAME": "fakenode", "HOME": "/tmp"}
     script = next((plan / "jobs").glob("*.sbatch"))
     done = subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                            "bash", str(script)], capture_output=True, text=True, timeout=180)

@@ -84,7 +84,8 @@ def _plan(prepared, name: str, chain_extra=(), **changes) -> Path:
 def _start(case: Path, job_id: str, **extra: str) -> subprocess.Popen:
     # USER is deliberately not set (the job sets it for ch-run); HOME is the host's
     env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp", **extra}
+           "SLURM_JOB_NUM_NODES": "1", "SLURMD_NODENAME": "fakenode",
+           "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp", **extra}
     script = next((case / "plan" / "jobs").glob("*.sbatch"))
     return subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i",
                              *[f"{k}={v}" for k, v in env.items()], "bash", str(script)],
@@ -186,7 +187,7 @@ def test_time_limit_stops_the_contained_db_cleanly(prepared):
     proc = _start(case, "203", TMPDIR="/nonexistent/tmp")   # unset by the job, or ch-run dies
     _wait_for_chains(case, "203")
     time.sleep(1.0)
-    shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/bin/hpcrun-job.sh"], capture_output=True,
+    shell = subprocess.run(["pgrep", "-f", "-o", f"bash {case}/plan/bin/hpcrun-job.sh"], capture_output=True,
                            text=True).stdout.split()
     os.kill(int(shell[0]), signal.SIGUSR1)      # Slurm's --signal=B:USR1 goes to the batch shell
     out, _ = proc.communicate(timeout=90)

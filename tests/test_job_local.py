@@ -106,7 +106,8 @@ def _plan(root: Path, name: str, chain_extra=(), **changes) -> Path:
 
 def _start(case: Path, job_id: str) -> subprocess.Popen:
     env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp"}
+           "SLURM_JOB_NUM_NODES": "1", "SLURMD_NODENAME": "fakenode",
+           "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": "/tmp"}
     script = next((case / "plan" / "jobs").glob("*.sbatch"))
     return subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i",
                              *[f"{k}={v}" for k, v in env.items()], "bash", str(script)],
@@ -224,8 +225,9 @@ def test_pre_timeout_signal_stops_cleanly(prepared):
         time.sleep(0.2)
     time.sleep(1.0)
     os.killpg(proc.pid, 0)  # still running
-    # Slurm's --signal=B:USR1 goes to the batch shell only: the job script exec'ed the shared body
-    shell = subprocess.run(["pgrep", "-f", "-n", f"bash {case}/plan/bin/hpcrun-job.sh"], capture_output=True,
+    # Slurm's --signal=B:USR1 goes to the batch shell only (the oldest: the job script exec'ed the shared
+    # body; its own subshells, such as launch_in_batch, carry the same command line)
+    shell = subprocess.run(["pgrep", "-f", "-o", f"bash {case}/plan/bin/hpcrun-job.sh"], capture_output=True,
                            text=True).stdout.split()
     os.kill(int(shell[0]), signal.SIGUSR1)
     out, _ = proc.communicate(timeout=90)

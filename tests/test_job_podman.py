@@ -101,7 +101,8 @@ def _plan(prepared, name: str, chain_extra=()) -> Path:
 
 def _run(case: Path, job_id: str) -> subprocess.Popen:
     env = {"PATH": f"{readable_copy('tests/fakes')}:/usr/bin:/usr/sbin:/bin", "SLURM_JOB_ID": job_id,
-           "SLURM_JOB_NUM_NODES": "1", "DW_JOB_STRIPED": f"{case / 'bb'}/", "HOME": f"/home/{USER}",
+           "SLURM_JOB_NUM_NODES": "1", "SLURMD_NODENAME": "fakenode", "DW_JOB_STRIPED": f"{case / 'bb'}/",
+           "HOME": f"/home/{USER}",
            "USER": USER}
     script = next((case / "plan" / "jobs").glob("*.sbatch"))
     return subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],

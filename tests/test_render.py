@@ -129,7 +129,8 @@ def test_star_cori_directives(tmp_path):
     assert "#DW stage_out source=$DW_JOB_STRIPED/out destination=/global/cscratch1/sd/starprod/reco/2019 " \
            "type=directory" in text
     body = (out / "bin" / "hpcrun-job.sh").read_text()
-    assert "srun --overlap" in body and "shifter bash" in body
+    # one node per job: the batch step starts the servers and chains, no srun step (issue 46)
+    assert "launch_in_batch 1 \\\n  shifter bash" in body and "srun" not in body
     # the job script is the directive header: it runs the shared body by its absolute path
     assert text.splitlines()[-2:] == ["export HPCRUN_JOB_INDEX=0", f"exec bash {out}/bin/hpcrun-job.sh"]
     assert "srun" not in text.split("#\n# hpcrun", 1)[1] and not body.count("#SBATCH")

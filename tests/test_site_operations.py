@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from hpcrun.backends.scheduler import slurm
+from hpcrun.backends.scheduler import slurm, slurm_run
 from hpcrun.backends.scheduler.base import AccountingUnreachable, Unreachable
 from hpcrun.backends.scheduler.slurm_acct import ACCT_FIELDS, parse_acct
 from hpcrun.operate.plandir import open_plan_store
@@ -24,7 +24,7 @@ from .test_supervise import Cluster, _names_from_store, _plan
 @pytest.fixture
 def no_backoff(monkeypatch):
     """Slurm commands are retried with a backoff of 1+2+4 s on a transient error: not here."""
-    monkeypatch.setattr(slurm.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(slurm_run.time, "sleep", lambda _s: None)
 
 
 def _calls(fake) -> int:
@@ -215,5 +215,5 @@ def test_what_a_restarting_daemon_prints_is_an_outage(tmp_path, monkeypatch, no_
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     with pytest.raises(Unreachable) as caught:
-        slurm._run([command, "-h"])
+        slurm_run._run([command, "-h"])
     assert caught.value.daemon == daemon, caught.value

@@ -120,7 +120,7 @@ outputs:
         load_plan(spec)
     [p] = exc.value.problems
     assert (p.line, p.key) == (10, "chain.typo_key")
-    assert "Valid keys here: command, env." in p.message
+    assert "Valid keys here: command, env, launch." in p.message
 
 
 def test_several_errors_reported_together(spec_factory):

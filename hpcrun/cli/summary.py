@@ -34,6 +34,8 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
                           f"{format_capacity(plan.bb_max)} max per job, "
                           f"{format_size(plan.bb_total)} in all") if plan.bb_system and plan.pool else "none"),
         ("bytes to stage in / out", f"{format_size(plan.stage_in_bytes)} / {format_size(plan.stage_out_bytes)}"),
+        ("launch", launch_line(plan)),
+        ("scheduler RPCs", rpc_line(plan)),
     ]
     if plan.others:
         rows.insert(1, ("clusters", "; ".join(
@@ -91,3 +93,19 @@ def status_extra_lines(report: Any) -> List[str]:
     if report.forecast is not None:
         lines.append(line(report.forecast))
     return lines
+
+
+def launch_line(plan: Plan) -> str:
+    """How each job starts its database server and chains, and why."""
+    launch = plan.launch
+    if launch.in_batch:
+        return f"in the batch step, no launcher step: {launch.why}"
+    return f"{launch.steps_per_job} launcher step(s) per job ({' '.join(plan.launcher)}): {launch.why}"
+
+
+def rpc_line(plan: Plan) -> str:
+    """What the campaign's first attempt asks of the controller, so a site can say yes before it starts."""
+    r = plan.expected_rpcs
+    return (f"{r['submissions']} submission(s) + {r['in_job_user']} from {r['steps']} job step(s) "
+            f"(+{r['in_job_daemons']} from the nodes' step daemons) = {r['user_per_1000_inputs']} per 1000 "
+            "inputs from your user; tracking adds a few per poll, not per input")

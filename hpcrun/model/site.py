@@ -184,6 +184,11 @@ class Launcher(Strict):
         "program that starts the job's tasks; default: the scheduler's own launcher"), json_schema_extra=TRUSTED)
     options: List[Line] = Field(default_factory=list, description="added to every task launch",
                                 json_schema_extra=TRUSTED)
+    single_node: Literal["batch", "step"] = Field("batch", description=(
+        "how a one-node job starts its database server and chains: 'batch' as processes of the batch "
+        "step (no scheduler step: no RPC to the controller per job), 'step' with the launcher as today "
+        "(where the site needs a step per task: MPI programs started through PMI, per-step accounting or "
+        "cgroups). Jobs of several nodes always use the launcher"))
 
 
 class Prologue(Strict):

@@ -284,6 +284,9 @@ class ChainSpec(Strict):
         "argv with placeholders {input} {output} {chain} {nchains} {first_event} {nevents} "
         "{db_socket} {db_port} {workdir} {release}"))
     env: EnvVars = Field(default_factory=dict, description="variables exported for the chains")
+    launch: Literal["auto", "step"] = Field("auto", description=(
+        "'step': start the chains with the site's task launcher even in one-node jobs, as an MPI "
+        "program started through PMI needs; 'auto': the site profile's launcher.single_node"))
 
 
 class Hdf5Merge(Strict):

@@ -164,6 +164,8 @@ class Manifest:
     burst_buffer: str = "none"
     totals: Mapping[str, Any] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
+    launch: Mapping[str, Any] = field(default_factory=dict)          # in the batch step or launcher steps
+    expected_rpcs: Mapping[str, Any] = field(default_factory=dict)   # what the plan asks of the controller
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
@@ -189,7 +191,8 @@ class Manifest:
             provenance=dict(data.get("provenance") or {}),
             profile=str(data.get("profile", "")), partition=data.get("partition"), qos=data.get("qos"),
             container=str(data.get("container") or "none"), burst_buffer=str(data.get("burst_buffer") or "none"),
-            totals=dict(data.get("totals") or {}), notes=list(data.get("notes") or []))
+            totals=dict(data.get("totals") or {}), notes=list(data.get("notes") or []),
+            launch=dict(data.get("launch") or {}), expected_rpcs=dict(data.get("expected_rpcs") or {}))
 
     @property
     def several_clusters(self) -> bool:

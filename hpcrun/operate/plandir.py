@@ -36,6 +36,18 @@ BACKOFF = 2.0              # the interval doubles after a poll that saw no chang
 BACKOFF_LIMIT = 10.0       # ... up to ten times the chosen interval, and drops back on the next change
 
 
+SLOW_PAUSE_FACTOR = 4.0    # a slow scheduler: the pause is at least four times its slowest command ...
+MAX_PAUSE_S = 600.0        # ... up to ten minutes (a throttled user's RPCs then refill)
+
+
+def paced_interval(pause: float, slowest_s: float, slow_s: float) -> float:
+    """The pause after a round whose slowest scheduler command took ``slowest_s``: lengthened while the
+    scheduler is slow (``slow_s`` or more), never shortened."""
+    if slowest_s < slow_s:
+        return pause
+    return max(pause, min(MAX_PAUSE_S, SLOW_PAUSE_FACTOR * slowest_s))
+
+
 def poll_interval(manifest: Manifest, requested: Optional[float]) -> float:
     """The interval between polls: the request (default one minute), never below the site's minimum."""
     return max(DEFAULT_POLL_S if requested is None else requested, manifest.submit.min_poll_interval)

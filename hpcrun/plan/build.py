@@ -27,6 +27,7 @@ from hpcrun.plan.job.container import check_runtime, container_plan
 from hpcrun.plan.job.database import database_and_runtime
 from hpcrun.plan.job.exports import export_plan
 from hpcrun.plan.job.jobs import data_dirs, group_jobs, scripts_of
+from hpcrun.plan.job.launch import launch_plan
 from hpcrun.plan.job.listed import Listed, scan
 from hpcrun.plan.job.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.job.requests import finalize_request, launcher, with_request
@@ -98,6 +99,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 chain_overcommit=campaign.jobs.overcommit and max(chains_of(jobs), default=0) > site.partition.cpus,
                 cleanup_workdir=buffer.writer is None and "merge" in commands,
                 scheduler=profile.scheduler.kind, launcher=launcher(profile),
+                launch=launch_plan(campaign, profile, db_plan is not None),
                 accounting=profile.keeps_records and scheduler_for(profile.scheduler.kind).accounting,
                 finalize_request=finalize_request(campaign, profile, site.partition, site.qos),
                 remote=remote_reads, export=exports,

@@ -189,6 +189,17 @@ class ContainerPlan:
 
 
 @dataclass(frozen=True)
+class LaunchPlan:
+    """How a job starts its database server and chains, and what that costs the scheduler."""
+
+    in_batch: bool                 # processes of the batch step; else one launcher step each
+    why: str                       # said by `plan`: the profile's or spec's choice, or the nodes
+    steps_per_job: int             # scheduler steps a job creates (0 in the batch step)
+    user_rpcs_per_job: int         # controller RPCs those steps send from the job's user
+    end_rpcs_per_job: int          # and from the node's step daemons as the steps end
+
+
+@dataclass(frozen=True)
 class Succession:
     """What an earlier generation of the campaign leaves to this one: its number, the first job index
     free (job indices and names never repeat across generations), and the inputs it does not run
@@ -236,6 +247,7 @@ class Plan:
     scheduler: str = "slurm"        # the profile's registered scheduler
     accounting: bool = True         # the scheduler can be asked about ended jobs (profile and backend agree)
     launcher: Tuple[str, ...] = ()  # the task launcher and its site options (argv words)
+    launch: LaunchPlan = LaunchPlan(False, "", 0, 0, 0)
     finalize_request: Optional[JobRequest] = None
     remote: Optional[RemotePlan] = None  # the inputs are URLs (root://): how jobs read them
     export: Optional[ExportPlan] = None  # outputs are sent on to outputs.export by the supervisor
@@ -291,6 +303,18 @@ class Plan:
         units = (len(self.jobs) * self.campaign.jobs.nodes if part.charge_per == "node-hour"
                  else self.cores_allocated)
         return units * hours * part.charge_factor
+
+    @cached_property
+    def expected_rpcs(self) -> Dict[str, int]:
+        """The controller RPCs the campaign's first attempt sends: one submission per script (and the
+        finalize job), and its jobs' launcher steps; tracking is measured (benchmarks/scheduler_rpcs.py)."""
+        jobs = len(self.jobs)
+        submissions = len(self.scripts) + (1 if self.finalize_request is not None else 0)
+        in_job = jobs * self.launch.user_rpcs_per_job
+        inputs = max(1, inputs_in(self.jobs))
+        return {"submissions": submissions, "steps": jobs * self.launch.steps_per_job,
+                "in_job_user": in_job, "in_job_daemons": jobs * self.launch.end_rpcs_per_job,
+                "user_per_1000_inputs": round((submissions + in_job) * 1000 / inputs)}
 
     @property
     def node_hours(self) -> float:

@@ -131,6 +131,9 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
             "stage_out_bytes": plan.stage_out_bytes,
         },
         "notes": plan.notes,
+        "launch": {"in_batch": plan.launch.in_batch, "why": plan.launch.why,
+                   "steps_per_job": plan.launch.steps_per_job},
+        "expected_rpcs": plan.expected_rpcs,
         "charge": charge_entry(plan),
         "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
         "submit": {

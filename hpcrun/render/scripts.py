@@ -18,6 +18,7 @@ import jinja2
 
 from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
+from hpcrun.backends.scheduler.base import Scheduler
 from hpcrun.model.retry import KILL_SIGNALS
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
@@ -123,12 +124,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "qa": qa, "launcher": join(plan.launcher), "runtime_prefix": Shell(prefix),
         "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
         "runtime_setup": [Shell(line) for line in plan.container.setup_lines],
-        "db_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
-            '"$HPCRUN_NODES"', '"$HPCRUN_NODES"', "1")])),
-        "chain_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
-            '"$HPCRUN_NODES"', '"$HPCRUN_NCHAINS"', '"$HPCRUN_CHAINS_PER_NODE"', overcommit=plan.chain_overcommit)])),
-        "launch_log": Shell(f'"$HPCRUN_RUNDIR/chains/{sched.launch.log_name}"'),
-        "task_identity": [Shell(line) for line in sched.task_identity()],
+        **_launch_context(plan, sched),
         "node_identity": [Shell(line) for line in sched.node_identity()],
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
@@ -146,6 +142,24 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "remote": _remote_context(plan),
         **_staged_names(plan),
     }
+
+
+def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:
+    """How the job starts its database servers and chains: the launcher's steps, or processes of the
+    batch step (launch_in_batch, defined by the job when ``in_batch``)."""
+    if plan.launch.in_batch:
+        return {"in_batch": True, "node_cpus": Shell(sched.node_cpus),
+                "db_launch": Shell("launch_in_batch 1"), "chain_launch": Shell('launch_in_batch "$HPCRUN_NCHAINS"'),
+                "launch_log": Shell('"$HPCRUN_RUNDIR/chains/launch.log"'),
+                "task_identity": [Shell(line) for line in sched.batch_task_identity()]}
+    return {
+        "in_batch": False,
+        "db_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
+            '"$HPCRUN_NODES"', '"$HPCRUN_NODES"', "1")])),
+        "chain_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
+            '"$HPCRUN_NODES"', '"$HPCRUN_NCHAINS"', '"$HPCRUN_CHAINS_PER_NODE"', overcommit=plan.chain_overcommit)])),
+        "launch_log": Shell(f'"$HPCRUN_RUNDIR/chains/{sched.launch.log_name}"'),
+        "task_identity": [Shell(line) for line in sched.task_identity()]}
 
 
 def _staged_names(plan: Plan) -> Dict[str, bool]:

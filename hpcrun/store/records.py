@@ -342,6 +342,11 @@ class Outage:
             if self.open:
                 return f"the allocation on {where} spent since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took})"
             return f"the allocation on {where} was raised at {self.ended_at:%H:%M:%S} UTC after {took}"
+        if self.daemon == "slow":   # not a daemon: the scheduler's commands answer slowly (operate/tracking/outages.py)
+            if self.open:
+                return f"the scheduler of {where} slow since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took}): {self.detail}"
+            return (f"the scheduler of {where} answered at its usual pace again at {self.ended_at:%H:%M:%S} UTC "
+                    f"after {took}")
         if self.open:
             return f"{name} of {where} not answering since {self.since:%Y-%m-%d %H:%M:%S} UTC ({took})"
         return f"{name} of {where} answered again at {self.ended_at:%H:%M:%S} UTC after {took}"

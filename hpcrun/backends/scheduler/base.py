@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
+import threading
+import time
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, ClassVar, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type
 
 from hpcrun.errors import HpcrunError
 from hpcrun.shell import DirectiveValueError, Shell, directive_word
@@ -267,6 +271,48 @@ class Launch:
 
     command: Tuple[str, ...]
     log_name: str                         # file in chains/ holding the launcher's own output
+    step_rpcs: int = 0                    # controller RPCs one launched step sends from the job's user
+    step_end_rpcs: int = 0                # and from the node's step daemon when it ends
+
+
+class Pace:
+    """How this process's scheduler commands go (issue 46): one at a time (a campaign's supervisor never
+    sends two at once), each timed. A command of ``slow_s`` or more marks the scheduler slow (a throttled
+    libslurm sleeps and retries without a word) until a round passes without one; the supervisor then
+    polls less often instead of piling up timeouts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # a command this long (HPCRUN_SCHEDULER_SLOW, seconds) means the scheduler is slow
+        self.slow_s = float(os.environ.get("HPCRUN_SCHEDULER_SLOW") or 10)
+        # how long one command may take before it counts as lost (HPCRUN_SCHEDULER_TIMEOUT, seconds)
+        self.timeout_s = float(os.environ.get("HPCRUN_SCHEDULER_TIMEOUT") or 120)
+        self.slowest_s = 0.0                       # this round's slowest command
+        self.slow_since: Optional[_dt.datetime] = None
+        self.commands = 0                          # run by this process: what a benchmark counts
+
+    @contextmanager
+    def command(self) -> Iterator[None]:
+        with self._lock:
+            started = time.monotonic()
+            try:
+                yield
+            finally:
+                took = time.monotonic() - started
+                self.commands += 1
+                self.slowest_s = max(self.slowest_s, took)
+                if took >= self.slow_s and self.slow_since is None:
+                    self.slow_since = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=took)
+
+    def end_round(self) -> float:
+        """The round's slowest command in seconds; a round without a slow one ends the slow spell."""
+        slowest, self.slowest_s = self.slowest_s, 0.0
+        if slowest < self.slow_s:
+            self.slow_since = None
+        return slowest
+
+
+PACE = Pace()   # one per process: its commands never overlap
 
 
 # ---- the scheduler -------------------------------------------------------------------------
@@ -284,6 +330,7 @@ class Scheduler(ABC):
     cancel_command: ClassVar[str] = ""             # what an operator runs to cancel a job (for messages)
     # the process behind each neutral daemon word (controller, accounting), for messages
     daemons: ClassVar[Dict[str, str]] = {}
+    node_cpus: ClassVar[str] = '""'                 # shell: the CPUs the job holds on this node
 
     def __init__(self, cluster: Optional[str] = None) -> None:
         self.cluster = cluster      # one of several clusters the scheduler reaches (None: its own)
@@ -344,6 +391,11 @@ class Scheduler(ABC):
     def node_identity(self) -> List[str]:
         """Shell lines a per-node helper runs first: HPCRUN_NODE."""
 
+    def batch_task_identity(self) -> List[str]:
+        """What a task started in the batch step (launch_in_batch) runs first: its rank from the job."""
+        return ["export HPCRUN_RANK=${HPCRUN_TASK_RANK:?started by launch_in_batch}",
+                "export HPCRUN_NRANKS=${HPCRUN_TASK_COUNT:?started by launch_in_batch}", *self.node_identity()]
+
     def template_context(self, options: Sequence[str]) -> Dict[str, object]:
         """Names older site templates used for this scheduler's options (kept working)."""
         return {}
@@ -366,12 +418,16 @@ class Scheduler(ABC):
 
     @abstractmethod
     def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
-                known: Optional[Mapping[str, str]] = None) -> Dict[str, Record]:
+                known: Optional[Mapping[str, str]] = None,
+                in_flight: Optional[Collection[str]] = None) -> Dict[str, Record]:
         """One accounting query over these jobs (arrays by their array id) or job names.
 
         ``known`` maps job ids to the state the caller last recorded: a job still in that state
         (and not ended) may be answered with a bare :func:`unchanged` record, whose other fields
         are empty; the steady poll of a large campaign then costs little beyond the query.
+        ``in_flight``: the jobs the caller still has in flight; only those of them that ended get what
+        their steps tell (the memory high-water mark, a step killed for memory), asked of the jobs that
+        ended alone - the steps of jobs still running are never read.
         """
 
     @abstractmethod

@@ -12,16 +12,13 @@ import datetime as _dt
 import functools
 import os
 import re
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler import slurm_budget, slurm_describe
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
-    AccountingUnreachable,
     Adjust,
     Allocation,
     ClusterFacts,
@@ -31,55 +28,34 @@ from hpcrun.backends.scheduler.base import (
     Queued,
     Record,
     Scheduler,
-    SchedulerError,
-    SubmitUncertain,
     Unreachable,
     register,
 )
 from hpcrun.backends.scheduler.slurm_acct import (  # parse_*: re-exported, callers use slurm.*
     ACCT_FIELDS,
     AcctRecord,
+    ended_ids,
+    fold_steps,
     parse_acct,
     parse_cpu_time,
     parse_req_mem,
     parse_time,
     since_text,
 )
+from hpcrun.backends.scheduler.slurm_run import (  # the errors: re-exported, callers use slurm.*
+    NOT_REACHED,
+    TRANSIENT,
+    SbatchUncertain,
+    SlurmAccountingUnreachable,
+    SlurmError,
+    SlurmNotConfigured,
+    SlurmUnreachable,
+    _run,
+)
 from hpcrun.units import format_duration
 
-__all__ = ["Slurm", "parse_acct", "parse_cpu_time", "parse_req_mem", "squeue_jobs"]
-
-TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Slurm temporarily unable",
-             "Resource temporarily unavailable", "Connection refused", "Zero Bytes were transmitted or received")
-# for sbatch only errors that prove the controller never took the job: after a timeout the job
-# may exist, and submitting again would duplicate it
-NOT_REACHED = ("Unable to contact slurm controller", "Connection refused")
-# -M NAME of a cluster slurmdbd knows but whose controller is down (deregistered): definite at once
-CLUSTER_DOWN = "can't be reached now"
-# the commands that talk to slurmdbd alone: a connection they cannot open is accounting's, not the
-# controller's (seen with slurmdbd stopped: "Problem talking to the database: Connection refused")
-ACCOUNTING_COMMANDS = ("sacct", "sacctmgr", "sreport")
-DBD_DOWN = ("Problem talking to the database", "persistent connection", "slurmdbd", "Connection refused",
-            "Socket timed out")
-# a query (not sbatch: its timeout may have submitted) that still times out after the retries
-TIMED_OUT = ("Socket timed out", "timed out after", "Zero Bytes were transmitted or received")
-
-
-class SlurmError(SchedulerError):
-    """A Slurm command failed; the message carries its output verbatim."""
-
-
-class SbatchUncertain(SlurmError, SubmitUncertain):
-    """sbatch timed out or lost the controller mid-call: the job may or may not exist."""
-
-
-class SlurmUnreachable(SlurmError, Unreachable):
-    """The cluster's controller did not answer (down, or in the middle of a restart)."""
-
-
-class SlurmAccountingUnreachable(SlurmError, AccountingUnreachable):
-    """slurmdbd did not answer (down, restarting): sacct cannot say what ended; squeue still answers."""
-
+__all__ = ["SbatchUncertain", "Slurm", "SlurmAccountingUnreachable", "SlurmError", "SlurmNotConfigured",
+           "SlurmUnreachable", "parse_acct", "parse_cpu_time", "parse_req_mem", "squeue_jobs"]
 
 @dataclass
 class JobState:
@@ -97,52 +73,6 @@ class JobState:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
-
-
-def _env() -> Optional[Dict[str, str]]:
-    """The environment for Slurm commands: ours without ``SBATCH_*`` (None: ours as it is, the cheap case)."""
-    if not any(k.startswith("SBATCH_") for k in os.environ):
-        return None
-    return {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
-
-
-def _run(argv: Sequence[str], retries: int = 3, cwd: Optional[Path] = None,
-         transient: Sequence[str] = TRANSIENT, cluster: Optional[str] = None,
-         stdin: Optional[str] = None) -> subprocess.CompletedProcess:
-    """Run a Slurm command (on ``cluster`` with ``--clusters``), retrying transient controller errors
-    with backoff; a controller that still does not answer raises SlurmUnreachable."""
-    if cluster:
-        argv = [argv[0], f"--clusters={cluster}", *argv[1:]]
-    proc = _attempts(argv, retries, cwd, transient, stdin)
-    text = proc.stderr.strip() or proc.stdout.strip()
-    if proc.returncode == 0:
-        return proc
-    where = f"cluster {cluster}" if cluster else "the cluster"
-    if argv[0] in ACCOUNTING_COMMANDS and (proc.returncode == 124 or any(t in text for t in DBD_DOWN)):
-        raise SlurmAccountingUnreachable(f"{argv[0]}: the accounting (slurmdbd) of {where} does not answer: {text}",
-                                         cluster)
-    if CLUSTER_DOWN in text or any(t in text for t in NOT_REACHED) or (
-            argv[0] != "sbatch" and (proc.returncode == 124 or any(t in text for t in TIMED_OUT))):
-        raise SlurmUnreachable(f"{argv[0]}: the controller of {where} does not answer: {text}", cluster)
-    return proc
-
-
-def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
-              transient: Sequence[str], stdin: Optional[str] = None) -> subprocess.CompletedProcess:
-    delay = 1.0
-    for attempt in range(retries + 1):
-        try:
-            proc = subprocess.run(list(argv), capture_output=True, text=True, env=_env(), cwd=cwd,
-                                  timeout=120, input=stdin)
-        except FileNotFoundError:
-            raise SlurmError(f"'{argv[0]}' was not found: is Slurm installed and on PATH?") from None
-        except subprocess.TimeoutExpired:
-            proc = subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} timed out after 120 s")
-        if proc.returncode == 0 or not any(t in proc.stderr for t in transient) or attempt == retries:
-            return proc
-        time.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")
 
 
 def _job_name(options: Sequence[str]) -> str:
@@ -200,20 +130,38 @@ def sacct(job_ids: Sequence[str], since: str = "now-30days", cluster: Optional[s
 
 # ---- campaign-level queries: tags, accounting records, queue size -------------------------
 
+STEP_IDS_PER_CALL = 2000   # ids of ended jobs in one sacct -j (one argument: well below 128 KiB)
+
+
 def sacct_records(job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
-                  known: Optional[Mapping[str, str]] = None, cluster: Optional[str] = None) -> Dict[str, AcctRecord]:
-    """One sacct call over these jobs (arrays by their array id) or job names, since ``since``."""
+                  known: Optional[Mapping[str, str]] = None, cluster: Optional[str] = None,
+                  in_flight: Optional[Collection[str]] = None) -> Dict[str, AcctRecord]:
+    """One sacct call over these jobs (arrays by their array id) or job names, since ``since``, without
+    their steps (``-X``: one line a job however many steps it runs); then, for those of ``in_flight``
+    that ended, one call for their steps alone (issue 46: rows independent of the jobs still running)."""
     if not job_ids and not names:
         return {}
-    argv = ["sacct", "-n", "-P", "-S", since, "-E", "now", "-o", ",".join(ACCT_FIELDS)]
+    argv = ["sacct", "-X", "-n", "-P", "-S", since, "-E", "now", "-o", ",".join(ACCT_FIELDS)]
     if job_ids:
         argv += ["-j", ",".join(job_ids)]
     if names:
         argv += ["--name", ",".join(names)]
+    records = parse_acct(_sacct_text(argv, cluster), known)
+    if in_flight:
+        ended = ended_ids(records, in_flight)
+        for start in range(0, len(ended), STEP_IDS_PER_CALL):
+            ids = ",".join(ended[start:start + STEP_IDS_PER_CALL])
+            stepped = parse_acct(_sacct_text(["sacct", "-n", "-P", "-S", since, "-E", "now", "-o",
+                                              ",".join(ACCT_FIELDS), "-j", ids], cluster))
+            fold_steps(records, stepped)
+    return records
+
+
+def _sacct_text(argv: List[str], cluster: Optional[str]) -> str:
     proc = _run(argv, cluster=cluster)
     if proc.returncode != 0:
         raise SlurmError(f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    return parse_acct(proc.stdout, known)
+    return proc.stdout
 
 
 QueuedJob = Queued     # the neutral queue row, filled from squeue (%A gives raw_id)
@@ -319,10 +267,12 @@ class Slurm(Scheduler):
     cancel_command = "scancel"
     daemons = {"controller": "slurmctld", "accounting": "slurmdbd"}
     directive = "#SBATCH"
-    launch = Launch(command=("srun",), log_name="srun.log")
+    # srun: REQUEST_HET_JOB_ALLOC_INFO and REQUEST_JOB_STEP_CREATE; slurmstepd: REQUEST_STEP_COMPLETE (sdiag)
+    launch = Launch(command=("srun",), log_name="srun.log", step_rpcs=2, step_end_rpcs=1)
     # what srun gives every task; a container that clears the environment must pass these on
     task_env = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURMD_NODENAME")
     task_env_patterns = ("SLURM_*",)
+    node_cpus = '"${SLURM_CPUS_ON_NODE:-}"'
 
     def value_problem(self, text: str) -> str:
         # sbatch reads a directive line as words, removing double quotes and nothing else
@@ -426,8 +376,9 @@ class Slurm(Scheduler):
         return f"after{kind}:" + ":".join(job_ids) if job_ids else ""
 
     def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
-                known: Optional[Mapping[str, str]] = None) -> Dict[str, Record]:
-        return sacct_records(job_ids, since, names=names, known=known, cluster=self.cluster)
+                known: Optional[Mapping[str, str]] = None,
+                in_flight: Optional[Collection[str]] = None) -> Dict[str, Record]:
+        return sacct_records(job_ids, since, names=names, known=known, cluster=self.cluster, in_flight=in_flight)
 
     def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
               expand: bool = True, ended: bool = False) -> List[Queued]:

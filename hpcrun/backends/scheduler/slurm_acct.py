@@ -10,7 +10,7 @@ import datetime as _dt
 import functools
 import pwd
 import re
-from typing import Dict, Mapping, Optional, Set, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Set, Tuple
 
 from hpcrun.backends.scheduler.base import TERMINAL, Record, unchanged
 
@@ -159,3 +159,34 @@ def _fold_step_oom(jobs: Dict[str, AcctRecord], oom: Set[str]) -> None:
         rec = jobs.get(owner)
         if rec is not None and rec.raw_id and rec.state == "FAILED":
             rec.state = "OUT_OF_MEMORY"
+
+
+def ended_ids(records: Mapping[str, AcctRecord], in_flight: Collection[str]) -> List[str]:
+    """The ids whose steps to ask for: jobs of ``in_flight`` that ended in this answer; an array whose
+    every task in the answer ended is asked for by its array id (one word for thousands of tasks)."""
+    ended: Dict[str, List[str]] = {}
+    whole: Dict[str, bool] = {}
+    for key, rec in records.items():
+        owner, _, task = key.partition("_")
+        done = bool(rec.raw_id) and rec.state in TERMINAL   # the shared unchanged record never ended
+        if task:
+            whole[owner] = whole.get(owner, True) and done
+        if done and key in in_flight:
+            ended.setdefault(owner, []).append(key)
+    out: List[str] = []
+    for owner, keys in ended.items():
+        out += [owner] if whole.get(owner) else keys
+    return out
+
+
+def fold_steps(records: Dict[str, AcctRecord], stepped: Mapping[str, AcctRecord]) -> None:
+    """What the steps query found of ended jobs - the memory high-water mark and an OOM-killed step - put
+    into the records of the allocation query."""
+    for key, got in stepped.items():
+        rec = records.get(key)
+        if rec is None or not rec.raw_id or rec.state not in TERMINAL:
+            continue
+        if got.max_rss_bytes is not None:
+            rec.max_rss_bytes = got.max_rss_bytes
+        if got.state == "OUT_OF_MEMORY":
+            rec.state = got.state

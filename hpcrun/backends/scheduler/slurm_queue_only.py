@@ -8,7 +8,7 @@ file), ``iotune collect`` asks squeue for the sweep job's state, and the plan re
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Collection, Dict, Mapping, Optional, Sequence
 
 from hpcrun.backends.scheduler.base import Record, normalize_state, register
 from hpcrun.backends.scheduler.slurm import Slurm, squeue_jobs
@@ -22,7 +22,8 @@ class SlurmQueueOnly(Slurm):
     accounting = False
 
     def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
-                known: Optional[Mapping[str, str]] = None) -> Dict[str, Record]:
+                known: Optional[Mapping[str, str]] = None,
+                in_flight: Optional[Collection[str]] = None) -> Dict[str, Record]:
         return {}
 
     def state_of(self, job_id: str) -> Optional[str]:

@@ -29,14 +29,22 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from hpcrun.backends.scheduler.base import SubmitUncertain, Unreachable
+from hpcrun.backends.scheduler.base import PACE, SubmitUncertain, Unreachable
 from hpcrun.errors import HpcrunError, InputError
 from hpcrun.operate import plandir as plan_files
 from hpcrun.operate.campaign import forecast, generations
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family, render, write_atomically
 from hpcrun.operate.outputs.exports import Exporter, export_families, exported_counts
-from hpcrun.operate.plandir import clusters_of, has_store, next_interval, open_plan_store, poll_interval, read_manifest
+from hpcrun.operate.plandir import (
+    clusters_of,
+    has_store,
+    next_interval,
+    open_plan_store,
+    paced_interval,
+    poll_interval,
+    read_manifest,
+)
 from hpcrun.operate.results import SubmitReport, outcome_of
 from hpcrun.operate.retries.policy import RetryPolicy
 from hpcrun.operate.submission.finalize import finalize_summary
@@ -231,6 +239,14 @@ class Supervisor:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
 
+    def paced(self, pause: float) -> float:
+        """The pause after this round, lengthened while the scheduler's commands answer slowly (a throttled
+        user: fewer RPCs, not more timeouts); the slow spell recorded for status."""
+        slowest = PACE.end_round()
+        pause = paced_interval(pause, slowest, PACE.slow_s)
+        outages.paced(self.store, self.campaign.id, slowest, PACE.slow_since, pause)
+        return pause
+
     def _wait_out(self, exc: Unreachable | SubmitUncertain) -> bool:
         """A daemon did not answer a move or a submission: recorded (the round waits it out), never raised."""
         daemon = exc.daemon if isinstance(exc, Unreachable) else Unreachable.daemon
@@ -302,7 +318,7 @@ class Supervisor:
                 for state, n in counts.items():
                     per.add(n, cluster=cluster or "", state=state)
             fams += [up, per]
-        seen = [o for o in self.outages if o.daemon != outages.ALLOCATION]   # this round's, after its probe
+        seen = [o for o in self.outages if o.daemon not in outages.NOT_DAEMONS]   # this round's, after its probe
         if seen:   # a daemon that did not answer once: 0 while it still does not
             daemon_up = Family("hpcrun_scheduler_daemon_up", "0 while a daemon of the scheduler (controller, "
                                "accounting) does not answer, 1 once it answers again.")
@@ -436,6 +452,7 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
                 raise _LockLost()
             rnd = sup.round(len(report.rounds) + 1)
             pause = next_interval(base, pause, rnd.changed) if report.rounds else base
+            pause = sup.paced(pause)
             rnd.pause = 0.0 if rnd.finished and not follow else pause
             report.rounds.append(rnd)
             phase = "finished" if rnd.finished and not follow else "running"

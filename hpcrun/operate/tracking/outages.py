@@ -20,6 +20,8 @@ RECENT_OUTAGE_S = 3600.0   # status shows an outage that ended within the last h
 
 
 ALLOCATION = "allocation"   # the outage table also records a spent allocation (hpcrun/operate/tracking/budget.py)
+SLOW = "slow"               # and a scheduler whose commands answer slowly (throttled, overloaded)
+NOT_DAEMONS = (ALLOCATION, SLOW)   # rows no daemon probe ends
 
 
 def _where(cluster: Optional[str]) -> str:
@@ -58,7 +60,7 @@ def probe(store: StateStore, campaign_id: int, scheds: Dict[Optional[str], Sched
           default: Scheduler) -> List[Outage]:
     """Ask each daemon still recorded as not answering whether it answers now; the outages after that."""
     found = store.outages(campaign_id)
-    still = [o for o in found if o.open and o.daemon != ALLOCATION]   # a spent allocation: ended by a poll
+    still = [o for o in found if o.open and o.daemon not in NOT_DAEMONS]   # ended by a poll, not a probe
     for o in still:
         sched = scheds.get(o.cluster, default)
         words = sched.unanswered(o.daemon)
@@ -67,6 +69,20 @@ def probe(store: StateStore, campaign_id: int, scheds: Dict[Optional[str], Sched
         else:
             answered(store, campaign_id, sched, o.cluster, o.daemon)
     return store.outages(campaign_id) if still else found   # read again only when a row may have changed
+
+
+def paced(store: StateStore, campaign_id: int, slowest_s: float, slow_since: Optional[dt.datetime],
+          pause_s: float) -> None:
+    """A round's slowest scheduler command: a slow spell recorded when it starts (since when, how slow,
+    the pause it brought), and ended in the audit trail after a round without a slow command."""
+    if slow_since is not None:
+        detail = f"its slowest command took {slowest_s:.0f} s; polling every {pause_s:.0f} s"
+        if store.record_outage(campaign_id, None, SLOW, detail, since=slow_since):
+            store.audit(campaign_id, "outage", f"the scheduler is slow: {detail}")
+        return
+    ended = store.end_outage(campaign_id, None, SLOW)
+    if ended is not None:
+        store.audit(campaign_id, "outage", ended.text())
 
 
 def rows(outages: Sequence[Outage], sched: Scheduler) -> List[Dict[str, Any]]:

@@ -152,7 +152,7 @@ class Poller:
         records: Dict[str, Record] = {}
         if cluster.accounting:
             try:
-                records = sched.records(ids, since, known=index.known)
+                records = sched.records(ids, since, known=index.known, in_flight=index.by_sid)
                 self.answered.add((cluster.name, AccountingUnreachable.daemon))
             except AccountingUnreachable as exc:   # the queue says what waits and runs; ends wait for it
                 self.down[(cluster.name, exc.daemon)] = exc.words()

@@ -8,6 +8,7 @@ the row (it lost the row to a takeover while it hung) knows to stop.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import List, Optional
 
 from sqlalchemy import insert, select, update
@@ -77,20 +78,23 @@ class Supervision(StoreBase):
             return [ClusterHealth(r[0] or None, r[1], r[2] or "", r[3], r[4]) for r in rows]
 
     # -- daemons that do not answer (scheduler outages) ---------------------------------------
-    def record_outage(self, campaign_id: int, cluster: Optional[str], daemon: str, detail: str) -> bool:
-        """``daemon`` of ``cluster`` did not answer now; True when this begins an outage (it was answering)."""
+    def record_outage(self, campaign_id: int, cluster: Optional[str], daemon: str, detail: str,
+                      since: Optional[dt.datetime] = None) -> bool:
+        """``daemon`` of ``cluster`` did not answer now (a new outage began at ``since``, default now); True
+        when this begins an outage (it was answering)."""
         t = schema.outage
         key = (t.c.campaign_id == campaign_id, t.c.cluster == (cluster or ""), t.c.daemon == daemon)
         now = _now()
+        began = since or now
         with self._write() as conn:
             row = conn.execute(select(t.c.ended_at).where(*key)).first()
             if row is None:
                 conn.execute(insert(t).values(campaign_id=campaign_id, cluster=cluster or "", daemon=daemon,
-                                              detail=detail[:2000], since=now, checked_at=now, ended_at=None))
+                                              detail=detail[:2000], since=began, checked_at=now, ended_at=None))
                 return True
             values = {"detail": detail[:2000], "checked_at": now}
             if row[0] is not None:   # answered in between: a new outage
-                values.update(since=now, ended_at=None)
+                values.update(since=began, ended_at=None)
             conn.execute(update(t).where(*key).values(**values))
             return row[0] is not None
 
