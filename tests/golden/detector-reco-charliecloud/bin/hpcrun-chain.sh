@@ -2,8 +2,8 @@
 # hpcrun 0.1.0: one chain (one launched task) of campaign detector-reco-charliecloud.
 # Runs inside the container; processes its slice of the events of every input of the job.
 set -uo pipefail
-export HPCRUN_RANK=${SLURM_PROCID:?run me under srun}
-export HPCRUN_NRANKS=${SLURM_NTASKS:?run me under srun}
+export HPCRUN_RANK=${HPCRUN_TASK_RANK:?started by launch_in_batch}
+export HPCRUN_NRANKS=${HPCRUN_TASK_COUNT:?started by launch_in_batch}
 export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
 chain=$HPCRUN_RANK
 nchains=$HPCRUN_NRANKS

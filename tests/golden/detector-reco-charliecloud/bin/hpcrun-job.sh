@@ -104,6 +104,47 @@ stop_db() {
   DB_PID=""
   log "database servers stopped"
 }
+# shellcheck disable=SC2329  # called below
+launch_in_batch() {
+  # $1 tasks, then their command: each task a process of this batch step (no scheduler step, so no
+  # controller RPC), told its rank by HPCRUN_TASK_RANK and HPCRUN_TASK_COUNT; bound to its share of
+  # the job's CPUs where the job is confined to exactly those (as the launcher binds tasks); SIGTERM,
+  # SIGINT, SIGUSR1 and SIGUSR2 are passed on to every task and the highest exit status of the tasks
+  # is returned, as the launcher does
+  trap - EXIT
+  local n=$1 k range cpus=() ranges=() pids=() per=0 rc=0 one pid node_cpus="${SLURM_CPUS_ON_NODE:-}"
+  shift
+  if command -v taskset > /dev/null; then
+    IFS=, read -ra ranges < <(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status) || true
+    for range in "${ranges[@]}"; do
+      for ((k = ${range%-*}; k <= ${range#*-}; k++)); do cpus+=("$k"); done
+    done
+    if [ "${#cpus[@]}" -eq "${node_cpus:-0}" ] && [ "${#cpus[@]}" -ge "$n" ]; then per=$(( ${#cpus[@]} / n )); fi
+  fi
+  # shellcheck disable=SC2317  # trap handler
+  trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM
+  trap 'kill -INT "${pids[@]}" 2>/dev/null || true' INT
+  trap 'kill -USR1 "${pids[@]}" 2>/dev/null || true' USR1
+  trap 'kill -USR2 "${pids[@]}" 2>/dev/null || true' USR2
+  for ((k = 0; k < n; k++)); do
+    if [ "$per" -gt 0 ]; then
+      HPCRUN_TASK_RANK=$k HPCRUN_TASK_COUNT=$n taskset -c "$(IFS=,; printf '%s' "${cpus[*]:k*per:per}")" "$@" &
+    else
+      HPCRUN_TASK_RANK=$k HPCRUN_TASK_COUNT=$n "$@" &
+    fi
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    one=0
+    wait "$pid" || one=$?
+    while kill -0 "$pid" 2>/dev/null; do
+      one=0
+      wait "$pid" || one=$?
+    done
+    [ "$one" -le "$rc" ] || rc=$one
+  done
+  return "$rc"
+}
 # shellcheck disable=SC2329  # trap handler
 on_exit() {
   local rc=$?
@@ -169,7 +210,7 @@ db_server=/usr/sbin/mariadbd
 db_payload=/tmp/hpcrun-test-cluster/pfs/detector-reco/conditions
 db_wait=120
 log "starting one $db_server per node (payload $db_payload)"
-srun --overlap --nodes="$HPCRUN_NODES" --ntasks="$HPCRUN_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+launch_in_batch 1 \
   ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- bash "$HPCRUN_PLAN_DIR/bin/hpcrun-db.sh" \
   > "$HPCRUN_RUNDIR/db/supervisor.log" 2>&1 &
 DB_PID=$!
@@ -193,9 +234,9 @@ log "database servers answer on all $HPCRUN_NODES node(s)"
 
 # ---- N chains per node, each its slice of every input ----------------------------------
 log "starting $HPCRUN_NCHAINS chain(s)"
-srun --overlap --nodes="$HPCRUN_NODES" --ntasks="$HPCRUN_NCHAINS" --ntasks-per-node="$HPCRUN_CHAINS_PER_NODE" --kill-on-bad-exit=0 \
+launch_in_batch "$HPCRUN_NCHAINS" \
   ch-run -b /tmp:/tmp -b "${HPCRUN_PLAN_DIR}":"${HPCRUN_PLAN_DIR}" --set-env=HOME="$HPCRUN_RUNDIR" /tmp/hpcrun-test-cluster/images/reco -- bash "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh" \
-  > "$HPCRUN_RUNDIR/chains/srun.log" 2>&1 &
+  > "$HPCRUN_RUNDIR/chains/launch.log" 2>&1 &
 CHAIN_PID=$!
 chains_rc=0
 wait "$CHAIN_PID" || chains_rc=$?
