@@ -143,15 +143,19 @@ def test_the_pre_timeout_signal_stops_in_batch_chains_and_names_the_time_limit(s
 def test_a_slow_command_starts_a_slow_spell_that_a_quick_round_ends():
     pace = Pace()
     pace.slow_s = 0.05
-    with pace.command():
-        pass
+    with pace.command() as answered:
+        answered()
     assert pace.end_round() < 0.05 and pace.slow_since is None
-    with pace.command():
+    with pace.command():   # slow but failed (a daemon down): the outage's business, not a slow spell
         time.sleep(0.08)
-    assert pace.slow_since is not None and pace.commands == 2
+    assert pace.slow_since is None and pace.end_round() == 0.0
+    with pace.command() as answered:
+        time.sleep(0.08)
+        answered()
+    assert pace.slow_since is not None and pace.commands == 3
     assert pace.end_round() >= 0.05 and pace.slow_since is not None    # still slow until a quick round
-    with pace.command():
-        pass
+    with pace.command() as answered:
+        answered()
     assert pace.end_round() < 0.05 and pace.slow_since is None
 
 
@@ -184,8 +188,12 @@ def test_steps_are_asked_only_of_jobs_in_flight_that_ended():
 
 def test_what_the_steps_say_goes_into_the_ended_jobs_records():
     records = {"12": _rec("12", "FAILED"), "13": _rec("13", "RUNNING")}
-    fold_steps(records, {"12": _rec("12", "OUT_OF_MEMORY", 2 << 30), "13": _rec("13", "RUNNING", 5)})
+    records["12"].cpu_s = 0.0   # sacct -X: a job's TotalCPU is the sum over steps it did not read
+    stepped = _rec("12", "OUT_OF_MEMORY", 2 << 30)
+    stepped.cpu_s = 41.5
+    fold_steps(records, {"12": stepped, "13": _rec("13", "RUNNING", 5)})
     assert records["12"].state == "OUT_OF_MEMORY" and records["12"].max_rss_bytes == 2 << 30
+    assert records["12"].cpu_s == 41.5
     assert records["13"].max_rss_bytes is None                          # still running: untouched
     assert "OUT_OF_MEMORY" in TERMINAL
 

@@ -202,29 +202,3 @@ def test_a_stall_runs_the_hook_once_per_period(tmp_path, spec_factory, fake_slur
     stalls = seen.read_text().splitlines()
     assert stalls and set(stalls) == {"stalled"} and len(stalls) < 8   # not every round
     assert '"held": 0' in (plan_dir / "events.log").read_text()
-
-
-def test_status_asks_the_scheduler_nothing_while_a_supervisor_polls(tmp_path, spec_factory, fake_slurm, cli):
-    """Issue 46: one campaign, one poller: while `hpcrun run` is live, status shows its last round."""
-    plan_dir = _plan(tmp_path, spec_factory)
-    run(plan_dir, once=True, sleep=lambda s: None)
-    with open_plan_store(plan_dir) as store:
-        c = store.get_campaign("test-campaign")
-        store.begin_supervising(c.id, "op@login07.example.org:4242")
-        assert store.beat(c.id, "op@login07.example.org:4242", rounds=3, phase="running", note="x",
-                          poll_interval_s=60)
-    asked = tmp_path / "asked.log"
-    for name in ("sacct", "squeue"):   # each call noted, then the fake's answer
-        (fake_slurm.bin / name).rename(fake_slurm.bin / f"{name}.real")
-        (fake_slurm.bin / name).write_text(f'#!/bin/sh\necho {name} >> "{asked}"\nexec "$0.real" "$@"\n')
-        (fake_slurm.bin / name).chmod(0o755)
-    result = cli("status", str(plan_dir), "--json")
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["polled_by"].startswith("supervisor op@login07.example.org:4242")
-    assert not asked.exists()
-    with open_plan_store(plan_dir) as store:   # the supervisor stopped: status polls again
-        c = store.get_campaign("test-campaign")
-        store.beat(c.id, "op@login07.example.org:4242", rounds=4, phase="stopped", note="x", poll_interval_s=60)
-    result = cli("status", str(plan_dir), "--json")
-    assert json.loads(result.output)["polled_by"] == "this command"
-    assert "sacct" in asked.read_text()

@@ -241,9 +241,6 @@ def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
     if sup is not None:
         out.print(f"supervisor {sup['holder']}: {sup['phase']}, round {sup['rounds']}, last heartbeat "
                   f"{sup['heartbeat_age_s']} s ago", highlight=False, markup=False, emoji=False, soft_wrap=True)
-    if report.polled_by != "this command":   # the scheduler was not asked: the supervisor's last round
-        out.print(f"as polled by the {report.polled_by} (status asks the scheduler nothing while it runs)",
-                  highlight=False, markup=False, emoji=False, soft_wrap=True)
     rows = report.jobs
     if not rows:
         return

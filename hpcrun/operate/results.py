@@ -124,7 +124,6 @@ class StatusReport:
     # jobs pending because the account's allocation is spent: cluster label ("" on one) -> reason -> jobs
     budget_held: Dict[str, Dict[str, int]] = field(default_factory=dict)
     forecast: Optional[Dict[str, Any]] = None                   # hpcrun.operate.campaign.forecast.Forecast.as_dict
-    polled_by: str = "this command"                             # or the live supervisor whose round this shows
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -146,7 +145,7 @@ class StatusReport:
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
                 "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
                 "generations": self.generations, "budget_held": self.budget_held, "forecast": self.forecast,
-                "polled_by": self.polled_by, "jobs": [j.as_dict() for j in self.jobs]}
+                "jobs": [j.as_dict() for j in self.jobs]}
 
 
 def adjust_of(text: Optional[str]) -> Tuple[Optional[Adjust], Optional[str]]:

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, ClassVar, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type
 
 from hpcrun.errors import HpcrunError
 from hpcrun.shell import DirectiveValueError, Shell, directive_word
@@ -292,17 +292,22 @@ class Pace:
         self.commands = 0                          # run by this process: what a benchmark counts
 
     @contextmanager
-    def command(self) -> Iterator[None]:
+    def command(self) -> Iterator[Callable[[], None]]:
+        """Hold the lock for one command; the caller calls what this yields when the command answered.
+        Only an answer counts towards slowness: a command that fails (a daemon down) is the outage's
+        business, and must not stretch the pause while the supervisor should watch the outage end."""
         with self._lock:
             started = time.monotonic()
+            answered: List[bool] = []
             try:
-                yield
+                yield lambda: answered.append(True)
             finally:
                 took = time.monotonic() - started
                 self.commands += 1
-                self.slowest_s = max(self.slowest_s, took)
-                if took >= self.slow_s and self.slow_since is None:
-                    self.slow_since = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=took)
+                if answered:
+                    self.slowest_s = max(self.slowest_s, took)
+                    if took >= self.slow_s and self.slow_since is None:
+                        self.slow_since = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=took)
 
     def end_round(self) -> float:
         """The round's slowest command in seconds; a round without a slow one ends the slow spell."""

@@ -180,12 +180,15 @@ def ended_ids(records: Mapping[str, AcctRecord], in_flight: Collection[str]) -> 
 
 
 def fold_steps(records: Dict[str, AcctRecord], stepped: Mapping[str, AcctRecord]) -> None:
-    """What the steps query found of ended jobs - the memory high-water mark and an OOM-killed step - put
-    into the records of the allocation query."""
+    """What the steps query found of ended jobs - the memory high-water mark, an OOM-killed step, and the
+    CPU time (sacct -X leaves a job's TotalCPU 0: it is the sum over its steps) - put into the records
+    of the allocation query."""
     for key, got in stepped.items():
         rec = records.get(key)
         if rec is None or not rec.raw_id or rec.state not in TERMINAL:
             continue
+        if got.cpu_s is not None:
+            rec.cpu_s = got.cpu_s
         if got.max_rss_bytes is not None:
             rec.max_rss_bytes = got.max_rss_bytes
         if got.state == "OUT_OF_MEMORY":

@@ -98,9 +98,11 @@ def _attempts(argv: Sequence[str], retries: int, cwd: Optional[Path],
     delay = 1.0
     for attempt in range(retries + 1):
         try:
-            with PACE.command():   # never two at once; how long it took is noted
+            with PACE.command() as answered:   # never two at once; how long an answer took is noted
                 proc = subprocess.run(list(argv), capture_output=True, text=True, env=_env(), cwd=cwd,
                                       timeout=PACE.timeout_s, input=stdin)
+                if proc.returncode == 0:
+                    answered()
         except FileNotFoundError:
             raise SlurmError(f"'{argv[0]}' was not found: is Slurm installed and on PATH?") from None
         except subprocess.TimeoutExpired:

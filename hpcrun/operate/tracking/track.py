@@ -46,7 +46,6 @@ from hpcrun.operate.plandir import (
     open_plan_store,
     poll_interval,
     read_manifest,
-    scheduler_of,
 )
 from hpcrun.operate.results import IN_FLIGHT, JobRow, StatusReport, outcome_of  # noqa: F401  (re-exported)
 from hpcrun.operate.submission.finalize import finalize_summary
@@ -394,7 +393,7 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
     if not has_store(plan_dir, db):
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
-        report = supervised(plan_dir, manifest, store, all_jobs) or poll_store(plan_dir, manifest, store, all_jobs)
+        report = poll_store(plan_dir, manifest, store, all_jobs)
         if with_forecast:
             try:
                 campaign_id = store.get_campaign(manifest.campaign).id
@@ -402,26 +401,6 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
                 return report
             report.forecast = forecast.of_store(store, campaign_id, manifest).as_dict()
         return report
-
-
-def supervised(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool) -> Optional[StatusReport]:
-    """The campaign as its live supervisor last recorded it, or None when none is running: while `hpcrun run`
-    polls, `status` asks the scheduler nothing (issue 46: never two Slurm commands at once for one
-    campaign, and no poll twice over). Live: heartbeat within two pauses and a minute."""
-    try:
-        campaign = store.get_campaign(manifest.campaign)
-    except StateStoreError:
-        return None
-    beat = store.supervisor(campaign.id)
-    if beat is None or beat.phase != "running" or beat.age_s() > 2 * (beat.poll_interval_s or 60.0) + 60.0:
-        return None
-    report = _report(campaign.name, store, campaign.id, all_jobs, {}, bool(manifest.export))
-    report.finalize = finalize_summary(manifest, store, campaign.id)
-    report.clusters = cluster_figures(manifest, store, campaign.id)
-    report.outages = outages.rows(store.outages(campaign.id), scheduler_of(manifest))
-    report.generations = generation_figures(store, campaign.id)
-    report.polled_by = f"supervisor {beat.holder}, {beat.age_s():.0f} s ago"
-    return report
 
 
 def poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool = False) -> StatusReport:
