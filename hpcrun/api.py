@@ -143,7 +143,8 @@ class PlanResult(_Result):
         m = self.typed
         out: Dict[str, Any] = {"campaign": m.campaign, "profile": m.profile, "partition": m.partition, "qos": m.qos,
                                "container": m.container, "burst_buffer": m.burst_buffer, "totals": dict(m.totals),
-                               "notes": m.notes, "launch": dict(m.launch), "expected_rpcs": dict(m.expected_rpcs)}
+                               "notes": m.notes, "launch": dict(m.launch), "expected_rpcs": dict(m.expected_rpcs),
+                               "pilots": None if m.pilots is None else dict(m.pilots)}
         out["plan_dir"] = self.plan_dir
         out["scripts"] = [s["path"] for s in m.scripts]
         if m.clusters:

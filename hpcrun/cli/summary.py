@@ -34,6 +34,7 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
                           f"{format_capacity(plan.bb_max)} max per job, "
                           f"{format_size(plan.bb_total)} in all") if plan.bb_system and plan.pool else "none"),
         ("bytes to stage in / out", f"{format_size(plan.stage_in_bytes)} / {format_size(plan.stage_out_bytes)}"),
+        ("binding", binding_line(plan)),
         ("launch", launch_line(plan)),
         ("scheduler RPCs", rpc_line(plan)),
     ]
@@ -47,6 +48,16 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
     for note in plan.notes:
         table.add_row("note", note)
     return table
+
+
+def binding_line(plan: Plan) -> str:
+    """Array tasks the scheduler starts, or pilots that claim the jobs (jobs.binding: late)."""
+    p = plan.pilots
+    if p is None:
+        return "array: each job an array task the scheduler starts"
+    return (f"late: up to {p.max_pilots} pilot(s) of {format_duration(p.walltime_s)}, each one node with {p.slots} "
+            f"slot(s) of {p.chains} chain(s) ({p.cpus} CPUs), claiming jobs from {plan.campaign.name}'s queue; "
+            f"drain {p.drain_s} s before the end, released after {p.idle_s} s idle")
 
 
 def cluster_table(clusters: Dict[str, Dict[str, Any]]) -> Table:
@@ -90,6 +101,15 @@ def status_extra_lines(report: Any) -> List[str]:
     from hpcrun.operate.campaign.forecast import line
 
     lines = [o["line"] for o in report.outages]
+    p = getattr(report, "pilots", None)
+    if p:
+        states = {s: sum(1 for x in p["pilots"] if x["state"] == s) for s in ("running", "draining", "idle")}
+        lines.append(f"pilots: {len(p['pilots'])} ({states['running']} running inputs, {states['draining']} "
+                     f"draining, {states['idle']} idle), {p['running']} input(s) in them, {p['waiting']} waiting in "
+                     f"the queue, {p['fenced']} pilot(s) ended" + ("; paused: claiming nothing" if p["paused"] else ""))
+        for x in p["pilots"][:20]:
+            lines.append(f"  pilot {x['pilot']} on {x['node']}: {x['state']}, {x['inputs']}/{x['slots']} slot(s) busy"
+                         + (f", ends {x['ends']}" if x["ends"] else ""))
     if report.forecast is not None:
         lines.append(line(report.forecast))
     return lines

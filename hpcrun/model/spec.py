@@ -186,6 +186,25 @@ class InputsSpec(Strict):
         return self
 
 
+class PilotSpec(Strict):
+    """Late binding: the pilots that claim inputs (jobs.binding: late)."""
+
+    walltime: Duration = Field(3600, description=(
+        "each pilot's own time limit (an input's is the campaign's walltime)"))
+    slots: Optional[int] = Field(None, ge=1, description=(
+        "inputs a pilot runs at once, each with chains_per_node chains (default: the node's CPUs / chains)"))
+    nodes: Optional[int] = Field(None, ge=1, description=(
+        "pilots (whole or shared nodes) at once at most (default: the partition's nodes)"))
+    idle_release: Duration = Field(60, description="a pilot with nothing to claim this long exits")
+    drain_margin: Optional[Duration] = Field(None, description=(
+        "the pilot's drain signal this long before its end (default: the profile's signal_before_timeout)"))
+    lease: Duration = Field(120, description=(
+        "a pilot whose heartbeat (every 10 s) is silent this long is fenced: its claims go to other pilots"))
+    input_time: Optional[Duration] = Field(None, description=(
+        "each input's expected time before any has run (default: walltime); a pilot claims an input only "
+        "when its time left covers this, later the longest recent input's time"))
+
+
 class JobsSpec(Strict):
     """How inputs map to jobs and chains."""
 
@@ -206,6 +225,10 @@ class JobsSpec(Strict):
         "xrootd.node_cache); any: every node alike"))
     locality_wait: Duration = Field(600, description=(
         "with locality: prefer, a job still waiting for its node after this long is sent to any node"))
+    binding: Literal["array", "late"] = Field("array", description=(
+        "array: each job is an array task the scheduler starts; late: pilots (jobs.pilot) claim the jobs "
+        "from a queue on the shared filesystem until the campaign is done"))
+    pilot: PilotSpec = Field(default_factory=PilotSpec)
 
     @field_validator("chains_per_node")
     @classmethod

@@ -166,6 +166,7 @@ class Manifest:
     notes: List[str] = field(default_factory=list)
     launch: Mapping[str, Any] = field(default_factory=dict)          # in the batch step or launcher steps
     expected_rpcs: Mapping[str, Any] = field(default_factory=dict)   # what the plan asks of the controller
+    pilots: Optional[Mapping[str, Any]] = None   # late binding: the queue and the pilots (None: arrays)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
@@ -192,7 +193,8 @@ class Manifest:
             profile=str(data.get("profile", "")), partition=data.get("partition"), qos=data.get("qos"),
             container=str(data.get("container") or "none"), burst_buffer=str(data.get("burst_buffer") or "none"),
             totals=dict(data.get("totals") or {}), notes=list(data.get("notes") or []),
-            launch=dict(data.get("launch") or {}), expected_rpcs=dict(data.get("expected_rpcs") or {}))
+            launch=dict(data.get("launch") or {}), expected_rpcs=dict(data.get("expected_rpcs") or {}),
+            pilots=data.get("pilots"))
 
     @property
     def several_clusters(self) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from hpcrun.backends.scheduler import Scheduler, scheduler_for
+from hpcrun.backends.scheduler.pilots import wrap
 from hpcrun.operate.manifest import Manifest, ScriptEntry, manifest_id, read_manifest  # noqa: F401  (re-exported)
 from hpcrun.store.locking.mounts import DB_NAME
 from hpcrun.store.store import StateStore, open_store
@@ -61,7 +62,8 @@ def next_interval(base: float, current: float, changed: bool) -> float:
 def scheduler_of(manifest: Manifest) -> Scheduler:
     """The scheduler the plan was written for, talking to its first cluster (plans from before the
     registry: Slurm)."""
-    return scheduler_for(manifest.submit.scheduler, manifest.clusters[0].name if manifest.clusters else None)
+    return wrap(scheduler_for(manifest.submit.scheduler, manifest.clusters[0].name if manifest.clusters else None),
+                manifest.pilots)
 
 
 @dataclass
@@ -87,6 +89,9 @@ class ClusterInfo:
 def clusters_of(manifest: Manifest) -> List[ClusterInfo]:
     """Every cluster the plan may run on, the first one first."""
     sub = manifest.submit
+    if manifest.pilots:   # late binding: tasks go to the queue (no cap); the pilots keep the site's caps
+        return [ClusterInfo(None, wrap(scheduler_for(sub.scheduler), manifest.pilots), True,
+                            scripts=manifest.scripts)]
     if not manifest.clusters:
         return [ClusterInfo(None, scheduler_for(sub.scheduler), sub.accounting,
                             site_max_queued_jobs=sub.max_queued_jobs, scripts=manifest.scripts)]

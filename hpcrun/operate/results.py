@@ -124,6 +124,7 @@ class StatusReport:
     # jobs pending because the account's allocation is spent: cluster label ("" on one) -> reason -> jobs
     budget_held: Dict[str, Dict[str, int]] = field(default_factory=dict)
     forecast: Optional[Dict[str, Any]] = None                   # hpcrun.operate.campaign.forecast.Forecast.as_dict
+    pilots: Optional[Dict[str, Any]] = None                     # late binding: the pilots and inputs in them
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -145,6 +146,7 @@ class StatusReport:
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
                 "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
                 "generations": self.generations, "budget_held": self.budget_held, "forecast": self.forecast,
+                "pilots": self.pilots,
                 "jobs": [j.as_dict() for j in self.jobs]}
 
 

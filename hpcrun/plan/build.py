@@ -29,6 +29,7 @@ from hpcrun.plan.job.exports import export_plan
 from hpcrun.plan.job.jobs import data_dirs, group_jobs, scripts_of
 from hpcrun.plan.job.launch import launch_plan
 from hpcrun.plan.job.listed import Listed, scan
+from hpcrun.plan.job.pilots import late_dirs, pilot_plan
 from hpcrun.plan.job.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.job.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
@@ -81,6 +82,11 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     checks.raise_if_any()
     _idle_cores_note(campaign, site.name, site.partition, jobs, notes)
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)
+    pilots = pilot_plan(campaign, profile, site.partition, site.qos, isinstance(campaign.site.profile, list)
+                        and len(campaign.site.profile) > 1, max(chains_of(jobs), default=1), checks)
+    checks.raise_if_any()
+    if pilots is not None:   # two claims of one job never share a work or output directory (fencing)
+        work_dir, out_dir, db_plan = late_dirs(campaign, workdir, db_plan)
     if remote_reads is not None and remote_reads.access == "stage":
         input_dir = stage_dir_expr(profile, buffer.root_var, work_dir)
     container = container_plan(campaign, profile, runtime, items, db_plan, buffer.root_var, workdir,
@@ -105,7 +111,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 remote=remote_reads, export=exports,
                 locality_wait=int(campaign.jobs.locality_wait) if campaign.jobs.locality == "prefer" else None,
                 hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5),
-                succession=succession)
+                succession=succession, pilots=pilots)
 
 
 def _left_to(succession: Succession, items: Sequence[InputItem], key: str, src: Located,

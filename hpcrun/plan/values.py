@@ -11,7 +11,7 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, Pool, SiteProfile
@@ -257,6 +257,7 @@ class Plan:
     others: Tuple[Plan, ...] = ()  # the same jobs planned for the campaign's other clusters
     move_pending_after: Optional[int] = None  # seconds; None: jobs never move between clusters
     succession: Succession = Succession()     # the campaign's generation this plan makes
+    pilots: Optional[Any] = None              # late binding: plan/job/pilots.py's PilotPlan
 
     @property
     def all_clusters(self) -> Tuple[Plan, ...]:
@@ -309,7 +310,9 @@ class Plan:
         """The controller RPCs the campaign's first attempt sends: one submission per script (and the
         finalize job), and its jobs' launcher steps; tracking is measured (benchmarks/scheduler_rpcs.py)."""
         jobs = len(self.jobs)
-        submissions = len(self.scripts) + (1 if self.finalize_request is not None else 0)
+        # late binding: one array of pilots (more only as pilots end), none per input
+        submissions = (1 if self.pilots is not None else len(self.scripts)) + (
+            1 if self.finalize_request is not None else 0)
         in_job = jobs * self.launch.user_rpcs_per_job
         inputs = max(1, inputs_in(self.jobs))
         return {"submissions": submissions, "steps": jobs * self.launch.steps_per_job,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator, List
 
 from hpcrun.plan.job.commands import HDF5_HELPER
+from hpcrun.plan.job.pilots import PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (
@@ -15,6 +16,7 @@ from hpcrun.render.scripts import (
     environment,
     render_body,
     render_finalize,
+    render_pilot,
     render_script,
     script_path,
     shared_body,
@@ -58,6 +60,8 @@ def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
             yield RenderedFile(script_path(plan, s.name), render_script(env, template, plan, s, common, plan_dir), True)
     if plan.campaign.finalize is not None and not own:   # the finalize job runs on the first cluster
         yield RenderedFile(script_path(plan, "finalize"), render_finalize(env, plan, common, plan_dir), True)
+    if plan.pilots is not None and not own:
+        yield RenderedFile(PILOT_SCRIPT, render_pilot(env, plan, common, plan_dir), True)
     yield RenderedFile(own + "bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile(own + "bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)

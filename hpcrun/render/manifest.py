@@ -16,6 +16,7 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from hpcrun import __version__
 from hpcrun.model.retry import effective_rules
+from hpcrun.plan.job.pilots import PILOT_SCRIPT, QUEUE_DIR
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, index_range, inputs_in
 from hpcrun.render.headers import ARRAY_TABLE_NAME, ARRAY_TEMPLATE_NAME, TABLE_NAME, TEMPLATE_NAME
@@ -112,6 +113,19 @@ def _cluster_entry(plan: Plan, digests: Dict[str, str]) -> Dict[str, Any]:
     }
 
 
+def _pilots_entry(plan: Plan, plan_dir: str) -> Optional[Dict[str, Any]]:
+    """Late binding: where the queue is, the pilots' script and shape (the pilots scheduler reads it)."""
+    p = plan.pilots
+    if p is None:
+        return None
+    caps = [n for n in (plan.profile.max_queued_jobs, plan.seat.max_queued_jobs) if n]
+    return {"queue": f"{plan_dir}/{QUEUE_DIR}", "script": f"{plan_dir}/{PILOT_SCRIPT}", "name": p.name,
+            "slots": p.slots, "chains": p.chains, "cpus": p.cpus, "max_pilots": p.max_pilots,
+            "max_queued": min(caps) if caps else None, "lease_s": p.lease_s, "input_s": p.input_s,
+            "input_limit_s": p.input_limit_s, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
+            "idle_s": p.idle_s}
+
+
 def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
     c = plan.campaign
     return {
@@ -134,6 +148,7 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
         "launch": {"in_batch": plan.launch.in_batch, "why": plan.launch.why,
                    "steps_per_job": plan.launch.steps_per_job},
         "expected_rpcs": plan.expected_rpcs,
+        "pilots": _pilots_entry(plan, plan_dir),
         "charge": charge_entry(plan),
         "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
         "submit": {

@@ -20,6 +20,7 @@ from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.backends.scheduler.base import Scheduler
 from hpcrun.model.retry import KILL_SIGNALS
+from hpcrun.plan.job.pilots import BEAT_S, CLAIMS_DIR, QUEUE_DIR
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
 from hpcrun.resources import site_template_dirs
@@ -139,16 +140,17 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
                              '${HPCRUN_JOB_ID:-local}"'),
         "checksum": _checksum_context(plan),
         "provenance": _provenance_context(plan), "generation": plan.succession.number,
-        "remote": _remote_context(plan),
+        "remote": _remote_context(plan), "late": plan.pilots is not None,
         **_staged_names(plan),
     }
 
 
 def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:
     """How the job starts its database servers and chains: the launcher's steps, or processes of the
-    batch step (launch_in_batch, defined by the job when ``in_batch``)."""
+    batch step (launch_in_batch, defined by the job when ``in_batch``). A pilot's inputs share its
+    node's CPUs: none binds its tasks to CPUs it would then share with the other slots."""
     if plan.launch.in_batch:
-        return {"in_batch": True, "node_cpus": Shell(sched.node_cpus),
+        return {"in_batch": True, "node_cpus": Shell('""' if plan.pilots is not None else sched.node_cpus),
                 "db_launch": Shell("launch_in_batch 1"), "chain_launch": Shell('launch_in_batch "$HPCRUN_NCHAINS"'),
                 "launch_log": Shell('"$HPCRUN_RUNDIR/chains/launch.log"'),
                 "task_identity": [Shell(line) for line in sched.batch_task_identity()]}
@@ -256,12 +258,20 @@ def job_comments(job: Job) -> List[str]:
     return comments
 
 
+CLAIM_IDENTITY = ("export HPCRUN_JOB_ID=${HPCRUN_CLAIM_ID:?run by an hpcrun pilot: jobs.binding is late}",
+                  "export HPCRUN_NODES=1",
+                  "export HPCRUN_ARRAY_INDEX=${HPCRUN_CLAIM_INDEX:?run by an hpcrun pilot: jobs.binding is late}")
+
+
 def render_job(env: jinja2.Environment, template: str, plan: Plan, common: Dict[str, Any], plan_dir: str,
                request: Optional[JobRequest], bb_lines: Sequence[str], first_index: object, label: str,
                comments: Sequence[str], array: bool) -> str:
-    """A job script (an array's whole script, or a job's header) from what varies between jobs."""
+    """A job script (an array's whole script, or a job's header) from what varies between jobs. A
+    late-bound plan's array scripts are run by its pilots: their identity is the claim's."""
     ctx = dict(common)
     ctx.update(scheduler_context(plan.scheduler, _absolute_logs(request, plan_dir), array))
+    if plan.pilots is not None:
+        ctx["job_identity"] = [Shell(line) for line in CLAIM_IDENTITY]
     ctx.update({
         "bb_lines": [Shell(line) for line in bb_lines], "is_array": array,
         "first_index": first_index, "script_label": comment(label), "comment_lines": list(comments),
@@ -280,6 +290,20 @@ def run_prefix(cluster: Optional[str]) -> str:
     """What precedes the job id in run/<job>/<id>: job ids repeat across clusters, so a named
     cluster's are ``<cluster>-<id>``."""
     return f"{cluster}-" if cluster else ""
+
+
+def render_pilot(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:
+    """The pilot: a one-node job that claims the plan's jobs from the queue and runs their array script."""
+    p = plan.pilots
+    assert p is not None
+    ctx = dict(common)
+    ctx.update(scheduler_context(plan.scheduler, _absolute_logs(p.request, plan_dir), True))
+    ctx.update({"queue": quote(f"{plan_dir}/{QUEUE_DIR}"), "slots": p.slots, "idle_s": p.idle_s,
+                "beat_s": BEAT_S, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
+                "claim_signal_before": p.signal_before_s, "input_s": p.input_s, "claims_dir": CLAIMS_DIR,
+                "outloc": quote(plan.campaign.outputs.location.rstrip("/")),
+                "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1")})
+    return env.get_template("pilot.sh.j2").render(ctx)
 
 
 def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:

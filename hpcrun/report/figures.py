@@ -111,6 +111,7 @@ class CampaignReport:
     exports: Optional[Dict[str, Any]] = None    # outputs.export: files per state, bytes, MB/s, backlog, failures
     chain_endings: Dict[str, int] = field(default_factory=dict)   # chains.tsv: ok, failed, crashed, killed
     reclaimed: Dict[str, int] = field(default_factory=dict)  # leftovers removed by later jobs: dirs, bytes
+    pilots: Optional[Dict[str, Any]] = None   # late binding: payload copies, core-seconds held and idle, CPU
     node_cache: Dict[str, Any] = field(default_factory=dict)  # xrootd.node_cache: hits, misses, hit ratio, bytes
     clusters: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # several clusters: each one's figures
     # inputs by how they ended: done, parked (a reason to read), cancelled by an operator (hpcrun cancel),

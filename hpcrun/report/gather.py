@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+from hpcrun.backends.scheduler.pilot_queue import figures as pilot_figures
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.campaign import forecast
 from hpcrun.operate.campaign.generations import figures as generation_figures
@@ -63,6 +64,9 @@ def report_of(manifest: Manifest, store: StateStore, campaign: Campaign,
         report.chain_endings = _chain_endings(plan_dir)
         report.reclaimed = _reclaimed(plan_dir)
         report.node_cache = _node_cache(plan_dir)
+        if manifest.pilots:   # late binding: what the pilots held and copied (the accounting sees only them)
+            report.pilots = pilot_figures(Path(manifest.pilots["queue"]), plan_dir / "run",
+                                          int(manifest.pilots.get("chains") or 1))
     return report
 
 

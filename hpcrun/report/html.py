@@ -61,8 +61,26 @@ def merit_rows(r: CampaignReport) -> List[Tuple[str, str]]:
          if r.chain_endings else []) \
       + ([("node-local leftovers reclaimed: directories, GB",
            f"{r.reclaimed['dirs']}, {r.reclaimed['bytes'] / 1e9:.3g}")] if r.reclaimed else []) \
-      + cluster_rows(r) + allocation_rows(r) + forecast_rows(r.forecast) \
+      + pilot_rows(r.pilots) + cluster_rows(r) + allocation_rows(r) + forecast_rows(r.forecast) \
       + [(f"generation {g['number']}", figure_line(g).split(": ", 1)[1]) for g in r.generations]
+
+
+def pilot_rows(p: Optional[Dict[str, Any]]) -> List[Tuple[str, str]]:
+    """Late binding: what the accounting cannot say (it sees the pilots, not the inputs in them)."""
+    if not p:
+        return []
+    idle = p["idle_core_s"]
+    return [
+        ("pilots: count, inputs run in them, database payload copies",
+         f"{p['pilots']}, {p['inputs_run']}, {p['payload_copies']}"),
+        ("pilots: core-seconds held / busy (idle share)",
+         f"{p['core_s_held']:,.0f} / {p['core_s_busy']:,.0f}"
+         + (f" ({p['idle_share']:.1%} idle)" if p["idle_share"] is not None else "")),
+        ("pilots: idle core-seconds at start / starved / drain tail",
+         f"{idle['start']:,.0f} / {idle['starved']:,.0f} / {idle['drain_tail']:,.0f}"),
+        ("pilots: inputs' CPU seconds / the pilots' own, as the accounting has it",
+         f"{p['input_cpu_s']:,.1f} / {p['pilots_cpu_s']:,.1f}"),
+    ]
 
 
 def allocation_rows(r: CampaignReport) -> List[Tuple[str, str]]:

@@ -52,6 +52,7 @@ from hpcrun.operate.submission.locality import release_waiting
 from hpcrun.operate.submission.moves import move_stuck
 from hpcrun.operate.submission.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.supervision import events as campaign_events
+from hpcrun.operate.supervision import pilots as pilot_care
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
 from hpcrun.operate.tracking.track import IN_FLIGHT, poll_store
@@ -95,6 +96,7 @@ class Round:
     ended: Dict[str, int] = field(default_factory=dict)   # at the end: inputs by outcome (results.outcome_of)
     spent: Dict[str, Dict[str, int]] = field(default_factory=dict)  # cluster label -> budget reason -> jobs held
     budget_turns: List[Dict[str, Any]] = field(default_factory=list)   # allocations spent or raised since the last
+    pilots: Optional[Dict[str, Any]] = None   # late binding: pilots by state, this round's care
     finished: bool = False
     pause: float = 0.0
 
@@ -118,6 +120,8 @@ class Round:
             parts.append(f"moved {len(self.moved)} to another cluster")
         if self.clusters:
             parts.append("clusters " + ", ".join(f"{n} {s}" for n, s in self.clusters.items()))
+        if self.pilots:
+            parts.append(pilot_care.words(self.pilots))
         if self.finalize:
             parts.append(f"finalize {self.finalize}")
         if self.exports:
@@ -213,6 +217,7 @@ class Supervisor:
             moved, waited = [], self._wait_out(exc)
         jobs = self.store.job_counts(self.campaign.id)
         settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
+        pilots = pilot_care.tend(self, status, jobs, settled)   # before the queue is filled: they start meanwhile
         try:
             sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
                                with_finalize=settled, spent=budget.by_name(status, self.listed))
@@ -223,7 +228,7 @@ class Supervisor:
                     submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
                     parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held,
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
-                    clusters={n: c["state"] for n, c in sub.clusters.items()}, spent=status.budget_held)
+                    clusters={n: c["state"] for n, c in sub.clusters.items()}, spent=status.budget_held, pilots=pilots)
         self.outages = outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
         self.spent_since, rnd.budget_turns = budget.turns(self.spent_since, self.outages)
         rnd.outages = [o["text"] for o in outages.rows(self.outages, self.sched)   # a spent allocation: rnd.spent

@@ -30,6 +30,7 @@ from hpcrun.backends.scheduler.base import (
     normalize_state,
     parse_exit_code,
 )
+from hpcrun.backends.scheduler.pilot_queue import Queue
 from hpcrun.bulk import bulk
 from hpcrun.operate.campaign import forecast
 from hpcrun.operate.campaign.generations import figures as generation_figures
@@ -394,6 +395,8 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
         report = poll_store(plan_dir, manifest, store, all_jobs)
+        if manifest.pilots:   # late binding: what the pilots hold, read from the queue
+            report.pilots = Queue(Path(manifest.pilots["queue"])).view()
         if with_forecast:
             try:
                 campaign_id = store.get_campaign(manifest.campaign).id

@@ -85,8 +85,8 @@ def scripts_of(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], bu
     """Arrays unless each job needs its own stage lines (or arrays are off)."""
     js = campaign.jobs
     per_job_lines = bool(buffer.writer and buffer.spec and buffer.spec.stage_inputs)
-    use_arrays = js.array == "always" or (js.array == "auto" and not per_job_lines and len(jobs) > 1
-                                          and profile.max_array_size > 0)
+    use_arrays = js.array == "always" or (js.array == "auto" and not per_job_lines and (
+        len(jobs) > 1 or js.binding == "late") and profile.max_array_size > 0)
     if js.array == "always" and per_job_lines:
         checks.spec_error(("jobs", "array"), (
             "job arrays share one script, but burst_buffer.stage_inputs needs per-job #DW "

@@ -22,7 +22,7 @@ export STAR_LEVEL=SL19c
 export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
 export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
 
-log() { printf '%s hpcrun[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
+log() { TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T hpcrun[%s]: %s\n' -1 "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
 fail() {
   local code=$1
   shift
@@ -115,7 +115,7 @@ launch_in_batch() {
   trap - EXIT
   local n=$1 k range cpus=() ranges=() pids=() per=0 rc=0 one pid node_cpus="${SLURM_CPUS_ON_NODE:-}"
   shift
-  if command -v taskset > /dev/null; then
+  if [ -n "$node_cpus" ] && command -v taskset > /dev/null; then
     IFS=, read -ra ranges < <(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status) || true
     for range in "${ranges[@]}"; do
       for ((k = ${range%-*}; k <= ${range#*-}; k++)); do cpus+=("$k"); done

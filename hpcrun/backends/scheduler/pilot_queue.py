@@ -1,0 +1,293 @@
+"""The queue of a late-bound campaign: files on the shared filesystem, moved by rename(2) alone.
+
+Atomic on the shared filesystems compute nodes see (no server, no network from a node), as PanDA's Yoda
+hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
+
+  queue/arrays/<qid>          one per submission: the script, the per-input time limit, the tag
+  queue/ready/<qid>_<i>       a task nobody holds
+  queue/live/<pilot>/         a running pilot: ``beat`` (renewed), ``info``, its claims <qid>_<i>
+  queue/fenced/<pilot>/       a pilot the supervisor gave up on (ended, or its lease expired):
+                              renamed as a whole, so its claims can no longer commit
+  queue/ended/<pilot>/        after its claims were returned
+  queue/done/<qid>_<i>        a committed result (one TSV line)
+  queue/cancel/<qid>_<i>      an operator's cancel of a running task; cancelled/: of a waiting one
+  queue/stop, queue/paused    the campaign ended; claim nothing now
+
+Fencing: a claim commits by renaming ``live/<pilot>/<task>``; once the supervisor renamed
+``live/<pilot>`` away that path no longer exists, so a pilot whose lease expired records nothing
+and moves no output into place.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+STATES = ("ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays")
+_LEASES: Dict[str, Tuple[float, float]] = {}   # pilot dir -> (beat mtime seen, when it last changed: our clock)
+
+def _entries(path: Path) -> List[str]:
+    try:
+        return [n for n in os.listdir(path) if not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+
+
+def _write_new(path: Path, text: str) -> None:
+    """A file that appears whole (written under a temporary name, renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _local_time(epoch: str) -> Optional[str]:
+    """An epoch from a pilot -> the local ISO text the accounting uses (what parse_time reads)."""
+    try:
+        return _dt.datetime.fromtimestamp(float(epoch)).strftime("%Y-%m-%dT%H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+@dataclass
+class Claim:
+    """A task held by a pilot: where its token lies and what the pilot wrote into it."""
+
+    task: str
+    pilot: str
+    claim_id: str
+    slot: str
+    node: str
+    start: str
+
+
+class Queue:
+    """The queue directory: what the supervisor side reads and writes of it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def make(self) -> None:
+        for d in STATES:
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+
+    def d(self, name: str) -> Path:
+        return self.root / name
+
+    # -- putting work in -------------------------------------------------------------------
+    def enqueue(self, qid: str, script: str, indices: Sequence[int], walltime_s: int, tag: str) -> None:
+        """The submission's descriptor first, then a ready file per task (a task is in exactly one place
+        from then on; ``repair`` completes an enqueue cut short)."""
+        self.make()
+        _write_new(self.d("arrays") / qid, f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\n")
+        for i in indices:
+            (self.d("ready") / f"{qid}_{i}").touch()
+        (self.d("arrays") / f".{qid}.complete").touch()
+
+    def descriptor(self, qid: str) -> Optional[Tuple[str, int, str, List[int]]]:
+        text = _read(self.d("arrays") / qid).rstrip("\n")
+        if not text:
+            return None
+        script, walltime, tag, indices = text.split("\t")
+        return script, int(walltime), tag, [int(i) for i in indices.split(",") if i]
+
+    def repair(self) -> int:
+        """Tasks of a submission whose enqueue was cut short put in ``ready/``; how many."""
+        made = 0
+        arrays = self.d("arrays")
+        for qid in _entries(arrays):
+            if qid.endswith(".sh") or (arrays / f".{qid}.complete").exists():
+                continue
+            desc = self.descriptor(qid)
+            if desc is None:
+                continue
+            placed = self.placed()
+            for i in desc[3]:
+                if f"{qid}_{i}" not in placed:
+                    (self.d("ready") / f"{qid}_{i}").touch()
+                    made += 1
+            (arrays / f".{qid}.complete").touch()
+        return made
+
+    def placed(self) -> Dict[str, str]:
+        """Every task the queue holds -> where (ready, a pilot's dir, done, cancelled)."""
+        where: Dict[str, str] = {}
+        for state in ("ready", "done", "cancelled"):
+            where.update((t, state) for t in _entries(self.d(state)))
+        for c in self.claims():
+            where.setdefault(c.task, f"claimed:{c.pilot}")
+        return where
+
+    # -- reading pilots and claims ---------------------------------------------------------
+    def pilots(self, state: str = "live") -> List[str]:
+        return _entries(self.d(state))
+
+    def claims(self, states: Sequence[str] = ("live", "fenced")) -> Iterator[Claim]:
+        for state in states:
+            for pilot in self.pilots(state):
+                base = self.d(state) / pilot
+                info = _read(base / "info").split("\t")
+                node = info[0] if info and info[0] else ""
+                for name in _entries(base):
+                    if name.endswith(".commit"):
+                        name = name[:-len(".commit")]
+                    if "_" not in name or "." in name:
+                        continue
+                    fields = (_read(base / name) or _read(base / f"{name}.commit")).rstrip("\n").split("\t")
+                    fields += [""] * (4 - len(fields))
+                    yield Claim(name, pilot, fields[0] or name, fields[1], fields[2] or node, fields[3])
+
+    def result(self, task: str) -> Optional[List[str]]:
+        text = _read(self.d("done") / task).rstrip("\n")
+        return text.split("\t") if text else None
+
+    # -- the supervisor's moves -------------------------------------------------------------
+    def fence(self, pilot: str) -> bool:
+        """A pilot given up on: its directory renamed as a whole (its claims can commit no more)."""
+        try:
+            os.rename(self.d("live") / pilot, self.d("fenced") / pilot)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def release(self) -> List[str]:
+        """Every claim of a fenced pilot back in ``ready/`` (none counts as an attempt); the pilot to ``ended/``."""
+        returned: List[str] = []
+        for pilot in self.pilots("fenced"):
+            base = self.d("fenced") / pilot
+            for name in _entries(base):
+                task = name[:-len(".commit")] if name.endswith(".commit") else name
+                if "_" not in task or "." in task or (self.d("done") / task).exists():
+                    continue
+                if (self.d("cancel") / task).exists():
+                    os.replace(base / name, self.d("cancelled") / task)
+                    continue
+                os.replace(base / name, self.d("ready") / task)
+                returned.append(task)
+                with open(base / "returned", "a") as f:   # what went back, kept with the pilot
+                    f.write(task + "\n")
+            try:
+                os.rename(base, self.d("ended") / pilot)
+            except OSError:
+                pass
+        return returned
+
+    def cancel(self, task: str) -> None:
+        """A waiting task cancelled at once; a running one asked to stop (its pilot watches ``cancel/``)."""
+        try:
+            os.rename(self.d("ready") / task, self.d("cancelled") / task)
+        except FileNotFoundError:
+            if not (self.d("done") / task).exists():
+                (self.d("cancel") / task).touch()
+
+    def view(self) -> Dict[str, Any]:
+        """The pilots and the inputs in them as the queue shows them now (status, serve): no scheduler asked."""
+        pilots: List[Dict[str, Any]] = []
+        held: Dict[str, int] = {}
+        for c in self.claims(("live",)):
+            held[c.pilot] = held.get(c.pilot, 0) + 1
+        for pilot in self.pilots("live"):
+            info = _read(self.d("live") / pilot / "info").rstrip("\n").split("\t")
+            info += [""] * (4 - len(info))
+            state = "draining" if (self.d("live") / pilot / "draining").exists() else (
+                "running" if held.get(pilot) else "idle")
+            pilots.append({"pilot": pilot, "node": info[0], "slots": int(info[1] or 0), "state": state,
+                           "inputs": held.get(pilot, 0), "ends": _local_time(info[3]) if info[3] else None})
+        return {"pilots": pilots, "waiting": len(_entries(self.d("ready"))), "running": sum(held.values()),
+                "done": len(_entries(self.d("done"))), "fenced": len(self.pilots("ended")) + len(self.pilots("fenced")),
+                "paused": self.d("paused").exists(), "stopped": self.d("stop").exists()}
+
+    def beat_changed(self, pilot: str, now: float) -> float:
+        """Seconds since this pilot's heartbeat last changed, by this process's clock (skew-proof: the
+        file's mtime is compared with itself, never with our time)."""
+        key = str(self.d("live") / pilot)
+        try:
+            mtime = os.stat(self.d("live") / pilot / "beat").st_mtime
+        except FileNotFoundError:
+            mtime = -1.0
+        seen = _LEASES.get(key)
+        if seen is None or seen[0] != mtime:
+            _LEASES[key] = (mtime, now)
+            return 0.0
+        return now - seen[1]
+
+
+
+def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
+    """The pilots' figures for the report: payload copies, inputs run, the core-seconds they held and how
+    much of it was idle (before the first input, starved between inputs, the drain tail), and the inputs'
+    CPU time against the pilots' own from the accounting."""
+    q = Queue(queue)
+    claims: Dict[str, List[Tuple[float, float, Optional[float]]]] = {}
+    for name in _entries(q.d("done")):
+        r = _read(q.d("done") / name).rstrip("\n").split("\t")
+        if len(r) >= 10 and r[5] and r[6]:
+            claims.setdefault(r[2], []).append((float(r[5]), float(r[6]), _seconds(r[9])))
+    acct = {line.split("\t")[0]: line.split("\t") for line in _read(queue / "pilots.tsv").splitlines()}
+    out: Dict[str, Any] = {"pilots": 0, "payload_copies": 0, "inputs_run": sum(len(v) for v in claims.values()),
+                           "core_s_held": 0.0, "core_s_busy": 0.0, "idle_core_s": {"start": 0.0, "starved": 0.0,
+                                                                                    "drain_tail": 0.0},
+                           "input_cpu_s": 0.0, "pilots_cpu_s": 0.0, "pilots_by_state": {}}
+    pilots = sorted(p for p in (run_dir / "pilots").glob("*") if p.is_dir()) if (run_dir / "pilots").is_dir() else []
+    for p in pilots:
+        out["pilots"] += 1
+        copies = _read(p / "payload-copies").strip()
+        out["payload_copies"] += int(copies) if copies.isdigit() else 0
+        own = _read(p / "pilot.tsv").split("\t")
+        mine = sorted(claims.get(p.name, []))
+        cpus = _int(own[1]) * chains if len(own) > 1 else 0
+        start = _float(own[2]) if len(own) > 2 else None
+        end = _float(own[3]) if len(own) > 3 else None
+        a = acct.get(p.name)
+        if a and len(a) >= 7:
+            state = a[1]
+            out["pilots_by_state"][state] = out["pilots_by_state"].get(state, 0) + 1
+            out["pilots_cpu_s"] += _float(a[5]) or 0.0
+        if start is None or end is None or not cpus:
+            continue
+        held = (end - start) * cpus
+        busy = sum((e - s) for s, e, _c in mine) * chains
+        out["core_s_held"] += held
+        out["core_s_busy"] += busy
+        out["input_cpu_s"] += sum(c or 0.0 for _s, _e, c in mine)
+        head = ((mine[0][0] - start) if mine else (end - start)) * cpus
+        tail = ((end - max(e for _s, e, _c in mine)) * cpus) if mine else 0.0
+        out["idle_core_s"]["start"] += max(0.0, head)
+        out["idle_core_s"]["drain_tail"] += max(0.0, tail)
+        out["idle_core_s"]["starved"] += max(0.0, held - busy - max(0.0, head) - max(0.0, tail))
+    out["idle_core_s"] = {k: round(v, 1) for k, v in out["idle_core_s"].items()}
+    for k in ("core_s_held", "core_s_busy", "input_cpu_s", "pilots_cpu_s"):
+        out[k] = round(out[k], 1)
+    out["idle_share"] = round(1 - out["core_s_busy"] / out["core_s_held"], 3) if out["core_s_held"] else None
+    return out
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _float(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _seconds(text: str) -> Optional[float]:
+    """The pilot's ``user+system`` seconds -> their sum (None when the timer said nothing)."""
+    try:
+        return sum(float(x) for x in text.split("+")) if text else None
+    except ValueError:
+        return None

@@ -1,0 +1,390 @@
+"""Late binding: pilots that claim inputs from a queue of files, seen by operate as a scheduler.
+
+A late-bound plan hands its array tasks to this wrapper instead of to the batch system. ``submit``
+puts each task in the queue directory (pilot_queue.py), a pilot (a one-node job of the real scheduler,
+see templates/pilot.sh.j2) claims a task by renaming its file into its own directory, runs the plan's
+array script for it, and commits the result by renaming the claim into ``done/``. ``records`` reads
+those files: operate tracks, retries, checks and exports late-bound tasks exactly as array tasks, and
+never learns that no sbatch made them. ``tend`` is the supervisor's care of the pilots each round.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from hpcrun.backends.scheduler.base import (
+    TERMINAL,
+    Adjust,
+    Allocation,
+    ClusterFacts,
+    JobRequest,
+    Maintenance,
+    Queued,
+    Record,
+    Scheduler,
+)
+from hpcrun.backends.scheduler.pilot_queue import (
+    Claim,
+    Queue,
+    _entries,
+    _local_time,
+    _read,
+    _seconds,
+    _write_new,
+)
+
+FAILING_MAX = 3
+
+
+@dataclass(frozen=True)
+class PilotConfig:
+    """What the manifest says of the pilots (``pilots`` table)."""
+
+    queue: str                 # the queue directory (absolute, on the shared filesystem)
+    script: str                # the pilot's batch script
+    name: str                  # the pilots' job name
+    slots: int                 # inputs a pilot runs at once
+    max_pilots: int            # pilots at once (nodes the campaign may use)
+    max_queued: Optional[int]  # the site's and campaign's cap on queued jobs
+    lease_s: float             # a pilot silent this long is fenced
+    input_s: float             # each input's expected time before any has run
+    input_limit_s: int         # each input's time limit (a retry may change it)
+    walltime_s: int            # each pilot's
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PilotConfig:
+        return cls(str(d["queue"]), str(d["script"]), str(d["name"]), int(d["slots"]), int(d["max_pilots"]),
+                   d.get("max_queued"), float(d.get("lease_s", 120)), float(d.get("input_s", 600)),
+                   int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)))
+
+
+
+class Pilots(Scheduler):
+    """The real scheduler with late binding on top: tasks go to the queue, pilots to the scheduler."""
+
+    def __init__(self, inner: Scheduler, config: PilotConfig):
+        super().__init__(inner.cluster)
+        self.inner = inner
+        self.config = config
+        self.q = Queue(Path(config.queue))
+        # the real scheduler's words (a wrapper of any registered kind, not a kind of its own)
+        self.name = inner.name                          # type: ignore[misc]
+        self.accounting = True                          # type: ignore[misc]  # the queue keeps every task's record
+        self.daemons = inner.daemons                    # type: ignore[misc]
+        self.cancel_command = "hpcrun cancel --inputs"  # type: ignore[misc]
+        self.launch = inner.launch                      # type: ignore[misc]
+
+    # -- rendering: the real scheduler's ------------------------------------------------------
+    def value_problem(self, text: str) -> str:
+        return self.inner.value_problem(text)
+
+    def options(self, request: JobRequest) -> List[str]:
+        return self.inner.options(request)
+
+    def launch_options(self, nodes: str, tasks: str, per_node: str, *, overcommit: bool = False,
+                       step: bool = True) -> List[str]:
+        return self.inner.launch_options(nodes, tasks, per_node, overcommit=overcommit, step=step)
+
+    def extra_problem(self, option: str) -> str:
+        return self.inner.extra_problem(option)
+
+    def job_identity(self, array: bool) -> List[str]:
+        return self.inner.job_identity(array)
+
+    def task_identity(self) -> List[str]:
+        return self.inner.task_identity()
+
+    def node_identity(self) -> List[str]:
+        return self.inner.node_identity()
+
+    def unanswered(self, daemon: str) -> str:
+        return self.inner.unanswered(daemon)
+
+    # -- tasks: the queue ---------------------------------------------------------------------
+    def submit(self, script: Path, *, name: str, array: Optional[str] = None, dependency: str = "",
+               adjust: Optional[Adjust] = None, text: Optional[str] = None) -> str:
+        """Put the tasks in the queue (no scheduler command); the id names them as an array's does."""
+        qid = f"L{time.time_ns() // 1000}"
+        if text is not None:
+            (self.q.d("arrays")).mkdir(parents=True, exist_ok=True)
+            path = self.q.d("arrays") / f"{qid}.sh"
+            _write_new(path, text)
+            script = path
+        walltime = (adjust.walltime_s if adjust and adjust.walltime_s else None) or self.config.input_limit_s
+        self.q.enqueue(qid, str(script), _indices(array), walltime, name)
+        return qid
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        pilots = [j for j in job_ids if not j.startswith("L")]
+        if pilots:
+            self.inner.cancel(pilots)
+        for job in job_ids:
+            if not job.startswith("L"):
+                continue
+            if "_" in job:
+                self.q.cancel(job)
+                continue
+            desc = self.q.descriptor(job)
+            for i in desc[3] if desc else ():
+                self.q.cancel(f"{job}_{i}")
+
+    def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
+        return self.inner.dependency(kind, [j for j in job_ids if not j.startswith("L")])
+
+    def records(self, job_ids: Sequence[str], since: str, *, names: Sequence[str] = (),
+                known: Optional[Mapping[str, str]] = None,
+                in_flight: Optional[Collection[str]] = None) -> Dict[str, Record]:
+        """Every task of these submissions as the queue holds it; other ids (the finalize job) asked of
+        the real scheduler."""
+        ours = {j for j in job_ids if j.startswith("L")}
+        out: Dict[str, Record] = {}
+        others = [j for j in job_ids if j not in ours]
+        if others or names:
+            out.update(self.inner.records(others, since, names=names, known=known, in_flight=in_flight))
+        if not ours:
+            return out
+        claims = {c.task: c for c in self.q.claims()}
+        for qid in ours:
+            desc = self.q.descriptor(qid)
+            if desc is None:
+                continue
+            _script, _limit, tag, indices = desc
+            for i in indices:
+                task = f"{qid}_{i}"
+                rec = self._task_record(task, tag, claims.get(task))
+                if rec is not None:
+                    out[task] = rec
+        return out
+
+    def _task_record(self, task: str, tag: str, claim: Optional[Claim]) -> Optional[Record]:
+        res = self.q.result(task)
+        if res is not None:
+            # task claim pilot slot node start end rc state cpu_s maxrss_kb
+            res += [""] * (11 - len(res))
+            _t, claim_id, _pilot, _slot, node, start, end, rc, state, cpu, rss = res[:11]
+            elapsed = float(end) - float(start) if start and end else None
+            return Record(task, claim_id, tag, state, f"{rc or 0}:0", "", elapsed,
+                          _seconds(cpu), None, node, _local_time(start), _local_time(end),
+                          int(rss) * 1024 if rss else None)
+        if claim is not None:
+            return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
+                          _local_time(claim.start) if claim.start else None, None)
+        if (self.q.d("ready") / task).exists():
+            return Record(task, task, tag, "PENDING", "0:0", "None", None, None, None, "", None, None)
+        if (self.q.d("cancelled") / task).exists():
+            return Record(task, task, tag, "CANCELLED", "0:0", "", None, None, None, "", None, None)
+        return None
+
+    def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
+              expand: bool = True, ended: bool = False) -> List[Queued]:
+        ours = [j for j in job_ids if j.startswith("L")]
+        rows: List[Queued] = []
+        if [j for j in job_ids if not j.startswith("L")] or names or user:
+            rows = self.inner.queue(job_ids=[j for j in job_ids if not j.startswith("L")], names=names,
+                                    user=user, expand=expand, ended=ended)
+        tags = set(names)
+        for qid in self._all_qids() if tags else ours:
+            desc = self.q.descriptor(qid)
+            if desc is None or (tags and desc[2] not in tags):
+                continue
+            for rec in self.records([qid], "").values():
+                rows.append(Queued(rec.job_id, qid, rec.name, rec.state, rec.reason, rec.raw_id))
+        return rows
+
+    def _all_qids(self) -> List[str]:
+        return [n for n in _entries(self.q.d("arrays")) if not n.endswith(".sh")]
+
+    def queued_count(self, user: str) -> int:
+        return self.inner.queued_count(user)
+
+    def since_text(self, moment: _dt.datetime) -> str:
+        return self.inner.since_text(moment)
+
+    def parse_time(self, text: Optional[str]) -> Optional[_dt.datetime]:
+        return self.inner.parse_time(text)
+
+    def state_of(self, job_id: str) -> Optional[str]:
+        if job_id.startswith("L"):
+            rec = self.records([job_id.split("_")[0]], "").get(job_id)
+            return rec.state if rec else None
+        return self.inner.state_of(job_id)
+
+    def maintenance(self) -> List[Maintenance]:
+        return self.inner.maintenance()
+
+    def describe(self) -> ClusterFacts:
+        return self.inner.describe()
+
+    def known_clusters(self) -> Optional[List[str]]:
+        return self.inner.known_clusters()
+
+    def allocation(self, account: Optional[str]) -> Allocation:
+        return self.inner.allocation(account)
+
+    def budget_reason(self, reason: str) -> bool:   # type: ignore[override]
+        return self.inner.budget_reason(reason)
+
+    def submit_command(self, script: str) -> str:
+        return self.inner.submit_command(script)
+
+    def job_env(self) -> Optional[str]:
+        return self.inner.job_env()
+
+    # -- the pilots -----------------------------------------------------------------------------
+    def tend(self, *, since: _dt.datetime, settled: bool, paused: bool, spent: bool, work: int = 0) -> PilotRound:
+        """One round of the pilots' care: ended or silent pilots fenced and their claims returned, the
+        expected input time written, pilots submitted up to what the work needs, the queue stopped
+        when the campaign is done. Asks the scheduler once (its pilots by name), submits at most once.
+        ``work``: the jobs the store holds pending or in flight (the queue may not have them yet)."""
+        self.q.make()
+        rnd = PilotRound(repaired=self.q.repair())
+        _flag(self.q.d("paused"), paused)
+        records = self.inner.records([], self.inner.since_text(since), names=[self.config.name])
+        by_raw = {r.raw_id: r for r in records.values() if r.raw_id}
+        self._keep_accounting(by_raw)
+        now = time.monotonic()
+        for pilot in self.q.pilots("live"):
+            rec = by_raw.get(pilot)
+            state = rec.state if rec else ""
+            if state in TERMINAL:
+                why = f"its job ended {state}"
+            elif self.q.beat_changed(pilot, now) > self.config.lease_s:
+                why = f"no heartbeat for {self.config.lease_s:.0f} s (lease expired)"
+            else:
+                continue
+            if self.q.fence(pilot):
+                rnd.fenced.append((pilot, why))
+        rnd.returned = self.q.release()
+        self._expected()
+        waiting = len(_entries(self.q.d("ready")))
+        running = sum(1 for _ in self.q.claims(("live",)))
+        active = [r for r in records.values() if r.state not in TERMINAL]
+        pending = [r for r in active if r.state == "PENDING"]
+        unseen = self._unseen(records)   # submitted, not yet in the accounting (slurmdbd hears of jobs late)
+        pending += [Record(f"unseen{i}", "", self.config.name, "PENDING", "", "", None, None, None, "", None, None)
+                    for i in range(unseen)]
+        active += pending[len(pending) - unseen:]
+        rnd.pilots = {"pending": len(pending), "running": len(active) - len(pending),
+                      "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists()),
+                      "ended": sum(1 for r in records.values() if r.state in TERMINAL)}
+        rnd.spent = spent or any(self.inner.budget_reason(r.reason) for r in pending)
+        if settled:
+            _flag(self.q.d("stop"), True)
+            return rnd
+        _flag(self.q.d("stop"), False)
+        work = max(work, waiting + running)   # the store's count: pilots start while the queue is filled
+        need = min(self.config.max_pilots, math.ceil(work / max(1, self.config.slots)))
+        if self.config.max_queued is not None:
+            need = min(need, self.config.max_queued)
+        add = need - len(active)
+        rnd.failing = self._failing(records.values())
+        if add > 0 and not pending and not rnd.spent and not paused and work and rnd.failing < FAILING_MAX:
+            rnd.submitted = self.inner.submit(Path(self.config.script), name=self.config.name,
+                                              array=f"0-{add - 1}")   # always an array: its identity
+            rnd.added = add
+            with open(self.q.root / "submitted.tsv", "a") as f:
+                f.write(f"{rnd.submitted}\t{add}\t{time.time():.0f}\n")
+        return rnd
+
+    def _failing(self, records: Collection[Record]) -> int:
+        """Pilots that failed within a minute of their start in the last ten minutes: at FAILING_MAX no new
+        one goes out (a pilot that cannot start its database, say, must not become an sbatch a round)."""
+        now = _dt.datetime.now(_dt.timezone.utc)
+        quick = 0
+        for r in records:
+            ended = self.inner.parse_time(r.end)
+            if r.state in ("FAILED", "BOOT_FAIL") and (r.elapsed_s or 0) < 60 and ended is not None \
+                    and (now - ended).total_seconds() < 600:
+                quick += 1
+        return quick
+
+    def _unseen(self, records: Mapping[str, Record], within_s: float = 600.0) -> int:
+        """Pilots this campaign submitted lately that the accounting does not list yet."""
+        seen: Dict[str, int] = {}
+        for r in records.values():
+            array = r.job_id.split("_")[0]
+            seen[array] = seen.get(array, 0) + 1
+        missing = 0
+        for line in _read(self.q.root / "submitted.tsv").splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3 and time.time() - float(parts[2]) < within_s:
+                missing += max(0, int(parts[1]) - seen.get(parts[0], 0))
+        return missing
+
+    def _keep_accounting(self, by_raw: Mapping[str, Record]) -> None:
+        """What the accounting says of each pilot (``pilots.tsv``: state, start, end, elapsed, CPU time,
+        CPUs), kept for the report: sacct sees the pilots, never the inputs in them."""
+        path = self.q.root / "pilots.tsv"
+        rows: Dict[str, str] = {}
+        for line in _read(path).splitlines():
+            rows[line.split("\t", 1)[0]] = line
+        for raw, r in by_raw.items():
+            rows[raw] = "\t".join(str(x if x is not None else "") for x in (
+                raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes))
+        if rows:
+            _write_new(path, "".join(f"{line}\n" for line in rows.values()))
+
+    def _expected(self) -> None:
+        """``expected``: the longest of the last inputs' times (with a quarter more), or the spec's
+        per-input time before any ended; a pilot claims only what its time left covers."""
+        times: List[float] = []
+        done = self.q.d("done")
+        names = _entries(done)
+        for name in names[-200:]:
+            res = _read(done / name).split("\t")
+            if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
+                times.append(float(res[6]) - float(res[5]))
+        value = max(times) * 1.25 if times else self.config.input_s
+        _write_new(self.q.root / "expected", f"{int(math.ceil(value))}\n")
+
+
+@dataclass
+class PilotRound:
+    """What one round of care did (for the round's summary and the audit trail)."""
+
+    repaired: int = 0
+    fenced: List[Tuple[str, str]] = None  # type: ignore[assignment]
+    returned: List[str] = None  # type: ignore[assignment]
+    pilots: Dict[str, int] = None  # type: ignore[assignment]
+    submitted: str = ""
+    added: int = 0
+    spent: bool = False
+    failing: int = 0      # pilots that failed at their start lately (FAILING_MAX of them hold new ones)
+
+    def __post_init__(self) -> None:
+        self.fenced = self.fenced or []
+        self.returned = self.returned or []
+        self.pilots = self.pilots or {}
+
+
+def _flag(path: Path, on: bool) -> None:
+    if on and not path.exists():
+        path.touch()
+    elif not on and path.exists():
+        path.unlink()
+
+
+def _indices(array: Optional[str]) -> List[int]:
+    """``0-3,7%2`` -> [0, 1, 2, 3, 7] (the throttle means nothing to pilots)."""
+    if not array:
+        return [0]
+    out: List[int] = []
+    for part in array.split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def wrap(inner: Scheduler, pilots: Optional[Mapping[str, Any]]) -> Scheduler:
+    """The scheduler a plan's operate side talks to: the real one, or the pilots on top of it."""
+    if not pilots:
+        return inner
+    return Pilots(inner, PilotConfig.from_dict(pilots))
+
+
+__all__ = ["Pilots", "PilotConfig", "PilotRound", "Queue", "wrap"]

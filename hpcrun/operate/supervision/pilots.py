@@ -1,0 +1,69 @@
+"""Late binding: the supervisor's care of the pilots, once a round (hpcrun/backends/scheduler/pilots.py).
+
+Pilots claim and commit without the supervisor, so nothing here bounds the dispatch rate: a round
+only returns the claims of pilots that ended or went silent, and submits the pilots the remaining work
+needs (one array, within the site's caps, none while one waits or the allocation is spent).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Dict, List, Optional
+
+from hpcrun.backends.scheduler.base import Scheduler, SubmitUncertain, Unreachable
+from hpcrun.backends.scheduler.pilots import FAILING_MAX, Pilots
+from hpcrun.operate.results import IN_FLIGHT
+from hpcrun.store.store import StateStore
+
+_FAILING: Dict[str, bool] = {}   # queue -> its pilots were failing at their start at the last round
+LOOK_BACK_S = 86400.0   # pilots asked of the accounting since this long before their walltime
+
+
+def tend(sup: Any, status: Any, jobs: Dict[str, int], settled: bool) -> Optional[Dict[str, Any]]:
+    """A supervisor's round: every pilot scheduler of its clusters tended (``jobs``: the store's plan jobs
+    by state); what the round shows of the pilots (None: arrays)."""
+    work = jobs.get("pending", 0) + sum(jobs.get(s, 0) for s in IN_FLIGHT)
+    return tend_all(sup.store, sup.campaign.id, [c.sched for c in sup.listed], settled=settled,
+                    spent=bool(status.budget_held), work=work, on_outage=sup._wait_out)
+
+
+def tend_all(store: StateStore, campaign_id: int, scheds: List[Scheduler], *, settled: bool, spent: bool,
+             work: int, on_outage: Any) -> Optional[Dict[str, Any]]:
+    """Every pilot scheduler tended; what the round shows of the pilots (None: arrays)."""
+    shown: Optional[Dict[str, Any]] = None
+    for sched in scheds:
+        if not isinstance(sched, Pilots):
+            continue
+        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(
+            seconds=LOOK_BACK_S + 2 * float(sched.config.walltime_s))
+        try:
+            care = sched.tend(since=since, settled=settled, paused=store.paused(campaign_id) is not None,
+                              spent=spent, work=work)
+        except (Unreachable, SubmitUncertain) as exc:   # asked again next round; claims wait
+            on_outage(exc)
+            continue
+        for pilot, why in care.fenced:
+            store.audit(campaign_id, "pilot", f"pilot {pilot} fenced ({why}); its claims return to the queue")
+        if care.returned:
+            store.audit(campaign_id, "pilot", f"{len(care.returned)} claim(s) returned to the queue, "
+                                              "not counted as attempts: " + ", ".join(care.returned[:20]))
+        if care.submitted:
+            store.audit(campaign_id, "pilot", f"submitted {care.added} pilot(s) as job {care.submitted}")
+        turned = (care.failing >= FAILING_MAX) != _FAILING.get(sched.config.queue, False)
+        _FAILING[sched.config.queue] = care.failing >= FAILING_MAX
+        if turned and care.failing >= FAILING_MAX:
+            store.audit(campaign_id, "pilot", f"{care.failing} pilot(s) failed within a minute of their start in "
+                                              "the last 10 minutes: no new pilot until that changes; see their "
+                                              f"logs ({sched.config.name}-<id>.out in the plan's logs/)")
+        shown = {**care.pilots, "submitted": care.added, "fenced": len(care.fenced),
+                 "returned": len(care.returned), "spent": care.spent, "failing": care.failing}
+    return shown
+
+
+def words(p: Dict[str, Any]) -> str:
+    """The pilots in a round's summary line."""
+    return (f"pilots {p['running']} running ({p['draining']} draining), {p['pending']} pending"
+            + (f", {p['submitted']} submitted" if p["submitted"] else "")
+            + (f", {p['fenced']} fenced ({p['returned']} claim(s) returned)" if p["fenced"] else "")
+            + (f", {p['failing']} failed at their start lately: none submitted" if p.get("failing", 0) >= FAILING_MAX
+               else ""))

@@ -1,0 +1,211 @@
+"""Late binding without a cluster: the plan's refusals, and the real pilot script run by bash on the queue.
+
+The pilot (bin/hpcrun-pilot.sh) runs here as Slurm would start it (its job identity in the environment),
+claiming the tasks that the operate side's Pilots scheduler put in the queue: claims, commits, fencing,
+an operator's cancel and an input's own time limit, in seconds. tests/cluster/test_late_binding.py runs
+the same on real Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import yaml
+
+from hpcrun.backends.scheduler.pilot_queue import Queue
+from hpcrun.backends.scheduler.pilots import Pilots, _indices
+from hpcrun.errors import InputError
+from hpcrun.operate.manifest import read_manifest
+from hpcrun.operate.plandir import scheduler_of
+from hpcrun.plan.load import load_plan
+from hpcrun.render.plandir import write_plan
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/pgrep"), reason="pgrep (procps) is needed")
+
+
+def _spec(root: Path, n: int, chain: List[str], **changes) -> dict:
+    raw = root / "raw"
+    raw.mkdir(exist_ok=True)
+    for i in range(n):
+        (raw / f"r{i:03d}.dat").write_text(f"input {i}\n")
+    data = {
+        "name": "latelocal", "site": {"profile": "local-test"}, "walltime": "00:01:00",
+        "container": {"runtime": "none"}, "inputs": {"glob": str(raw / "*.dat"), "checksum": "none"},
+        "jobs": {"files_per_job": 1, "chains_per_node": 1, "binding": "late",
+                 "pilot": {"walltime": "00:10:00", "slots": 2, "idle_release": "2s", "input_time": "5s"}},
+        "chain": {"command": chain}, "outputs": {"location": str(root / "out"), "pattern": "{stem}.out"},
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            data[section][field] = value
+        else:
+            data[section] = value
+    return data
+
+
+def _plan(root: Path, data: dict) -> Path:
+    (root / "out").mkdir(exist_ok=True)
+    (root / "campaign.yaml").write_text(yaml.safe_dump(data))
+    write_plan(load_plan(root / "campaign.yaml"), root / "plan")
+    return root / "plan"
+
+
+COPY = ["/bin/sh", "-c", 'sleep "$0"; exec cp "$1" "$2"', "0.2", "{input}", "{output}"]
+
+
+def _pilots(plan: Path) -> Pilots:
+    sched = scheduler_of(read_manifest(plan))
+    assert isinstance(sched, Pilots)
+    return sched
+
+
+def _enqueue(plan: Path, n: int) -> str:
+    sched = _pilots(plan)
+    script = next((plan / "jobs").glob("*"))
+    return sched.submit(script, name="latelocal.tag1", array=f"0-{n - 1}%4")
+
+
+def _pilot(plan: Path, job_id: str, **env: str) -> subprocess.Popen:
+    environ = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SLURM_JOB_ID": job_id, "SLURM_JOB_NUM_NODES": "1",
+               "SLURM_ARRAY_TASK_ID": "0", "SLURMD_NODENAME": "n1", **env}
+    return subprocess.Popen(["env", "-i", *[f"{k}={v}" for k, v in environ.items()], "bash",
+                             str(plan / "bin" / "hpcrun-pilot.sh")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait(proc: subprocess.Popen, timeout: float = 60) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    return out
+
+
+def _results(plan: Path) -> Dict[str, List[str]]:
+    done = plan / "queue" / "done"
+    return {p.name: p.read_text().rstrip("\n").split("\t") for p in done.iterdir()} if done.exists() else {}
+
+
+def test_two_pilots_run_every_input_once_and_the_records_say_how(tmp_path):
+    plan = _plan(tmp_path, _spec(tmp_path, 12, COPY))
+    qid = _enqueue(plan, 12)
+    a, b = _pilot(plan, "501"), _pilot(plan, "502")
+    logs = _wait(a) + _wait(b)
+    results = _results(plan)
+    assert sorted(results) == sorted(f"{qid}_{i}" for i in range(12)), logs
+    assert {r[8] for r in results.values()} == {"COMPLETED"}, logs
+    assert {r[2] for r in results.values()} <= {"501", "502"}
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.out")) == [f"r{i:03d}.out" for i in range(12)]
+    assert not list((tmp_path / "out" / ".hpcrun-claims").glob("*")), "claims' outputs left behind"
+    # what operate reads: every task as the scheduler's record of an array task would say it
+    records = _pilots(plan).records([qid], "")
+    assert len(records) == 12 and {r.state for r in records.values()} == {"COMPLETED"}
+    rec = records[f"{qid}_0"]
+    assert rec.nodes == "n1" and rec.raw_id.split(".")[0] in ("501", "502") and rec.elapsed_s >= 0.2
+    assert rec.name == "latelocal.tag1" and rec.exit_code == "0:0"
+    # the claim's run directory is run/<job>/<claim id>, as an array task's is run/<job>/<job id>
+    assert (plan / "run" / "latelocal.00001" / rec.raw_id / "exit_code").read_text().strip() == "0"
+    # both pilots stopped by themselves (idle), holding nothing
+    assert not list((plan / "queue" / "live").iterdir())
+    assert "nothing to claim for 2 s: released" in logs
+
+
+def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", 'sleep 4; exec cp "$0" "$1"', "{input}", "{output}"]))
+    qid = _enqueue(plan, 2)
+    q = Queue(plan / "queue")
+    pilot = _pilot(plan, "601")
+    deadline = time.monotonic() + 20
+    while sum(1 for _ in q.claims(("live",))) < 2:
+        assert time.monotonic() < deadline, "the pilot claimed nothing"
+        time.sleep(0.1)
+    assert {r.state for r in _pilots(plan).records([qid], "").values()} == {"RUNNING"}
+    assert q.fence("601")                       # its lease expired: the supervisor gives up on it
+    logs = _wait(pilot, 30)
+    assert _results(plan) == {}, logs           # nothing committed by the fenced pilot
+    assert not list((tmp_path / "out").glob("*.out")), "a fenced claim moved its output into place"
+    assert sorted(q.release()) == [f"{qid}_0", f"{qid}_1"]   # back in the queue, no attempt counted
+    assert {r.state for r in _pilots(plan).records([qid], "").values()} == {"PENDING"}
+    assert (plan / "queue" / "ended" / "601").is_dir()
+    # another pilot then runs them
+    again = _pilot(plan, "602")
+    logs = _wait(again, 60)
+    assert {r[8] for r in _results(plan).values()} == {"COMPLETED"}, logs
+    assert len(list((tmp_path / "out").glob("*.out"))) == 2
+
+
+def test_an_operator_cancel_and_an_input_time_limit_end_their_inputs(tmp_path):
+    slow = ["/bin/sh", "-c", 'case "$0" in *r000*) sleep 30 ;; *r001*) sleep 300 ;; esac; exec cp "$0" "$1"',
+            "{input}", "{output}"]
+    data = _spec(tmp_path, 3, slow, walltime="00:00:20")
+    data["jobs"]["pilot"]["slots"] = 3
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 3)
+    # an input's time limit from the queue's descriptor (a retry may change it); signal before: 2 s
+    pilot = _pilot(plan, "701")
+    deadline = time.monotonic() + 20
+    while not (plan / "queue" / "live" / "701" / f"{qid}_0").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1)
+    _pilots(plan).cancel([f"{qid}_0"])           # hpcrun cancel --inputs of a running input
+    logs = _wait(pilot, 90)
+    results = _results(plan)
+    assert results[f"{qid}_0"][8] == "CANCELLED", logs
+    assert results[f"{qid}_2"][8] == "COMPLETED", logs
+    # past its limit the input got the job's own pre-timeout signal: exit 10 (time limit), as in array mode
+    assert results[f"{qid}_1"][7] == "10" and results[f"{qid}_1"][8] == "FAILED", logs
+    assert 10 <= float(results[f"{qid}_1"][6]) - float(results[f"{qid}_1"][5]) <= 30
+
+
+def test_the_queue_completes_an_enqueue_cut_short_and_cancels_waiting_tasks(tmp_path):
+    q = Queue(tmp_path / "queue")
+    q.make()
+    (q.d("arrays") / "L1").write_text("script.sh\t60\ttag\t0,1,2,5\n")   # cut short: no task, no .complete
+    (q.d("ready") / "L1_0").touch()
+    assert q.repair() == 3 and sorted(p.name for p in q.d("ready").iterdir()) == ["L1_0", "L1_1", "L1_2", "L1_5"]
+    assert q.repair() == 0
+    q.cancel("L1_2")
+    assert (q.d("cancelled") / "L1_2").exists() and not (q.d("ready") / "L1_2").exists()
+    assert _indices("0-3,7%2") == [0, 1, 2, 3, 7] and _indices(None) == [0]
+
+
+def test_the_lease_is_read_against_the_heartbeat_itself(tmp_path):
+    q = Queue(tmp_path / "queue")
+    q.make()
+    (q.d("live") / "9").mkdir()
+    beat = q.d("live") / "9" / "beat"
+    beat.touch()
+    os.utime(beat, (1, 1))          # a node whose clock is decades behind: not a silent pilot
+    assert q.beat_changed("9", 1000.0) == 0.0
+    assert q.beat_changed("9", 1100.0) == 100.0        # unchanged for 100 s of our clock
+    os.utime(beat, (2, 2))
+    assert q.beat_changed("9", 1200.0) == 0.0           # renewed
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"jobs__nodes": 2}, "jobs.nodes"),
+    ({"jobs__locality": "prefer"}, "jobs.locality"),
+    ({"jobs__array": "never"}, "jobs.array"),
+    ({"jobs__pilot": {"walltime": "00:01:30", "drain_margin": "60s"}}, "jobs.pilot.walltime"),
+    ({"jobs__pilot": {"slots": 9}}, "jobs.pilot.slots"),
+])
+def test_what_cannot_be_bound_late_is_refused_with_its_key(tmp_path, change, key):
+    data = _spec(tmp_path, 2, COPY)
+    data["merge"] = {"command": ["/bin/true", "{output}", "{parts}"]}   # two nodes: two chains' parts
+    for k, v in change.items():
+        data["jobs"][k.split("__")[1]] = v
+    with pytest.raises(InputError) as err:
+        _plan(tmp_path, data)
+    assert key in str(err.value), str(err.value)
+
+
+def test_a_burst_buffer_cannot_be_bound_late(tmp_path):
+    data = _spec(tmp_path, 2, COPY)
+    data["burst_buffer"] = {"capacity": "1GB", "stage_inputs": True}
+    with pytest.raises(InputError) as err:
+        _plan(tmp_path, data)
+    assert "burst_buffer" in str(err.value) and "submission" in str(err.value)
