@@ -46,6 +46,13 @@
     outages.hidden = !s.outages.length;
     outages.textContent = s.outages.join("; ");
     rows("audit", true, s.audit.map(e => [e.at, e.who, e.command, e.detail]));
+    const pilots = document.getElementById("pilots-part");
+    pilots.hidden = !s.pilots;
+    if (s.pilots) {
+      text("pilots-line", `${s.pilots.running} input(s) running in ${s.pilots.pilots.length} pilot(s), ` +
+           `${s.pilots.waiting} waiting in the queue, ${s.pilots.done} done, ${s.pilots.fenced} pilot(s) ended`);
+      rows("pilots", true, s.pilots.pilots.map(p => [p.pilot, p.node, p.state, `${p.inputs}/${p.slots}`, p.ends || ""]));
+    }
     document.body.dataset.updated = s.generated_at;
   }
   async function refresh() {

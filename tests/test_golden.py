@@ -20,6 +20,7 @@ CASES = {
     "star-generic-apptainer": ["jobs/array001.sbatch", "bin/hpcrun-chain.sh", "bin/hpcrun-checksum.py",
                                "jobs/finalize.sbatch"],
     "analysis-train-lustre": ["jobs/array001.sbatch", "bin/hpcrun-chain.sh"],
+    "star-generic-apptainer-late": ["bin/hpcrun-pilot.sh", "jobs/array001.sbatch"],
 }
 
 

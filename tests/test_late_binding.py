@@ -209,3 +209,69 @@ def test_a_burst_buffer_cannot_be_bound_late(tmp_path):
     with pytest.raises(InputError) as err:
         _plan(tmp_path, data)
     assert "burst_buffer" in str(err.value) and "submission" in str(err.value)
+
+
+def test_run_tends_the_pilots_and_the_live_page_shows_them(tmp_path, fake_slurm):
+    """`hpcrun run` on a fake scheduler (its pilot submission goes nowhere) while a pilot run by bash claims the
+    inputs: the supervisor records each input from the queue, stops the pilot at the end, and the live page
+    (headless Chromium) lists the pilot and its inputs while it runs."""
+    from hpcrun.operate.supervision.supervise import run
+    from hpcrun.report.web import summary
+
+    from . import browser
+
+    chain = ["/bin/sh", "-c", 'sleep 2; exec cp "$0" "$1"', "{input}", "{output}"]
+    plan = _plan(tmp_path, _spec(tmp_path, 6, chain))
+    pilots: List[subprocess.Popen] = []
+    seen: Dict[str, object] = {}
+
+    def between(rnd):
+        if not pilots and any((plan / "queue" / "ready").glob("*")):
+            pilots.append(_pilot(plan, "900"))
+        if "page" not in seen and (plan / "queue" / "live" / "900").exists() and \
+                any(Queue(plan / "queue").claims(("live",))):
+            seen["summary"] = summary(plan)
+            seen["page"] = _live_page(plan)
+
+    report = run(plan, interval=1, on_round=between, sleep=time.sleep, max_rounds=120)
+    assert report.outcome == "finished", report
+    logs = _wait(pilots[0], 60)
+    assert "the campaign is done" in logs or "released" in logs or "pilot ends" in logs, logs
+    assert len(list((tmp_path / "out").glob("*.out"))) == 6
+    assert len(_results(plan)) == 6
+    assert any("--job-name=latelocal.pilot" in a and "--array=0-2" in a for a in fake_slurm.args()), \
+        fake_slurm.args()   # one array of pilots for 6 inputs of 2 slots (3 nodes), no per-input sbatch
+    assert sum(1 for a in fake_slurm.args() if "--job-name=latelocal.pilot" in a) == 1
+    live = seen["summary"]["pilots"]
+    assert live["pilots"][0]["pilot"] == "900" and live["pilots"][0]["node"] == "n1", live
+    assert (plan / "queue" / "stop").exists()
+    reason = browser.why_not()
+    if reason:
+        pytest.skip(f"the live page was not opened: no headless browser ({reason})")
+    assert seen["page"] == ("900", "n1"), seen["page"]
+
+
+def _live_page(plan: Path):
+    """The pilots' table of `hpcrun serve`'s page in headless Chromium, or None without one."""
+    from hpcrun.report.web import make_server
+
+    from . import browser
+    if browser.why_not():
+        return None
+    import threading
+    srv = make_server(plan, port=0, min_age=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    got = {}
+
+    def check(page):
+        assert not page.is_hidden("#pilots-part")
+        cells = page.eval_on_selector_all("#pilots tr td", "tds => tds.map(t => t.textContent)")
+        got["row"] = (cells[0], cells[1])
+        assert "running" in cells[2], cells
+
+    try:
+        browser.open_page(f"http://127.0.0.1:{srv.server_address[1]}/", "dashboard-pilots.png", check)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    return got.get("row")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.backends.scheduler.pilot_queue import Queue
 from hpcrun.operate.campaign.forecast import line as forecast_line
 from hpcrun.operate.plandir import clusters_of
 from hpcrun.operate.tracking.outages import ALLOCATION
@@ -88,6 +89,7 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
                   for h in store.cluster_health(campaign.id)]
         outages = [o["line"] if o["daemon"] == ALLOCATION else o["text"]   # the held jobs, not the daemon's words
                    for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)]
+        pilots = Queue(Path(manifest.pilots["queue"])).view() if manifest.pilots else None   # late binding
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
             "succeeded": report.succeeded, "merit": merit_rows(report) + health,
@@ -96,7 +98,7 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
             "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,
             "paused": held.text() if held else None, "outages": outages, "audit": log,
-            "forecast": forecast_line(report.forecast) if report.forecast else ""}
+            "forecast": forecast_line(report.forecast) if report.forecast else "", "pilots": pilots}
 
 
 @dataclass

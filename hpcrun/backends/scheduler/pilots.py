@@ -244,7 +244,8 @@ class Pilots(Scheduler):
         self.q.make()
         rnd = PilotRound(repaired=self.q.repair())
         _flag(self.q.d("paused"), paused)
-        records = self.inner.records([], self.inner.since_text(since), names=[self.config.name])
+        records = self._ours(self.inner.records([], self.inner.since_text(since), names=[self.config.name],
+                                                in_flight=self._running_pilots()))
         by_raw = {r.raw_id: r for r in records.values() if r.raw_id}
         self._keep_accounting(by_raw)
         now = time.monotonic()
@@ -291,6 +292,13 @@ class Pilots(Scheduler):
                 f.write(f"{rnd.submitted}\t{add}\t{time.time():.0f}\n")
         return rnd
 
+    def _ours(self, records: Mapping[str, Record]) -> Dict[str, Record]:
+        """The pilots of this queue: submitted by it, or seen in it (an earlier plan of a campaign of the same
+        name had pilots of the same name)."""
+        arrays = {line.split("\t")[0] for line in _read(self.q.root / "submitted.tsv").splitlines()}
+        seen = set(self.q.pilots("live")) | set(self.q.pilots("fenced")) | set(self.q.pilots("ended"))
+        return {k: r for k, r in records.items() if r.job_id.split("_")[0] in arrays or r.raw_id in seen}
+
     def _failing(self, records: Collection[Record]) -> int:
         """Pilots that failed within a minute of their start in the last ten minutes: at FAILING_MAX no new
         one goes out (a pilot that cannot start its database, say, must not become an sbatch a round)."""
@@ -316,6 +324,16 @@ class Pilots(Scheduler):
                 missing += max(0, int(parts[1]) - seen.get(parts[0], 0))
         return missing
 
+    def _running_pilots(self) -> List[str]:
+        """The pilots (as the accounting keys them) last seen not ended: those of them that ended now get
+        their steps read (the CPU time, which the accounting's job line leaves at 0)."""
+        out = []
+        for line in _read(self.q.root / "pilots.tsv").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 9 and parts[1] not in TERMINAL and parts[8]:
+                out.append(parts[8])
+        return out
+
     def _keep_accounting(self, by_raw: Mapping[str, Record]) -> None:
         """What the accounting says of each pilot (``pilots.tsv``: state, start, end, elapsed, CPU time,
         CPUs), kept for the report: sacct sees the pilots, never the inputs in them."""
@@ -325,7 +343,7 @@ class Pilots(Scheduler):
             rows[line.split("\t", 1)[0]] = line
         for raw, r in by_raw.items():
             rows[raw] = "\t".join(str(x if x is not None else "") for x in (
-                raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes))
+                raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes, r.job_id))
         if rows:
             _write_new(path, "".join(f"{line}\n" for line in rows.values()))
 

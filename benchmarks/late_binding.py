@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Late binding against array mode (issue 47), on the running test cluster (3 nodes x 8 CPUs).
+
+    python3 tests/cluster/harness.py start --nodes 3
+    python3 benchmarks/late_binding.py [--cases short,dispatch,limit]
+
+short     200 one-CPU inputs of 3 s: late binding (tests/cluster/test_late_binding.py) and array mode
+          (tests/cluster/test_scheduler_rpcs.py) in the same run. Goal: late ends within 30 s of
+          `hpcrun run` starting (the work's floor is 27 s), with one sbatch and at most 30 controller RPCs.
+dispatch  2000 no-op inputs: inputs per second across the 3 nodes once the pilots run (goal: 200/s).
+limit     10^4 one-second inputs with max_queued_jobs: 10 (goal: it ends, every input done once).
+
+Each case prints the test's own JSON figures; a table follows. Needs root (jobs run as the test user;
+root resets the RPC counters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional
+
+from cluster_test import run_cluster_test
+
+
+def _late(inputs: int, work: str, extra: Optional[Dict[str, str]] = None) -> Optional[dict]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        rc = run_cluster_test("tests/cluster/test_late_binding.py", "short_inputs",
+                              {"HPCRUN_LATE_INPUTS": str(inputs), "HPCRUN_LATE_WORK_S": work,
+                               "HPCRUN_LATE_RESULT": out.name, "HPCRUN_LATE_TIMEOUT": "7200", **(extra or {})})
+        text = Path(out.name).read_text()
+        return json.loads(text) if rc == 0 and text else None
+
+
+def _array(inputs: int, work: str) -> Optional[dict]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        rc = run_cluster_test("tests/cluster/test_scheduler_rpcs.py", "asks_the_controller",
+                              {"HPCRUN_RPC_INPUTS": str(inputs), "HPCRUN_RPC_INTERVAL": "5",
+                               "HPCRUN_RPC_WORK_S": work, "HPCRUN_RPC_RESULT": out.name})
+        text = Path(out.name).read_text()
+        return json.loads(text) if rc == 0 and text else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="short,dispatch,limit")
+    args = ap.parse_args()
+    cases = args.cases.split(",")
+    rows = []
+    if "short" in cases:
+        late, array = _late(200, "3"), _array(200, "3")
+        if late:
+            rows.append(("short: late, 200 x 3 s", f"{late['to_last_output_s']} s to the last output "
+                         f"(run {late['run_wall_s']} s), {late['sbatch']} sbatch, "
+                         f"{late['controller_user_total']} controller RPCs, {late['pilots']} pilots"))
+        if array:
+            rows.append(("short: array, 200 x 3 s", f"run {array['wall_s']} s, "
+                         f"{array['controller_user_total']} controller RPCs"))
+        if late and array:
+            rows.append(("short: late against array (run walls)", f"{late['run_wall_s'] / array['wall_s']:.2f}"))
+    if "dispatch" in cases:
+        d = _late(2000, "0")
+        if d:
+            rows.append(("dispatch: 2000 no-op inputs", f"{d['dispatch_per_s']} inputs/s from the first claim to "
+                         f"the last end, {d['pilots']} pilots; goal 200/s"))
+    if "limit" in cases:
+        lim = _late(10000, "1", {"HPCRUN_LATE_MAX_QUEUED": "10"})
+        if lim:
+            rows.append(("limit: 10^4 x 1 s, max_queued_jobs 10", f"done once each in {lim['run_wall_s']} s, "
+                         f"{lim['pilots']} pilots, {lim['sbatch']} sbatch"))
+    print()
+    for what, value in rows:
+        print(f"{what:<42} {value}")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
