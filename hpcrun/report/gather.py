@@ -5,11 +5,13 @@ Used by ``hpcrun report`` and by the live view (``hpcrun serve``); both read the
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+from hpcrun.backends.scheduler.base import SchedulerError
 from hpcrun.backends.scheduler.pilot_queue import figures as pilot_figures
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.campaign import forecast
@@ -65,9 +67,24 @@ def report_of(manifest: Manifest, store: StateStore, campaign: Campaign,
         report.reclaimed = _reclaimed(plan_dir)
         report.node_cache = _node_cache(plan_dir)
         if manifest.pilots:   # late binding: what the pilots held and copied (the accounting sees only them)
+            _pilots_accounting(manifest)
             report.pilots = pilot_figures(Path(manifest.pilots["queue"]), plan_dir / "run",
                                           int(manifest.pilots.get("chains") or 1))
     return report
+
+
+def _pilots_accounting(manifest: Manifest) -> None:
+    """Pilots that ended after the supervisor's last round read from the accounting once (their CPU time);
+    a report made where the scheduler does not answer shows what was kept."""
+    sched = clusters_of(manifest)[0].sched
+    refresh = getattr(sched, "refresh_accounting", None)
+    if refresh is None:
+        return
+    try:
+        refresh(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1, seconds=2 * int(
+            manifest.pilots.get("walltime_s") or 0) if manifest.pilots else 0))
+    except SchedulerError:
+        pass
 
 
 def _tsv_lines(plan_dir: Path, pattern: str) -> Iterator[List[str]]:

@@ -262,3 +262,5 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
     assert all((r / "qa.tsv").read_text().split()[3] == "pass" for r in claims if (r / "qa.tsv").exists())
     assert report["pilots"]["payload_copies"] == len(pilots), report["pilots"]
     assert report["pilots"]["inputs_run"] == n + 1, report["pilots"]
+    # the pilots' own CPU time, read from the accounting once they ended (after the supervisor's last round)
+    assert report["pilots"]["pilots_cpu_s"] > 0 and report["pilots"]["input_cpu_s"] > 0, report["pilots"]

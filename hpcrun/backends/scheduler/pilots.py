@@ -324,6 +324,15 @@ class Pilots(Scheduler):
                 missing += max(0, int(parts[1]) - seen.get(parts[0], 0))
         return missing
 
+    def refresh_accounting(self, since: _dt.datetime) -> None:
+        """The pilots that ended after the supervisor's last round (they stop once it finished) read from
+        the accounting now, with their CPU time; one query, and none when every pilot's end is kept."""
+        running = self._running_pilots()
+        if running:
+            records = self._ours(self.inner.records([], self.inner.since_text(since), names=[self.config.name],
+                                                    in_flight=running))
+            self._keep_accounting({r.raw_id: r for r in records.values() if r.raw_id})
+
     def _running_pilots(self) -> List[str]:
         """The pilots (as the accounting keys them) last seen not ended: those of them that ended now get
         their steps read (the CPU time, which the accounting's job line leaves at 0)."""
@@ -342,6 +351,9 @@ class Pilots(Scheduler):
         for line in _read(path).splitlines():
             rows[line.split("\t", 1)[0]] = line
         for raw, r in by_raw.items():
+            kept = rows.get(raw, "").split("\t")
+            if len(kept) > 1 and kept[1] in TERMINAL:   # its end was read with its steps: kept as it was
+                continue
             rows[raw] = "\t".join(str(x if x is not None else "") for x in (
                 raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes, r.job_id))
         if rows:
