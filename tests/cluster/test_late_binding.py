@@ -210,7 +210,10 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
     assert outlived, ("the slow input's first pilot was not fenced with it", ended, log)
     states = {line.split("\t")[0]: line.split("\t")[1]
               for line in (c.plan / "queue" / "pilots.tsv").read_text().splitlines()}
-    assert states[cancelled] == "CANCELLED" and states[outlived[0]] == "TIMEOUT", (states, log)
+    # the slow input may have been returned before (by the cancelled or the crashed pilot): one of the pilots
+    # that gave it back is the one whose walltime ended under it
+    assert states[cancelled] == "CANCELLED" and any(states.get(p) == "TIMEOUT" for p in outlived), \
+        (states, outlived, log)
 
 
 @pytest.mark.postgres
