@@ -123,7 +123,16 @@ def _pilots_entry(plan: Plan, plan_dir: str) -> Optional[Dict[str, Any]]:
             "slots": p.slots, "chains": p.chains, "cpus": p.cpus, "max_pilots": p.max_pilots,
             "max_queued": min(caps) if caps else None, "lease_s": p.lease_s, "input_s": p.input_s,
             "input_limit_s": p.input_limit_s, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
-            "idle_s": p.idle_s}
+            "idle_s": p.idle_s, "server_key": server_key(plan)}
+
+
+def server_key(plan: Plan) -> str:
+    """What a pilot starts once for every input it runs (database server and payload, container): a
+    generation that changes it cannot be run by the pilots already out (generations.py refuses it)."""
+    c = plan.campaign.container
+    db = plan.database
+    held = [c.runtime, c.image, list(c.options), None if db is None else [db.server, db.payload, list(db.options)]]
+    return hashlib.sha256(json.dumps(held).encode()).hexdigest()[:16]
 
 
 def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import shutil
 import subprocess
 import time
 import zlib
@@ -184,3 +185,67 @@ def test_reprocess_all_reruns_into_a_new_location(slurm_cluster, hpcrun_bin, exa
     assert len(again) == 6 and all(Path(r["output"]).parent == new_out for r in again)
     assert all(r["checksum"] == _sum(Path(r["output"]), r["checksum"]) and r["release"] == "reco-2.0" for r in again)
     assert all(_sum(p, s) == s for p, s in old.items())                     # the old outputs untouched
+
+
+def _claims(c: Campaign) -> list:
+    """Every committed claim of a late-bound campaign (the queue's done/ records, written by the pilots),
+    with the plan job it ran, its time limit (the queue's descriptor) and the release its own log names."""
+    q = c.plan / "queue"
+    out = []
+    for p in sorted((q / "done").iterdir()):
+        task, cid, pilot, slot, node, _t0, _t1, rc, state = p.read_text().split("\t")[:9]
+        limit = int((q / "arrays" / task.split("_")[0]).read_text().split("\t")[1])
+        job = next(d.parent.name for d in (c.plan / "run").glob(f"*/{cid}"))
+        log = (c.plan / "run" / "pilots" / pilot / "claims" / f"{cid}.log").read_text()
+        out.append({"task": task, "claim": cid, "pilot": pilot, "slot": slot, "node": node, "state": state,
+                    "rc": rc, "job": job, "number": int(job.rsplit(".", 1)[1]), "limit": limit,
+                    "release": log.split(", release ", 1)[1].split(",", 1)[0]})
+    return out
+
+
+def test_late_bound_pilots_take_up_a_new_generation_at_their_next_claim(slurm_cluster, hpcrun_bin, example_root):
+    """The late-binding twin: one pilot of 2 slots runs generation 1's inputs, the release and walltime
+    change under way, and the same pilot (not restarted) runs generation 2's from its next claim on,
+    each input under its own generation's script, release and time limit."""
+    files = _inputs(slurm_cluster, example_root, "gen-late", 16)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "gen-late", burst_buffer=None, inputs={"files": files[:12]},
+                 chain_extra=["--linger", "4"], software={"release": "reco-1.0"}, walltime="00:05:00",
+                 jobs={"files_per_job": 1, "chains_per_node": 2, "binding": "late",
+                       "pilot": {"walltime": "00:20:00", "slots": 2, "nodes": 1}})
+    shutil.rmtree(c.plan, ignore_errors=True)
+    proc = c.hp("plan", str(c.spec), "--out", str(c.plan))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sup = _supervisor(c, None)
+    try:
+        slurm_cluster.wait_until(lambda: _status(c, None)["inputs"].get("done", 0) >= 4, timeout=400, interval=3)
+        done_before = {j["job"] for j in _status(c, None)["jobs"] if j["status"] == "done"}
+        _edit(c, software={"release": "reco-1.1"}, walltime="00:07:00", inputs={"files": files})
+        applied = c.hp("plan", str(c.spec), "--out", str(c.plan), "--apply")
+        assert applied.returncode == 0 and "generation 2" in applied.stdout, applied.stdout + applied.stderr
+        db = yaml.safe_load(c.spec.read_text())["database"]
+        _edit(c, database=dict(db, options=db["options"] + ["--max-connections=50"]))   # a pilot's server: refused
+        refused = c.hp("plan", str(c.spec), "--out", str(c.plan), "--apply")
+        assert refused.returncode == 2 and "database or container" in refused.stderr, refused.stdout + refused.stderr
+        out, err = sup.communicate(timeout=900)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+    assert sup.returncode == 0, out[-2000:] + err[-2000:]
+    assert json.loads(out)["outcome"] == "finished"
+
+    claims = _claims(c)
+    assert collections.Counter(r["state"] for r in claims) == {"COMPLETED": 16}, claims
+    assert len({r["job"] for r in claims}) == 16                               # each input done exactly once
+    assert not done_before & {r["job"] for r in claims if r["number"] > 12}
+    for r in claims:                                                           # each under its own generation
+        want = ("reco-1.1", 420) if r["number"] > 12 else ("reco-1.0", 300)
+        assert (r["release"], r["limit"]) == want, r
+    pilots = {r["pilot"] for r in claims}
+    both = [p for p in pilots if {r["number"] > 12 for r in claims if r["pilot"] == p} == {True, False}]
+    assert both, f"no pilot ran inputs of both generations: {claims}"          # taken up without a restart
+    records = _outputs(c, None)
+    assert len(records) == 16 and {r["generation"] for r in records} == {1, 2}
+    for r in records:
+        assert r["checksum"] == _sum(Path(r["output"]), r["checksum"]), r
+        assert r["release"] == ("reco-1.1" if r["generation"] == 2 else "reco-1.0")
+        assert r["pilot"] in pilots and r["slot"] in ("0", "1") and r["node"].startswith("nid"), r

@@ -30,11 +30,17 @@ def _export_in_flight(sent: Path) -> bool:
     return sent.exists() and any(p.name.endswith(".hpcrun-part") for p in sent.iterdir())
 
 
-def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_cluster, hpcrun_bin, xrootd_origin):
+@pytest.mark.parametrize("binding", ["array", "late"])
+def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_cluster, hpcrun_bin, xrootd_origin,
+                                                                      binding):
+    """The late-binding twin claims the same inputs in 2 pilots of 2 slots: what is exported, and its
+    records, do not depend on who ran the job."""
+    sfx = "" if binding == "array" else "-late"
+    late = {"binding": "late", "pilot": {"walltime": "00:10:00", "slots": 2, "nodes": 2}} if sfx else {}
     data = {f"run{n:03d}": os.urandom(SIZE) for n in range(FILES)}
-    urls = {name: xrootd_origin.put(f"store/raw/{name}.raw", d) for name, d in data.items()}
+    urls = {name: xrootd_origin.put(f"store/raw{sfx}/{name}.raw", d) for name, d in data.items()}
     work = slurm_cluster.workdir
-    out = slurm_cluster.pfs / "out-export"
+    out = slurm_cluster.pfs / f"out-export{sfx}"
     out.mkdir()
     slurm_cluster.chown(out)
     slurm_cluster.write(work / "inputs-export.txt", "".join(f"{u} {SIZE} 100\n" for u in urls.values()))
@@ -45,10 +51,10 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
         "xrootd": {"xrdcp": slow, "retries": 3, "connection_retry": 2, "connection_window": "1s",
                    "request_timeout": "20s"},
         "exports": {"streams": 2, "backoff": "2s", "max_backoff": "8s"}}))
-    export = f"{xrootd_origin.origin.url}//store/reco"
-    spec = {"name": "e2e-export", "site": {"profile": "xrd-export"}, "walltime": "00:05:00",
+    export = f"{xrootd_origin.origin.url}//store/reco{sfx}"
+    spec = {"name": f"e2e-export{sfx}", "site": {"profile": "xrd-export"}, "walltime": "00:05:00",
             "inputs": {"list_file": "inputs-export.txt"},
-            "jobs": {"files_per_job": 1, "chains_per_node": 1},
+            "jobs": {"files_per_job": 1, "chains_per_node": 1, **late},
             "chain": {"command": ["/bin/cp", "{input}", "{output}"]},
             "outputs": {"location": str(out), "pattern": "{stem}.out", "export": export}}
     slurm_cluster.write(work / "export.yaml", yaml.safe_dump(spec, sort_keys=False))
@@ -57,19 +63,19 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
     def hp(*args, timeout=300):
         return slurm_cluster.run_as_user([hpcrun_bin, *args], cwd=str(work), env=env, timeout=timeout)
 
-    planned = hp("plan", "export.yaml", "--out", "plan-export")
+    planned = hp("plan", "export.yaml", "--out", f"plan-export{sfx}")
     assert planned.returncode == 0, planned.stdout + planned.stderr
-    plan = work / "plan-export"
-    xrootd_origin.put("store/raw/run001.raw", bytes(b ^ 0xFF for b in data["run001"]))   # corrupted after planning
+    plan = work / f"plan-export{sfx}"
+    xrootd_origin.put(f"store/raw{sfx}/run001.raw", bytes(b ^ 0xFF for b in data["run001"]))   # corrupted after planning
 
     events: list = []
     stop = threading.Event()
-    sent = xrootd_origin.data / "store" / "reco"
+    sent = xrootd_origin.data / "store" / f"reco{sfx}"
     killer = threading.Thread(target=crash_when, args=(lambda: _export_in_flight(sent), xrootd_origin.origin, events,
                                                        stop, 0.02), daemon=True)
     killer.start()
     started = time.monotonic()
-    run = hp("run", "plan-export", "--interval", "2", timeout=900)
+    run = hp("run", f"plan-export{sfx}", "--interval", "2", timeout=900)
     wall = time.monotonic() - started
     stop.set()
     killer.join(timeout=30)
@@ -82,10 +88,10 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
     for n in good:
         assert (sent / f"{n}.out").read_bytes() == data[n], n
 
-    status = json.loads(hp("status", "plan-export", "--json").stdout)
+    status = json.loads(hp("status", f"plan-export{sfx}", "--json").stdout)
     assert status["inputs"]["done"] == len(good) and status["inputs"]["exporting"] == 0, status["inputs"]
     assert status["inputs"]["parked"] == 1
-    report = json.loads(hp("report", "plan-export", "--json", "--no-plots").stdout)
+    report = json.loads(hp("report", f"plan-export{sfx}", "--json", "--no-plots").stdout)
     e = report["exports"]
     assert e["files"] == {"pending": 0, "verified": len(good), "failed": 0} and e["bytes"] == len(good) * SIZE
     assert e["mb_per_s"] > 0 and e["backlog"] == 0
@@ -93,4 +99,4 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
           f"failed attempts {e['failed_attempts']} (origin SIGKILLed and restarted during an export), "
           f"campaign wall {wall:.0f} s; attempts by class {report['attempts_by_class']}")
     metrics = (plan / "metrics.prom").read_text()
-    assert f'hpcrun_export_files{{campaign="e2e-export",state="verified"}} {len(good)}' in metrics
+    assert f'hpcrun_export_files{{campaign="e2e-export{sfx}",state="verified"}} {len(good)}' in metrics

@@ -32,7 +32,10 @@ def servers():
     s.stop()
 
 
-def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict) -> tuple:
+LATE = {"binding": "late", "pilot": {"walltime": "00:10:00", "slots": 2, "nodes": 2}}
+
+
+def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict, jobs: dict = {}) -> tuple:
     work = cluster.workdir / name
     work.mkdir()
     cluster.chown(work)
@@ -43,7 +46,7 @@ def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict) -> tuple
         "name": "xrd-local", "extends": "local-test", "xrootd": {"retries": 1, **xrootd}}))
     cluster.write(work / "campaign.yaml", yaml.safe_dump({
         "name": f"xrd-{name}", "site": {"profile": "xrd-local"}, "walltime": "00:05:00",
-        "inputs": {"files": urls}, "jobs": {"files_per_job": 4, "chains_per_node": 1},
+        "inputs": {"files": urls}, "jobs": {"files_per_job": 4, "chains_per_node": 1, **jobs},
         "chain": {"command": ["/bin/cp", "{input}", "{output}"]},
         "outputs": {"location": str(out), "pattern": "{stem}.out"}}, sort_keys=False))
     env = {"HPCRUN_PROFILE_PATH": str(work / "profiles"), "COLUMNS": "200"}
@@ -56,7 +59,14 @@ def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict) -> tuple
     return work / "plan", out, hp, planned
 
 
-def test_inputs_under_a_mapped_prefix_are_read_where_the_nodes_mount_them(slurm_cluster, hpcrun_bin, servers):
+def _logs(plan: Path) -> str:
+    """The jobs' own logs: an array task's in logs/, a pilot's claims' in run/pilots/<pilot>/claims/."""
+    return "".join(p.read_text() for p in [*plan.glob("logs/*.out"), *plan.glob("run/pilots/*/claims/*.log")])
+
+
+@pytest.mark.parametrize("binding", ["array", "late"])
+def test_inputs_under_a_mapped_prefix_are_read_where_the_nodes_mount_them(slurm_cluster, hpcrun_bin, servers,
+                                                                         binding):
     data = {f"loc/f{n}": os.urandom(SIZE + n) for n in range(6)}
     data["stale/s0"] = os.urandom(SIZE)
     data["other/u0"] = os.urandom(SIZE)
@@ -70,19 +80,26 @@ def test_inputs_under_a_mapped_prefix_are_read_where_the_nodes_mount_them(slurm_
     origin = servers.origin.url
     mapping = {f"{origin}//store/loc/": f"{view}/loc/", f"{origin}//store/stale/": f"{stale}/"}
 
-    plan, out, hp, planned = _campaign(slurm_cluster, hpcrun_bin, "mapped", list(urls.values()),
-                                       {"local_paths": mapping, "parallel_copies": 4})
+    plan, out, hp, planned = _campaign(slurm_cluster, hpcrun_bin, f"mapped-{binding}", list(urls.values()),
+                                       {"local_paths": mapping, "parallel_copies": 4},
+                                       LATE if binding == "late" else {})
     assert "7 of 8 input(s) are under a local path of the nodes" in planned.stdout, planned.stdout
     before = len(servers.opened())
     run = hp("run", "plan", "--interval", "2")
     assert run.returncode == 0, run.stdout + run.stderr
     opened = sorted(servers.opened()[before:])
-    logs = "".join(p.read_text() for p in plan.glob("logs/*.out"))
+    logs = _logs(plan)
     assert opened == ["/store/other/u0.raw", "/store/stale/s0.raw"], (opened, logs[-2000:])   # none of the six
     rows = [line.split("\t") for log in plan.glob("run/*/*/transfers.tsv") for line in log.read_text().splitlines()]
     ways = {Path(r[0]).stem: r[6] for r in rows if r[4] == "0"}
     assert ways == {**{f"f{n}": "local" for n in range(6)}, "s0": "server", "u0": "server"}, ways
     assert "stale-replica/s0.raw is adler32:" in logs and "comes from its server" in logs
+    if binding == "late":   # the pilots' claims read in place the same way: the same bytes, a pilot per output
+        for key, d in data.items():
+            assert (out / f"{Path(key).name}.out").read_bytes() == d
+        done = [p.read_text().split("\t") for p in (plan / "queue" / "done").iterdir()]
+        assert sorted(r[8] for r in done) == ["COMPLETED"] * 2, done   # two jobs of 4 inputs, each claimed once
+        return
 
     # the same campaign without the mapping: every input through the server, the same outputs
     plain, plain_out, hp2, _ = _campaign(slurm_cluster, hpcrun_bin, "plain", list(urls.values()), {})

@@ -23,8 +23,9 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
 from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
+from hpcrun.plan.job.pilots import QUEUE_DIR
 from hpcrun.plan.values import Plan, Succession
-from hpcrun.render.manifest import manifest_json
+from hpcrun.render.manifest import manifest_json, server_key
 from hpcrun.render.plandir import MANIFEST, write_plan
 from hpcrun.render.treediff import diff_trees, tree_files
 from hpcrun.store.base import StateStoreError, _whoami
@@ -35,7 +36,7 @@ from hpcrun.store.store import StateStore
 GEN_DIR = "generations"
 REPROCESS = ("none", "failed", "all")
 KEPT = {"none": ("done", "parked"), "failed": ("done",), "all": ()}   # states a generation leaves alone
-SHARED = ("logs", "run")   # one for the whole plan directory: a generation's are links to them
+SHARED = ("logs", "run", QUEUE_DIR)   # one for the whole plan directory: a generation's are links to them
 
 
 @dataclass
@@ -101,6 +102,7 @@ def plan_generation(spec: Path, plan_dir: Path, load: Any, *, db: Optional[str],
             f"names campaign '{plan.campaign.name}', but {plan_dir} holds campaign '{previous.campaign}'; a plan "
             "directory holds one campaign: keep its name to plan a new generation, or plan into a new directory"))
     _check_spellings(plan, states)
+    _check_pilots(plan, previous)
     change = _counts(plan, states, number, reprocess)
     with open_plan_store(plan_dir, db) as store:
         _check_overwrites(plan, store, campaign, states)
@@ -169,6 +171,26 @@ def _check_spellings(plan: Plan, states: Dict[str, str]) -> None:
             f"twice. List each input as the campaign has it ({old})"))
 
 
+def _check_pilots(plan: Plan, previous: Manifest) -> None:
+    """Late binding: pilots already out run the new generation's inputs at their next claim, with the
+    database server and container they started with; a generation that changes those, or the binding,
+    is refused (a new campaign, or array binding, takes such a change)."""
+    old, new = previous.pilots, plan.pilots
+    if old is None and new is None:
+        return
+    if (old is None) != (new is None):
+        raise _refuse(plan.spec_file, "jobs.binding", (
+            "a campaign's binding (array or late) cannot change between generations: its jobs under way are "
+            "bound one way; keep jobs.binding as it was, or plan the change as a new campaign"))
+    held = str(old.get("server_key", ""))
+    if held and held != server_key(plan):
+        raise _refuse(plan.spec_file, "database", (
+            "with jobs.binding: late every pilot starts the database server (its payload) and the container "
+            "once for all the inputs it runs, and pilots already running take this generation's inputs; this "
+            "generation changes database or container, which they cannot take up. Keep database and container "
+            "as they were, or run the change as a new campaign (or with jobs.binding: array)"))
+
+
 def _check_overwrites(plan: Plan, store: StateStore, campaign: Campaign, states: Dict[str, str]) -> None:
     """No output of the new generation may land on one an earlier generation made: one its provenance
     records name (any input's), or, for an input done before, its file on disk (a campaign from before
@@ -206,7 +228,7 @@ def _diff_only(plan: Plan, plan_dir: Path, target: Path, previous: Manifest) -> 
 
 
 def _diff(old: Path, new: Path) -> str:
-    skip_dirs, skip_top = ("logs", "run", "report", GEN_DIR), ("state.db", "state.db-wal", "state.db-shm",
+    skip_dirs, skip_top = ("logs", "run", "report", GEN_DIR, QUEUE_DIR), ("state.db", "state.db-wal", "state.db-shm",
                                                                 "state.db.submit-lock", MANIFEST, "metrics.prom")
     return diff_trees(tree_files(old, skip_dirs, skip_top), tree_files(new, skip_dirs, skip_top))
 
@@ -250,6 +272,8 @@ def _swap_manifest(plan_dir: Path, target: Path, previous: Manifest, number: int
         for c in head["clusters"]:
             c["scripts"] = _earlier(old.get(c["name"], []), before) + [
                 _prefixed(s, prefix, number) for s in c.get("scripts", [])]
+    if head.get("pilots") and previous.pilots:   # one queue for every generation (queue/ is shared)
+        head["pilots"]["queue"] = previous.pilots["queue"]
     if head.get("finalize"):
         head["finalize"]["path"] = prefix + head["finalize"]["path"]
     head["generation"] = dict(head.get("generation") or {}, number=number, reprocess=reprocess,

@@ -25,7 +25,7 @@ COMPLETED = "COMPLETED"
 SIDECAR_SUFFIX = ".prov.json"
 FIELDS = ("output", "size", "checksum", "inputs", "generation", "release", "runtime", "image", "image_digest",
           "payload", "payload_identity", "spec_digest", "profile_digest", "cluster", "job_id", "array_task",
-          "node", "started_at", "ended_at", "exit_code", "hpcrun_version")   # the CSV's columns, in order
+          "pilot", "slot", "node", "started_at", "ended_at", "exit_code", "hpcrun_version")   # the CSV's columns, in order
 
 
 def record_outcomes(store: StateStore, campaign_id: int, job_dir: Callable[[ActiveSubmission, str], str],
@@ -52,12 +52,23 @@ def record_outcomes(store: StateStore, campaign_id: int, job_dir: Callable[[Acti
             measured[run_dir] = (_outputs(run_dir), {name: read_or_empty(os.path.join(run_dir, f"{name}.id")) or None
                                                      for name in ("payload", "image")})
         sums, ids = measured.get(run_dir or "", ({}, {}))
-        rows.append(_row(r, run, inputs.get(r.input_id, {}), gens.get(run["generation"]), sums, ids))
+        rows.append(_row(r, dict(run, **_claim(run, run_dir)), inputs.get(r.input_id, {}),
+                         gens.get(run["generation"]), sums, ids))
     store.record_provenance(campaign_id, rows)
     for row in rows:
         if gens.get(row.generation) is not None and gens[row.generation].details.get("sidecar"):
             write_sidecar(row.record)
     return len(rows)
+
+
+def _claim(run: Dict[str, Any], run_dir: Optional[str]) -> Dict[str, Optional[str]]:
+    """Late binding: the pilot job and its slot that ran the input, from the claim's id (``pilot.slot.n``,
+    the name of its run directory); an array task's are None (the job ran it alone)."""
+    name = os.path.basename(run_dir or "")
+    parts = name.split(".")
+    if str(run.get("job_id") or "").startswith("L") and len(parts) == 3:
+        return {"pilot": parts[0], "slot": parts[1]}
+    return {"pilot": None, "slot": None}
 
 
 def _outputs(run_dir: str) -> Dict[str, Tuple[Optional[int], Optional[str]]]:
@@ -85,7 +96,8 @@ def _row(r: QaResult, run: Dict[str, Any], source: Dict[str, Any], gen: Optional
         "payload": details.get("payload"),
         "payload_identity": ids.get("payload"),
         "spec_digest": gen.spec_digest if gen else None, "profile_digest": gen.profile_digest if gen else None,
-        "cluster": run["cluster"], "job_id": run["job_id"], "array_task": run["array_task"], "node": run["node"],
+        "cluster": run["cluster"], "job_id": run["job_id"], "array_task": run["array_task"],
+        "pilot": run["pilot"], "slot": run["slot"], "node": run["node"],
         "started_at": run["started_at"], "ended_at": run["ended_at"], "exit_code": run["exit_code"],
         "events_in": r.events_in, "events_out": r.events_out,
         "hpcrun_version": details.get("hpcrun_version") or __version__, "recorded_by": __version__,

@@ -108,16 +108,11 @@ class Round:
     def summary(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.jobs.items() if n) or "no jobs"
         parts = [f"round {self.number}: jobs {counts}"]
-        if self.submitted:
-            parts.append(f"submitted {self.submitted}")
-        if self.requeued:
-            parts.append(f"retrying {len(self.requeued)}")
-        if self.parked:
-            parts.append(f"parked {len(self.parked)}")
-        if self.held:
-            parts.append(f"{self.held} held for a human")
-        if self.moved:
-            parts.append(f"moved {len(self.moved)} to another cluster")
+        parts += [text for n, text in ((self.submitted, f"submitted {self.submitted}"),
+                                        (self.requeued, f"retrying {len(self.requeued)}"),
+                                        (self.parked, f"parked {len(self.parked)}"),
+                                        (self.held, f"{self.held} held for a human"),
+                                        (self.moved, f"moved {len(self.moved)} to another cluster")) if n]
         if self.clusters:
             parts.append("clusters " + ", ".join(f"{n} {s}" for n, s in self.clusters.items()))
         if self.pilots:
@@ -181,12 +176,15 @@ class Supervisor:
         self.totals = {"submitted": 0, "requeued": 0, "parked": 0}
         self.exporter = Exporter(manifest, store, campaign.id, generations.earlier_manifests(plan_dir, manifest))
         self.last_change = time.monotonic()
-        listed = clusters_of(manifest)
-        self.sched = listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
-        self.scheds = {c.name: c.sched for c in listed}
+        self._clusters(manifest)
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
         self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
-        self.listed = listed
+
+    def _clusters(self, manifest: Manifest) -> None:
+        """The plan's clusters (late binding: the pilots of the generation planned last)."""
+        self.listed = clusters_of(manifest)
+        self.sched = self.listed[0].sched   # its words for the daemons (slurmctld, slurmdbd)
+        self.scheds = {c.name: c.sched for c in self.listed}
 
     def follow_plan(self) -> None:
         """A new generation planned into the directory since the last round: its manifest read and taken
@@ -204,6 +202,7 @@ class Supervisor:
         self.policy = RetryPolicy.from_manifest(manifest)
         self.events = campaign_events.Hook.from_manifest(manifest, self.plan_dir)
         self.exporter.adopt(manifest)
+        self._clusters(manifest)
 
     def round(self, number: int) -> Round:
         self.follow_plan()

@@ -15,7 +15,7 @@ from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
-from hpcrun.plan.job.database import JOB_ID
+from hpcrun.plan.job.database import JOB_ID, NODE_KEY
 from hpcrun.plan.job.requests import LOG_DIR
 from hpcrun.plan.values import DatabasePlan
 from hpcrun.shell import quote
@@ -25,6 +25,7 @@ PILOT_SCRIPT = "bin/hpcrun-pilot.sh"
 BEAT_S = 10                       # a pilot renews its lease this often
 CLAIMS_DIR = ".hpcrun-claims"     # under the output location: each claim's outputs until it commits
 PILOT_ID = "${HPCRUN_PILOT_ID}"   # exported by the pilot: its job id
+PILOT_NODE_KEY = "${HPCRUN_PILOT_NODE_KEY}"   # the pilot's node key (a later generation's jobs have their own)
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,11 @@ def late_dirs(campaign: Campaign, workdir: str, db_plan: Optional[DatabasePlan]
               ) -> Tuple[str, str, Optional[DatabasePlan]]:
     """Where a claim works and writes: its own work directory, and outputs in a directory of its own
     that the pilot renames into place only while it holds the claim (a fenced pilot moves nothing);
-    the database is the pilot's, so its node-local copy is named by the pilot's job id."""
+    the database is the pilot's, so its node-local copy is named by the pilot's job id and node key (the
+    pilot may be of an earlier generation than the input)."""
     work_dir = quote(workdir) + '/"${HPCRUN_JOB}"/"${HPCRUN_JOB_ID}"'
     out_dir = quote(campaign.outputs.location.rstrip("/") + "/" + CLAIMS_DIR) + '/"${HPCRUN_JOB_ID}"'
     if db_plan is not None:
-        cache = db_plan.cache_dir.replace(JOB_ID, PILOT_ID)
+        cache = db_plan.cache_dir.replace(JOB_ID, PILOT_ID).replace(NODE_KEY, PILOT_NODE_KEY)
         db_plan = replace(db_plan, cache_dir=cache, socket=cache + "/mysqld.sock")
     return work_dir, out_dir, db_plan

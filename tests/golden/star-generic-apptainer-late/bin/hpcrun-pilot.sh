@@ -18,6 +18,7 @@ umask 022
 export HPCRUN_CAMPAIGN=star-reco-2019-apptainer-late
 export HPCRUN_PLAN_DIR=/plans/star-generic-apptainer-late
 export HPCRUN_NODE_KEY=8587dd28c8
+export HPCRUN_PILOT_NODE_KEY=$HPCRUN_NODE_KEY   # its database's node-local directory, whatever an input's generation
 export HPCRUN_RELEASE=SL19c
 export STAR_LEVEL=SL19c
 export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
