@@ -35,7 +35,7 @@ def servers():
 LATE = {"binding": "late", "pilot": {"walltime": "00:10:00", "slots": 2, "nodes": 2}}
 
 
-def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict, jobs: dict = {}) -> tuple:
+def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict, jobs: dict | None = None) -> tuple:
     work = cluster.workdir / name
     work.mkdir()
     cluster.chown(work)
@@ -46,7 +46,7 @@ def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict, jobs: di
         "name": "xrd-local", "extends": "local-test", "xrootd": {"retries": 1, **xrootd}}))
     cluster.write(work / "campaign.yaml", yaml.safe_dump({
         "name": f"xrd-{name}", "site": {"profile": "xrd-local"}, "walltime": "00:05:00",
-        "inputs": {"files": urls}, "jobs": {"files_per_job": 4, "chains_per_node": 1, **jobs},
+        "inputs": {"files": urls}, "jobs": {"files_per_job": 4, "chains_per_node": 1, **(jobs or {})},
         "chain": {"command": ["/bin/cp", "{input}", "{output}"]},
         "outputs": {"location": str(out), "pattern": "{stem}.out"}}, sort_keys=False))
     env = {"HPCRUN_PROFILE_PATH": str(work / "profiles"), "COLUMNS": "200"}
