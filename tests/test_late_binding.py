@@ -188,7 +188,6 @@ def test_the_lease_is_read_against_the_heartbeat_itself(tmp_path):
 
 @pytest.mark.parametrize("change, key", [
     ({"jobs__nodes": 2}, "jobs.nodes"),
-    ({"jobs__locality": "prefer"}, "jobs.locality"),
     ({"jobs__array": "never"}, "jobs.array"),
     ({"jobs__pilot": {"walltime": "00:01:30", "drain_margin": "60s"}}, "jobs.pilot.walltime"),
     ({"jobs__pilot": {"slots": 9}}, "jobs.pilot.slots"),

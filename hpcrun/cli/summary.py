@@ -57,7 +57,9 @@ def binding_line(plan: Plan) -> str:
         return "array: each job an array task the scheduler starts"
     return (f"late: up to {p.max_pilots} pilot(s) of {format_duration(p.walltime_s)}, each one node with {p.slots} "
             f"slot(s) of {p.chains} chain(s) ({p.cpus} CPUs), claiming jobs from {plan.campaign.name}'s queue; "
-            f"drain {p.drain_s} s before the end, released after {p.idle_s} s idle")
+            f"drain {p.drain_s} s before the end, released after {p.idle_s} s idle; about {plan.pilot_count} "
+            f"pilot(s) for {len(plan.jobs)} job(s) at {format_duration(p.input_s)} each, holding "
+            f"{plan.core_hours:,.1f} core-hours, drain tail and idle time included")
 
 
 def cluster_table(clusters: Dict[str, Dict[str, Any]]) -> Table:

@@ -287,22 +287,51 @@ class Plan:
             return len(self.jobs) * self.campaign.jobs.nodes * self.partition.cores_per_node
         return self.cpus_allocated
 
+    @cached_property
+    def pilot_count(self) -> int:
+        """Late binding: the pilots the campaign's inputs need, each running ``slots`` inputs at a time of
+        their expected time until its drain margin (0: array binding)."""
+        p = self.pilots
+        if p is None:
+            return 0
+        per_pilot = p.slots * max(1, (p.walltime_s - p.drain_s) // max(1, p.input_s))
+        return -(-len(self.jobs) // per_pilot)
+
+    def _held(self, cores: bool) -> int:
+        """CPUs (or cores) the scheduler allocates: to every job, or to every pilot (late binding)."""
+        p = self.pilots
+        if p is None:
+            return self.cores_allocated if cores else self.cpus_allocated
+        per = (self.partition.cores_per_node if cores else self.partition.cpus) if self.partition.exclusive \
+            else p.cpus
+        return self.pilot_count * per
+
+    def _held_s(self, walltime_s: Optional[float] = None) -> float:
+        """How long each holds them: a job its walltime; a pilot its own, whole (its drain tail and any
+        idle time included: the scheduler charges what a pilot holds, not what its inputs used)."""
+        walltime = float(walltime_s or self.campaign.walltime)
+        if self.pilots is None:
+            return walltime
+        return self.pilots.walltime_s * walltime / max(1, self.campaign.walltime)
+
     @property
     def core_hours(self) -> float:
-        """Every job at its whole walltime: an upper bound of what the campaign is charged."""
-        return self.cores_allocated * self.campaign.walltime / 3600.0
+        """Every job (or pilot) at its whole walltime: an upper bound of what the campaign is charged."""
+        return self._held(True) * self._held_s() / 3600.0
 
     @property
     def cpu_minutes(self) -> float:
         """What an association's ``cpu`` TRES-minutes count for the campaign at its walltime."""
-        return self.cpus_allocated * self.campaign.walltime / 60.0
+        return self._held(False) * self._held_s() / 60.0
 
     def charge(self, walltime_s: Optional[float] = None) -> float:
         """The site's charge (profile partition's charge_per x charge_factor) at ``walltime_s``."""
-        hours = (walltime_s or self.campaign.walltime) / 3600.0
+        hours = self._held_s(walltime_s) / 3600.0
         part = self.partition
-        units = (len(self.jobs) * self.campaign.jobs.nodes if part.charge_per == "node-hour"
-                 else self.cores_allocated)
+        if part.charge_per == "node-hour":
+            units = self.pilot_count if self.pilots is not None else len(self.jobs) * self.campaign.jobs.nodes
+        else:
+            units = self._held(True)
         return units * hours * part.charge_factor
 
     @cached_property

@@ -301,6 +301,7 @@ def render_pilot(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], pl
     ctx.update({"queue": quote(f"{plan_dir}/{QUEUE_DIR}"), "slots": p.slots, "idle_s": p.idle_s,
                 "beat_s": BEAT_S, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
                 "claim_signal_before": p.signal_before_s, "input_s": p.input_s, "claims_dir": CLAIMS_DIR,
+                "steal_s": plan.locality_wait or 0,
                 "outloc": quote(plan.campaign.outputs.location.rstrip("/")),
                 "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1")})
     return env.get_template("pilot.sh.j2").render(ctx)

@@ -55,9 +55,9 @@ def _profile(cluster, max_queued: int):
 
 def _campaign(cluster, hpcrun_bin, example_root, name, files, linger, account=None, **more) -> Campaign:
     site = {"profile": "budget-test", **({"account": account} if account else {})}
+    more.setdefault("jobs", {"files_per_job": 1, "chains_per_node": 1})
     return Campaign(cluster, hpcrun_bin, example_root, name, burst_buffer=None, inputs={"files": files},
-                    chain_extra=["--linger", str(linger)], site=site,
-                    jobs={"files_per_job": 1, "chains_per_node": 1}, walltime="00:05:00", **more)
+                    chain_extra=["--linger", str(linger)], site=site, walltime="00:05:00", **more)
 
 
 def _hp(c: Campaign, env, *args, timeout=300) -> subprocess.CompletedProcess:
@@ -286,3 +286,62 @@ def test_a_running_job_the_spent_allocation_ends_is_rerun_with_the_same_time_lim
     report = json.loads(_hp(c, env, "report", str(c.plan), "--json", "--no-plots").stdout)
     assert report["attempts_by_class"] == {"allocation": 1}, (report["attempts_by_class"], rerun["jobs"])
 
+
+
+def test_late_bound_pilots_wait_out_a_spent_allocation_and_count_what_they_hold(slurm_cluster, hpcrun_bin,
+                                                                                example_root):
+    """The late-binding twin: `plan` counts what the pilots hold (their whole walltime, drain tail included).
+    The allocation is spent from the start: the pilot the limit holds makes the waiting inputs show its
+    reason, so status, the outage, the audit trail and the event hook say so as for held jobs; no other
+    pilot is submitted meanwhile; raised, the pilot runs every input once, and the report counts the
+    core-seconds the pilots held, idle ones too."""
+    cluster = slurm_cluster
+    if cluster.accounting != "slurmdbd":
+        pytest.skip("association limits need slurmdbd")
+    account = _account(cluster, "cpu=0")   # spent before the campaign starts: its first pilot is held
+    env = _profile(cluster, max_queued=3)
+    files = _inputs(cluster, example_root, "budget-late", 10)
+    c = _campaign(cluster, hpcrun_bin, example_root, "budget-late", files,
+                  linger=3, account=account, events={"command": ["true"], "on": ["budget"]},
+                  jobs={"files_per_job": 1, "chains_per_node": 1, "binding": "late",
+                        "pilot": {"walltime": "00:20:00", "slots": 1, "nodes": 1}})
+    planned = _hp(c, env, "plan", str(c.spec), "--out", str(c.plan))
+    text = " ".join((planned.stdout + planned.stderr).split())
+    assert planned.returncode == 0, text
+    # 10 inputs of up to 5 min, one at a time in a pilot of 20 min that drains 60 s before its end: 3 per
+    # pilot, so 4 pilots of 1 CPU held 20 min = 80 cpu-minutes (not the inputs' 50)
+    assert "about 4 pilot(s) for 10 job(s)" in text and "the plan needs 80 cpu-minutes at its walltime" in text, text
+
+    sup = _supervisor(c, env)
+    try:
+        held = _wait("the pilot held by the allocation", lambda: (lambda s: s if s["budget_held"] else None)(
+            _status(c, env)), 300, sup)
+        assert set(held["budget_held"][""]) == {"AssocGrpCPUMinutesLimit"}, held["budget_held"]
+        _wait("the supervisor's round to say so", lambda: "the allocation is spent" in (
+            _status(c, env)["supervisor"] or {}).get("note", ""), 120, sup)
+        rounds = _status(c, env)["supervisor"]["rounds"]
+        sent = (c.plan / "queue" / "submitted.tsv").read_text().splitlines()
+        _wait("two more rounds", lambda: _status(c, env)["supervisor"]["rounds"] >= rounds + 2, 180, sup)
+        assert (c.plan / "queue" / "submitted.tsv").read_text().splitlines() == sent   # none while spent
+        raised = cluster.run(["sacctmgr", "-i", "modify", "account", account, "set", "GrpTRESMins=cpu=-1"])
+        assert raised.returncode == 0, raised.stderr
+        out, err = sup.communicate(timeout=600)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.communicate()
+            _cancel(c)
+    assert sup.returncode == 0, out[-3000:] + err[-3000:]
+    final = _status(c, env)
+    assert final["counts"]["done"] == 10 and not final["budget_held"], final["counts"]
+    done = [p.read_text().split("\t") for p in (c.plan / "queue" / "done").iterdir()]
+    assert collections.Counter(r[8] for r in done) == {"COMPLETED": 10}, done
+    log = _hp(c, env, "log", str(c.plan)).stdout
+    assert "the allocation is spent" in log and "submitting again" in log, log[-2000:]
+    report = json.loads(_hp(c, env, "report", str(c.plan), "--json", "--no-plots").stdout)
+    p = report["pilots"]
+    assert p["core_s_held"] > p["core_s_busy"] > 0 and sum(p["idle_core_s"].values()) > 0, p
+    f = final["forecast"]
+    assert f["ready"] and f["core_hours_spent"] * 3600 >= 0.95 * p["core_s_held"], (f, p)   # idle time is cost
+    metrics = (c.plan / "metrics.prom").read_text()
+    assert 'hpcrun_pilots{campaign="e2e-budget-late",state="running"}' in metrics, metrics

@@ -1,8 +1,10 @@
 """Late binding on the real test cluster: pilots claim the inputs from the queue on the shared filesystem.
 
 The short-input campaign is the issue's own (200 one-CPU inputs of 3 s; benchmarks/late_binding.py runs
-it beside array mode). The fault campaign: root cancels a running pilot, a node dies under one, one
-reaches its walltime mid-input, and the supervisor is SIGKILLed twice; every input is done once.
+it beside array mode). The fault campaign (a benchmark: benchmarks/late_binding.py --cases faults): its
+inputs come from an XRootD origin through the nodes' caches, a second generation (another release) is
+planned under way, root cancels a running pilot, a node dies under one, one reaches its walltime
+mid-input, and the supervisor is SIGKILLed twice; every input is done once, under the right generation.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .campaigns import Campaign
 from .test_scheduler_rpcs import _read, _reset, split
@@ -128,10 +131,28 @@ def _pilots_running(cluster, name: str) -> list:
     return [tuple(line.split("|")) for line in out]
 
 
+def _cached_inputs(cluster, origin, n: int) -> dict:
+    """``n`` inputs served by the XRootD origin, read through a cache on each node (a profile of its own)."""
+    work = cluster.workdir
+    urls = [origin.put(f"store/latefaults/r{i:05d}.dat", b"x" * 256) for i in range(n)]
+    cluster.write(work / "inputs.txt", "".join(f"{u} 256 10\n" for u in urls))
+    caches = work / "caches"
+    caches.mkdir(mode=0o1777, exist_ok=True)
+    caches.chmod(0o1777)
+    cluster.write(work / "cached.yaml", yaml.safe_dump({
+        "name": "late-cached", "extends": "local-test",
+        "xrootd": {"node_cache": {"path": str(caches / "{node}"), "max_size": "1GB", "index": str(work / "index")}}}))
+    return {"inputs": {"list_file": str(work / "inputs.txt"), "checksum": "none"},
+            "site": {"profile": str(work / "cached.yaml")}}
+
+
+@pytest.mark.skipif(not os.environ.get("HPCRUN_LATE_FAULTS"), reason=(
+    "a long fault campaign (about 7 minutes): a benchmark, run by benchmarks/late_binding.py --cases faults"))
 def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kills(slurm_cluster, hpcrun_bin,
-                                                                                   example_root):
-    """Root cancels a running pilot, a node dies under another, one reaches its walltime mid-input, and the
-    supervisor is SIGKILLed twice: every input is done exactly once, none lost, no attempt charged for it."""
+                                                                                   example_root, xrootd_origin):
+    """Root cancels a running pilot, a node dies under another, one reaches its walltime mid-input, the
+    supervisor is SIGKILLed twice and a second generation (another release) is planned under way: every
+    input is done exactly once, under the generation of its job, none lost, no attempt charged for it."""
     from .faults import FaultCampaign, Faults
     n = int(os.environ.get("HPCRUN_LATE_FAULT_INPUTS", "200"))
     markers = slurm_cluster.workdir / "late-markers"
@@ -143,7 +164,9 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
                       # come up to 60 s early (at 130 s): the input is marked while every pilot is 96-125 s old
                       {"walltime": "00:03:40", "slots": 2, "idle_release": "20s", "input_time": "10s",
                        "lease": "30s", "drain_margin": "30s"}, walltime="00:03:10",
-                      chain={"command": ["/bin/sh", "-c", SLOW_CHAIN, str(markers), "{input}", "{output}", "6"]})
+                      chain={"command": ["/bin/sh", "-c", SLOW_CHAIN, str(markers), "{input}", "{output}", "6"]},
+                      software={"release": "late-1"}, **_cached_inputs(slurm_cluster, xrootd_origin, n))
+    regenerated = False
     name = f"{c.name}.pilot"
     log: list = []
     t0 = time.monotonic()
@@ -185,6 +208,14 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
             log.append(f"{now()} crashed {node} under pilot(s) {', '.join(victims)}")
         ages = [time.time() - float(_read_or_empty(p / "info").split("\t")[2] or time.time())
                 for p in (c.plan / "queue" / "live").iterdir()] if (c.plan / "queue" / "live").exists() else []
+        if not regenerated and crashed and age > 35:   # a new release, taken up at the pilots' next claims
+            data = yaml.safe_load(c.spec.read_text())
+            data["software"]["release"] = "late-2"
+            slurm_cluster.write(c.spec, yaml.safe_dump(data, sort_keys=False))
+            applied = c.hp("plan", str(c.spec), "--out", str(c.plan), "--apply")
+            assert applied.returncode == 0 and "generation 2" in applied.stdout, applied.stdout + applied.stderr
+            regenerated = True
+            log.append(f"{now()} generation 2 planned (release late-2)")
         if slowed is None and crashed and ages and 96 <= min(ages) and max(ages) <= 125:
             ready = sorted((c.plan / "queue" / "ready").iterdir())
             if ready:   # a waiting input that will outlast the pilot that claims it, whichever it is
@@ -199,6 +230,18 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
     assert sup.returncode == 0, out[-3000:] + "\n".join(log)
     st = _done_once(c, n)
     assert all(j["attempts"] == 1 for j in st["jobs"]), [j for j in st["jobs"] if j["attempts"] != 1]
+    assert regenerated, log
+    releases = collections.Counter()
+    for p in (c.plan / "queue" / "done").iterdir():   # each input under its own job's generation
+        task, cid, pilot = p.read_text().split("\t")[:3]
+        job = next(d.parent.name for d in (c.plan / "run").glob(f"*/{cid}"))
+        said = (c.plan / "run" / "pilots" / pilot / "claims" / f"{cid}.log").read_text()
+        release = said.split(", release ", 1)[1].split(",", 1)[0]
+        assert release == ("late-2" if int(job.rsplit(".", 1)[1]) > n else "late-1"), (task, job, release)
+        releases[release] += 1
+    cached = sum(len(f.read_text().splitlines()) for f in (slurm_cluster.workdir / "index").iterdir())
+    log.append(f"inputs by release: {dict(releases)}; the nodes' caches list {cached} input(s)")
+    assert set(releases) == {"late-1", "late-2"} and cached >= n // 2, log
     ended = {p.name for p in (c.plan / "queue" / "ended").iterdir()}
     print("\n" + "\n".join(log) + f"\nfenced pilots: {sorted(ended)}", flush=True)
     assert cancelled and crashed, log

@@ -47,14 +47,15 @@ class Passes:
     def hp(self, *args, timeout=900):
         return self.cluster.run_as_user([self.bin, *args], cwd=str(self.work), env=self.env, timeout=timeout)
 
-    def campaign(self, name: str, locality: str, order, wait: str = "10m"):
+    def campaign(self, name: str, locality: str, order, wait: str = "10m", binding: str = "array"):
         out = self.cluster.pfs / f"out-{name}"
         out.mkdir()
         self.cluster.chown(out)
         self.cluster.write(self.work / f"{name}.txt", "".join(f"{u} {SIZE} 10\n" for u in order))
         spec = {"name": f"{self.tag}-{name}", "site": {"profile": "cached"}, "walltime": "00:05:00",
                 "inputs": {"list_file": f"{name}.txt"},
-                "jobs": {"files_per_job": 1, "chains_per_node": 1, "locality": locality, "locality_wait": wait},
+                "jobs": {"files_per_job": 1, "chains_per_node": 1, "locality": locality, "locality_wait": wait,
+                         **({"binding": "late", "pilot": {"walltime": "00:15:00"}} if binding == "late" else {})},
                 # a second per job: the jobs of a pass run side by side on every node (fast jobs
                 # would all go to the first node Slurm frees, and nothing would tell the passes apart)
                 "chain": {"command": ["/bin/sh", "-c", 'sleep 1; exec cp "$1" "$2"', "chain", "{input}", "{output}"]},
@@ -73,12 +74,12 @@ class Passes:
         return report, wall, planned.stdout
 
 
-def _two_passes(slurm_cluster, hpcrun_bin, origin, locality: str, tag: str):
+def _two_passes(slurm_cluster, hpcrun_bin, origin, locality: str, tag: str, binding: str = "array"):
     p = Passes(slurm_cluster, hpcrun_bin, origin, tag)
     first, wall1, _ = p.campaign("first", "any", p.urls)
-    second, wall2, plan_out = p.campaign("second", locality, list(reversed(p.urls)))
+    second, wall2, plan_out = p.campaign("second", locality, list(reversed(p.urls)), binding=binding)
     c1, c2 = first["node_cache"], second["node_cache"]
-    print(f"\nlocality {locality}, {FILES} inputs of {SIZE} bytes on 3 nodes: first pass hit ratio "
+    print(f"\nlocality {locality} ({binding} binding), {FILES} inputs of {SIZE} bytes on 3 nodes: first pass hit ratio "
           f"{c1['hit_ratio']:.2f}, {c1['bytes_from_origin']} bytes from the origin, wall {wall1:.0f} s; second "
           f"pass hit ratio {c2['hit_ratio']:.2f}, {c2['bytes_from_origin']} bytes from the origin "
           f"({c2['bytes_from_origin'] / max(1, c1['bytes_from_origin']):.0%} of the first), wall {wall2:.0f} s")
@@ -95,6 +96,14 @@ def test_the_second_pass_reads_from_the_node_caches_with_locality_prefer(slurm_c
     c1, c2, plan_out = _two_passes(slurm_cluster, hpcrun_bin, xrootd_origin, "prefer", "lp")
     assert f"locality: {FILES} of {FILES} inputs are in the caches of" in plan_out, plan_out
     assert c2["hit_ratio"] >= 0.8 and c2["bytes_from_origin"] <= 0.2 * c1["bytes_from_origin"], c2
+
+
+def test_late_bound_pilots_claim_the_second_pass_from_their_node_caches_first(slurm_cluster, hpcrun_bin, xrootd_origin):
+    """The late-binding twin: no placement at submission; each pilot (a whole node) claims the waiting inputs
+    its node's cache holds first, and leaves those of another node's cache to that node's pilot."""
+    c1, c2, plan_out = _two_passes(slurm_cluster, hpcrun_bin, xrootd_origin, "prefer", "ll", binding="late")
+    assert f"locality: {FILES} of {FILES} inputs are in the caches of" in plan_out, plan_out
+    assert c2["hit_ratio"] >= 0.9 and c2["bytes_from_origin"] <= 0.1 * c1["bytes_from_origin"], c2
 
 
 def test_without_locality_the_second_pass_hits_by_chance(slurm_cluster, hpcrun_bin, xrootd_origin):

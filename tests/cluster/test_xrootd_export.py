@@ -66,7 +66,8 @@ def test_outputs_go_back_to_the_origin_verified_across_an_origin_crash(slurm_clu
     planned = hp("plan", "export.yaml", "--out", f"plan-export{sfx}")
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = work / f"plan-export{sfx}"
-    xrootd_origin.put(f"store/raw{sfx}/run001.raw", bytes(b ^ 0xFF for b in data["run001"]))   # corrupted after planning
+    corrupt = bytes(b ^ 0xFF for b in data["run001"])
+    xrootd_origin.put(f"store/raw{sfx}/run001.raw", corrupt)   # corrupted after planning
 
     events: list = []
     stop = threading.Event()

@@ -12,6 +12,9 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
   queue/done/<qid>_<i>        a committed result (one TSV line)
   queue/cancel/<qid>_<i>      an operator's cancel of a running task; cancelled/: of a waiting one
   queue/stop, queue/paused    the campaign ended; claim nothing now
+  queue/near/<node>/<task>    locality: a waiting task whose inputs that node's cache holds (a hint
+                              the supervisor keeps; that node's pilot claims it first, others leave it
+                              to it until they idled ``jobs.locality_wait``)
 
 Fencing: a claim commits by renaming ``live/<pilot>/<task>``; once the supervisor renamed
 ``live/<pilot>`` away that path no longer exists, so a pilot whose lease expired records nothing
@@ -181,6 +184,25 @@ class Queue:
                 pass
         return returned
 
+    def hint(self, near: Dict[str, str]) -> int:
+        """``near/<node>/<task>`` made for each waiting task -> node, and removed for every other (claimed,
+        or no longer cached there); how many hints there are now."""
+        base = self.d("near")
+        base.mkdir(exist_ok=True)
+        for node in _entries(base):
+            for task in _entries(base / node):
+                if near.get(task) != node:
+                    try:
+                        os.unlink(base / node / task)
+                    except FileNotFoundError:
+                        pass
+        for task, node in near.items():
+            (base / node).mkdir(exist_ok=True)
+            path = base / node / task
+            if not path.exists():
+                path.touch()
+        return len(near)
+
     def cancel(self, task: str) -> None:
         """A waiting task cancelled at once; a running one asked to stop (its pilot watches ``cancel/``)."""
         try:
@@ -220,6 +242,37 @@ class Queue:
             return 0.0
         return now - seen[1]
 
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the pilots hold so far, for the forecast: core-seconds held (running pilots until now) and
+    used by inputs, and the slots of the pilots running now."""
+
+    core_s: float
+    busy_core_s: float
+    live_slots: int
+
+
+def held(queue: Path, run_dir: Path, chains: int, now: float) -> Held:
+    """The pilots' core-seconds: ended ones from their own record, live ones from their start until ``now``."""
+    q = Queue(queue)
+    core_s = busy = 0.0
+    for p in (run_dir / "pilots").glob("*/pilot.tsv"):
+        own = _read(p).split("\t")
+        if len(own) >= 4 and _float(own[2]) is not None and _float(own[3]) is not None:
+            core_s += (float(own[3]) - float(own[2])) * _int(own[1]) * chains
+    slots = 0
+    for pilot in q.pilots("live"):
+        info = _read(q.d("live") / pilot / "info").split("\t")
+        if len(info) >= 3 and _float(info[2]) is not None and not (run_dir / "pilots" / pilot / "pilot.tsv").exists():
+            slots += _int(info[1])
+            core_s += max(0.0, now - float(info[2])) * _int(info[1]) * chains
+    for name in _entries(q.d("done")):
+        r = _read(q.d("done") / name).split("\t")
+        if len(r) >= 7 and _float(r[5]) is not None and _float(r[6]) is not None:
+            busy += (float(r[6]) - float(r[5])) * chains
+    return Held(core_s, busy, slots)
 
 
 def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:

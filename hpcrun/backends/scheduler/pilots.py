@@ -55,12 +55,13 @@ class PilotConfig:
     input_s: float             # each input's expected time before any has run
     input_limit_s: int         # each input's time limit (a retry may change it)
     walltime_s: int            # each pilot's
+    chains: int = 1            # CPUs of each input (its chains)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PilotConfig:
         return cls(str(d["queue"]), str(d["script"]), str(d["name"]), int(d["slots"]), int(d["max_pilots"]),
                    d.get("max_queued"), float(d.get("lease_s", 120)), float(d.get("input_s", 600)),
-                   int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)))
+                   int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)), int(d.get("chains", 1)))
 
 
 
@@ -149,6 +150,7 @@ class Pilots(Scheduler):
         if not ours:
             return out
         claims = {c.task: c for c in self.q.claims()}
+        held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
         for qid in ours:
             desc = self.q.descriptor(qid)
             if desc is None:
@@ -156,12 +158,12 @@ class Pilots(Scheduler):
             _script, _limit, tag, indices = desc
             for i in indices:
                 task = f"{qid}_{i}"
-                rec = self._task_record(task, tag, claims.get(task))
+                rec = self._task_record(task, tag, claims.get(task), held)
                 if rec is not None:
                     out[task] = rec
         return out
 
-    def _task_record(self, task: str, tag: str, claim: Optional[Claim]) -> Optional[Record]:
+    def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str = "None") -> Optional[Record]:
         res = self.q.result(task)
         if res is not None:
             # task claim pilot slot node start end rc state cpu_s maxrss_kb
@@ -169,13 +171,13 @@ class Pilots(Scheduler):
             _t, claim_id, _pilot, _slot, node, start, end, rc, state, cpu, rss = res[:11]
             elapsed = float(end) - float(start) if start and end else None
             return Record(task, claim_id, tag, state, f"{rc or 0}:0", "", elapsed,
-                          _seconds(cpu), None, node, _local_time(start), _local_time(end),
+                          _seconds(cpu), self.config.chains, node, _local_time(start), _local_time(end),
                           int(rss) * 1024 if rss else None)
         if claim is not None:
             return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
                           _local_time(claim.start) if claim.start else None, None)
         if (self.q.d("ready") / task).exists():
-            return Record(task, task, tag, "PENDING", "0:0", "None", None, None, None, "", None, None)
+            return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
         if (self.q.d("cancelled") / task).exists():
             return Record(task, task, tag, "CANCELLED", "0:0", "", None, None, None, "", None, None)
         return None
@@ -273,7 +275,10 @@ class Pilots(Scheduler):
         rnd.pilots = {"pending": len(pending), "running": len(active) - len(pending),
                       "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists()),
                       "ended": sum(1 for r in records.values() if r.state in TERMINAL)}
-        rnd.spent = spent or any(self.inner.budget_reason(r.reason) for r in pending)
+        held = self._held_by(pending) if pending[:len(pending) - unseen] else ""
+        if held != _read(self.q.root / "held").strip():   # the waiting tasks carry it: the poll records the outage
+            _write_new(self.q.root / "held", held + "\n") if held else (self.q.root / "held").unlink(missing_ok=True)
+        rnd.spent = spent or bool(held)
         if settled:
             _flag(self.q.d("stop"), True)
             return rnd
@@ -291,6 +296,13 @@ class Pilots(Scheduler):
             with open(self.q.root / "submitted.tsv", "a") as f:
                 f.write(f"{rnd.submitted}\t{add}\t{time.time():.0f}\n")
         return rnd
+
+    def _held_by(self, pending: Sequence[Record]) -> str:
+        """The budget reason holding a pending pilot, from the queue (the accounting's reason lags): asked
+        only while a pilot is pending."""
+        reasons = [r.reason for r in pending] + [q.reason.strip("()") for q in self.inner.queue(
+            names=[self.config.name], expand=False)]
+        return next((why for why in reasons if self.inner.budget_reason(why)), "")
 
     def _ours(self, records: Mapping[str, Record]) -> Dict[str, Record]:
         """The pilots of this queue: submitted by it, or seen in it (an earlier plan of a campaign of the same

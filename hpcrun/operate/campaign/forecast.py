@@ -23,9 +23,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import TERMINAL
+from hpcrun.backends.scheduler.pilot_queue import Held, held
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
 from hpcrun.store.records import InputTotals, RunSpan
@@ -104,9 +106,12 @@ def _spread(ended: Sequence[RunSpan], mu: float) -> float:
 
 
 def make(spans: Sequence[RunSpan], totals: InputTotals, now: dt.datetime,
-         charge: Optional[Mapping[str, Any]] = None, counts: Optional[Tuple[int, int]] = None) -> Forecast:
+         charge: Optional[Mapping[str, Any]] = None, counts: Optional[Tuple[int, int]] = None,
+         pilots: Optional[Held] = None) -> Forecast:
     """The forecast at ``now`` from these runs and inputs (``charge``: unit and per_core_hour). ``counts``
-    (ended, running): how many runs there are in all when ``spans`` is a sample of the newest."""
+    (ended, running): how many runs there are in all when ``spans`` is a sample of the newest. ``pilots``
+    (late binding): what the pilots held is what was spent, idle time included; the inputs left cost as
+    much more in the same proportion, and run as many at once as the running pilots have slots."""
     charge = charge or {}
     unit, per_core_hour = str(charge.get("unit") or "core-hours"), float(charge.get("per_core_hour") or 1.0)
     ended = _ended(spans)
@@ -115,6 +120,10 @@ def make(spans: Sequence[RunSpan], totals: InputTotals, now: dt.datetime,
     scale_e, scale_r = n_ended / max(1, len(ended)), n_running / max(1, len(running))
     spent_core_s = scale_e * sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 1) for r in ended) + scale_r * sum(
         (now - r.started_at).total_seconds() * (r.alloc_cpus or 1) for r in running)
+    overhead = 1.0
+    if pilots is not None and pilots.core_s > 0:
+        overhead = max(1.0, pilots.core_s / max(1.0, pilots.busy_core_s))
+        spent_core_s = max(spent_core_s, pilots.core_s)
     f = Forecast(False, _iso(now), inputs_left=totals.left, runs_ended=n_ended,
                  core_hours_spent=spent_core_s / 3600, cost_unit=unit)
     if not ended or not sum(r.inputs for r in ended):
@@ -129,13 +138,15 @@ def make(spans: Sequence[RunSpan], totals: InputTotals, now: dt.datetime,
     # a sample of the newest: the window starts where the sample's ended runs do (older ones are not in it)
     since = min(r.ended_at for r in ended if r.ended_at) if n_ended > len(ended) else None
     c = concurrency(ended, running, now, scale_r, since) or 1.0
+    if pilots is not None and pilots.live_slots:   # late binding: as many at once as the pilots out have slots
+        c = float(pilots.live_slots)
     done_now = scale_r * sum(min((now - r.started_at).total_seconds(), max(1, r.inputs) * mu) for r in running)
     work = max(0.0, totals.left * mu / p - done_now)
     sigma, n = _spread(ended, mu), n_ended
     var = (totals.left * sigma ** 2 / p + (totals.left / p) ** 2 * sigma ** 2 / n
            + (totals.left * mu) ** 2 * (1 - p) / (n * p ** 3))
     half = Z95 * math.sqrt(var)
-    cpus = sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 1) for r in ended) / job_s if job_s else 1.0
+    cpus = overhead * (sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 1) for r in ended) / job_s if job_s else 1.0)
     f.seconds_per_input, f.run_success_rate, f.concurrency = mu, p, c
     f.end_low = _iso(now + dt.timedelta(seconds=max(0.0, work - half) / c))
     f.end_high = _iso(now + dt.timedelta(seconds=(work + half) / c))
@@ -161,8 +172,13 @@ def of_store(store: StateStore, campaign_id: int, manifest: Manifest,
     """The campaign's forecast now, from its store (bounded reads: the newest runs) and its manifest's charge."""
     now = now or dt.datetime.now(dt.timezone.utc)
     sample = store.run_sample(campaign_id)
+    pilots = None
+    if manifest.pilots:
+        plan_dir = Path(str(manifest.pilots["queue"])).parent
+        pilots = held(Path(str(manifest.pilots["queue"])), plan_dir / "run", int(manifest.pilots.get("chains", 1)),
+                      now.timestamp())
     return make(sample.spans, store.input_totals(campaign_id), now, manifest.charge,
-                (sample.ended, sample.running))
+                (sample.ended, sample.running), pilots)
 
 
 def families(f: Forecast) -> List[Family]:

@@ -178,7 +178,7 @@ def _check_pilots(plan: Plan, previous: Manifest) -> None:
     old, new = previous.pilots, plan.pilots
     if old is None and new is None:
         return
-    if (old is None) != (new is None):
+    if old is None or new is None:
         raise _refuse(plan.spec_file, "jobs.binding", (
             "a campaign's binding (array or late) cannot change between generations: its jobs under way are "
             "bound one way; keep jobs.binding as it was, or plan the change as a new campaign"))

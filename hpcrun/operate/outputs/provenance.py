@@ -25,7 +25,8 @@ COMPLETED = "COMPLETED"
 SIDECAR_SUFFIX = ".prov.json"
 FIELDS = ("output", "size", "checksum", "inputs", "generation", "release", "runtime", "image", "image_digest",
           "payload", "payload_identity", "spec_digest", "profile_digest", "cluster", "job_id", "array_task",
-          "pilot", "slot", "node", "started_at", "ended_at", "exit_code", "hpcrun_version")   # the CSV's columns, in order
+          "pilot", "slot", "node", "started_at", "ended_at", "exit_code",
+          "hpcrun_version")   # the CSV's columns, in order
 
 
 def record_outcomes(store: StateStore, campaign_id: int, job_dir: Callable[[ActiveSubmission, str], str],

@@ -30,7 +30,7 @@ def prefer_nodes(manifest: Manifest, store: StateStore, campaign_id: int, pendin
     """``adjustments`` with each pending job's node added (jobs whose inputs no cache lists, that were
     released from their node, or whose retry must avoid that node go anywhere)."""
     spec = manifest.locality
-    if not spec or not pending:
+    if not spec or not pending or manifest.pilots:   # late binding: the pilots claim near inputs first
         return adjustments
     held = read_index(spec["index"])
     if not held:
@@ -52,12 +52,29 @@ def prefer_nodes(manifest: Manifest, store: StateStore, campaign_id: int, pendin
     return out
 
 
+def near_tasks(manifest: Manifest, ready: Sequence[str]) -> Dict[str, str]:
+    """Late binding: each waiting task (``<submission>_<job index>``) -> the node whose cache holds its
+    inputs, for the pilots' claims (none without ``jobs.locality: prefer``)."""
+    spec = manifest.locality
+    held = read_index(spec["index"]) if spec else {}
+    if not held:
+        return {}
+    inputs = {j["index"]: j["inputs"] for j in manifest.jobs}
+    near: Dict[str, str] = {}
+    for task in ready:
+        index = task.rpartition("_")[2]
+        node = node_of(inputs.get(int(index), ()), held) if index.isdigit() else None
+        if node is not None:
+            near[task] = node
+    return near
+
+
 def release_waiting(manifest: Manifest, store: StateStore, campaign: Campaign, *,
                     sleep: Callable[[float], None] = time.sleep) -> List[Move]:
     """Jobs pending for their node longer than ``jobs.locality_wait``: cancelled, confirmed gone, back
     to pending for any node."""
     spec = manifest.locality
-    if not spec:
+    if not spec or manifest.pilots:
         return []
     now = dt.datetime.now(dt.timezone.utc)
     waiting = store.waiting_for_node(campaign.id, now - dt.timedelta(seconds=float(spec["wait_s"])))

@@ -297,7 +297,7 @@ def _queue_budget(manifest: Manifest, limit: Optional[int]) -> Tuple[Optional[in
     budget = limit
     queue = None
     max_queued = manifest.submit.max_queued_jobs
-    if max_queued:
+    if max_queued and not manifest.pilots:   # late binding: tasks go to the queue; the pilots keep the cap
         queued = scheduler_of(manifest).queued_count(getpass.getuser())
         queue = (queued, int(max_queued))
         room = max(0, int(max_queued) - queued)

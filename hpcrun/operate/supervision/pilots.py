@@ -11,8 +11,12 @@ import datetime as dt
 from typing import Any, Dict, List, Optional
 
 from hpcrun.backends.scheduler.base import Scheduler, SubmitUncertain, Unreachable
+from hpcrun.backends.scheduler.pilot_queue import _entries
 from hpcrun.backends.scheduler.pilots import FAILING_MAX, Pilots
+from hpcrun.operate.manifest import Manifest
+from hpcrun.operate.metrics import Family
 from hpcrun.operate.results import IN_FLIGHT
+from hpcrun.operate.submission.locality import near_tasks
 from hpcrun.store.store import StateStore
 
 _FAILING: Dict[str, bool] = {}   # queue -> its pilots were failing at their start at the last round
@@ -24,7 +28,17 @@ def tend(sup: Any, status: Any, jobs: Dict[str, int], settled: bool) -> Optional
     by state); what the round shows of the pilots (None: arrays)."""
     work = jobs.get("pending", 0) + sum(jobs.get(s, 0) for s in IN_FLIGHT)
     return tend_all(sup.store, sup.campaign.id, [c.sched for c in sup.listed], settled=settled,
-                    spent=bool(status.budget_held), work=work, on_outage=sup._wait_out)
+                    spent=bool(status.budget_held), work=work, on_outage=sup.wait_out)
+
+
+def hint(manifest: Manifest, scheds: List[Scheduler]) -> int:
+    """Locality hints for the pilots' claims, after the round filled the queue: each waiting task whose
+    inputs a node's cache holds, named under that node (``jobs.locality: prefer``); how many."""
+    made = 0
+    for sched in scheds:
+        if isinstance(sched, Pilots) and manifest.locality:
+            made += sched.q.hint(near_tasks(manifest, _entries(sched.q.d("ready"))))
+    return made
 
 
 def tend_all(store: StateStore, campaign_id: int, scheds: List[Scheduler], *, settled: bool, spent: bool,
@@ -67,3 +81,14 @@ def words(p: Dict[str, Any]) -> str:
             + (f", {p['fenced']} fenced ({p['returned']} claim(s) returned)" if p["fenced"] else "")
             + (f", {p['failing']} failed at their start lately: none submitted" if p.get("failing", 0) >= FAILING_MAX
                else ""))
+
+
+def families(p: Optional[Dict[str, Any]]) -> List[Family]:
+    """Late binding in the metrics file: pilots per state this round (none for arrays)."""
+    if not p:
+        return []
+    fam = Family("hpcrun_pilots", "Late binding: the campaign's pilots per state (running includes draining).")
+    for state in ("pending", "running", "draining"):
+        fam.add(p.get(state, 0), state=state)
+    return [fam, Family("hpcrun_pilots_fenced_round", "Pilots fenced in the last round (ended or silent; their claims "
+                        "returned).").add(p.get("fenced", 0))]

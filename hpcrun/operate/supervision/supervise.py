@@ -213,7 +213,7 @@ class Supervisor:
             moved = move_stuck(self.manifest, self.store, self.campaign) + release_waiting(
                 self.manifest, self.store, self.campaign)
         except (Unreachable, SubmitUncertain) as exc:
-            moved, waited = [], self._wait_out(exc)
+            moved, waited = [], self.wait_out(exc)
         jobs = self.store.job_counts(self.campaign.id)
         settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
         pilots = pilot_care.tend(self, status, jobs, settled)   # before the queue is filled: they start meanwhile
@@ -221,7 +221,8 @@ class Supervisor:
             sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
                                with_finalize=settled, spent=budget.by_name(status, self.listed))
         except (Unreachable, SubmitUncertain) as exc:   # claims settle at a later round: nothing doubled
-            sub, waited = SubmitReport(self.campaign.name, self.store.location), self._wait_out(exc)
+            sub, waited = SubmitReport(self.campaign.name, self.store.location), self.wait_out(exc)
+        pilot_care.hint(self.manifest, [c.sched for c in self.listed])   # the queue filled: locality hints
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
                     self.store.job_counts(self.campaign.id), observed=status.observed,
                     submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
@@ -251,7 +252,7 @@ class Supervisor:
         outages.paced(self.store, self.campaign.id, slowest, PACE.slow_since, pause)
         return pause
 
-    def _wait_out(self, exc: Unreachable | SubmitUncertain) -> bool:
+    def wait_out(self, exc: Unreachable | SubmitUncertain) -> bool:
         """A daemon did not answer a move or a submission: recorded (the round waits it out), never raised."""
         daemon = exc.daemon if isinstance(exc, Unreachable) else Unreachable.daemon
         cluster = exc.cluster if isinstance(exc, Unreachable) else None
@@ -311,7 +312,7 @@ class Supervisor:
                 Family("hpcrun_supervisor_rounds_total", "Rounds of this supervisor.", "counter").add(rnd.number),
                 Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause),
                 *generations.metric_families(generations.figures(self.store, self.campaign.id)),
-                *budget.families(rnd.spent),
+                *budget.families(rnd.spent), *pilot_care.families(rnd.pilots),
                 *forecast.families(forecast.of_store(self.store, self.campaign.id, self.manifest))]
         if rnd.clusters:   # several clusters: each one's health and jobs
             up = Family("hpcrun_cluster_up", "1 while the cluster answers and is not in maintenance.")

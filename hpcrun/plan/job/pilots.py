@@ -103,10 +103,6 @@ def _refusals(campaign: Campaign, several_clusters: bool, checks: Checks) -> Non
     if several_clusters:
         checks.spec_error(("site", "profile"), (
             "late binding runs on one cluster for now; list one profile, or use jobs.binding: array"))
-    if js.locality == "prefer":
-        checks.spec_error(("jobs", "locality"), (
-            "locality: prefer places jobs on nodes at submission; with late binding every pilot takes "
-            "any input, so use locality: any"))
     if js.array == "never":
         checks.spec_error(("jobs", "array"), (
             "pilots run the plan's array scripts; array: never cannot be bound late (use auto)"))

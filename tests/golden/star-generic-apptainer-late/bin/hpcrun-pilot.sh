@@ -37,6 +37,7 @@ idle_s=300
 beat_s=10
 drain_s=120
 claim_before=120
+steal_s=0   # a slot idle this long takes inputs cached on another node (jobs.locality_wait)
 started=$EPOCHSECONDS
 ends=$(( started + 86400 ))
 
@@ -142,15 +143,27 @@ signal_claim() {
 
 # shellcheck disable=SC2329  # called below
 claim() {
-  # the next task into $task: a few of the waiting ones tried from a random place (the slots of every pilot
-  # look at once); the first rename that succeeds wins. No process is started but the rename.
-  local waiting=("$Q"/ready/*_*) k n tries=0
+  # the next task into $task: first one whose inputs this node's cache holds (locality hints, near/<node>/),
+  # then a few of the waiting ones tried from a random place (the slots of every pilot look at once),
+  # leaving those hinted to another node's pilot until this slot idled steal_s; the first rename that
+  # succeeds wins. No process is started but the rename.
+  local near waiting k n tries=0 hinted
+  for near in "$Q/near/$HPCRUN_NODE"/*_*; do
+    [ -e "$near" ] || break
+    task=${near##*/}
+    [ ! -e "$Q/ready/$task" ] || ! mv -- "$Q/ready/$task" "$ME/$task" 2>/dev/null || return 0
+  done
+  waiting=("$Q"/ready/*_*)
   n=${#waiting[@]}
   [ -e "${waiting[0]}" ] || return 1
   k=$(( RANDOM % n ))
   while [ "$tries" -lt 6 ] && [ "$tries" -lt "$n" ]; do
     task=${waiting[(k + tries * 7) % n]##*/}
     tries=$((tries + 1))
+    if [ "$1" -lt "$steal_s" ]; then
+      hinted=("$Q"/near/*/"$task")
+      [ ! -e "${hinted[0]}" ] || continue
+    fi
     mv -- "$Q/ready/$task" "$ME/$task" 2>/dev/null && return 0
   done
   return 1
@@ -255,7 +268,7 @@ slot_loop() {
         log "slot $slot: $left s left before the drain, an input takes about ${expected} s: claiming nothing more"
         return 0
       fi
-      if claim; then
+      if claim $(( SECONDS - idle_since )); then
         run_claim "$task" "$slot" "$n"
         n=$((n + 1))
         idle_since=$SECONDS
