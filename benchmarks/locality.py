@@ -10,8 +10,9 @@ running cluster and a real XRootD origin on loopback (tests/xrootd.py):
     python3 tests/cluster/harness.py start --nodes 3
     python3 benchmarks/locality.py [--files 200] [--size 1000000]
 
-Prints, for each variant (array binding with and without locality, late binding with it): the second pass's hit ratio ("hit ratio 0.93"), the bytes it read from
-the origin against the first pass's, and both passes' wall time. The second pass lists the inputs
+Prints, for each variant (array binding with and without locality, late binding with it): the second
+pass's hit ratio ("hit ratio 0.93"), the bytes it read from the origin against the first pass's, and
+both passes' wall time. The second pass lists the inputs
 in reverse order (a later train does not read its datasets in the first one's order), so without
 locality a job finds its input in its node's cache by chance only (about 1 in 3). Needs root.
 """
