@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -190,12 +190,11 @@ class Pilots(Scheduler):
             rows = self.inner.queue(job_ids=[j for j in job_ids if not j.startswith("L")], names=names,
                                     user=user, expand=expand, ended=ended)
         tags = set(names)
-        for qid in self._all_qids() if tags else ours:
-            desc = self.q.descriptor(qid)
-            if desc is None or (tags and desc[2] not in tags):
-                continue
-            for rec in self.records([qid], "").values():
-                rows.append(Queued(rec.job_id, qid, rec.name, rec.state, rec.reason, rec.raw_id))
+        wanted = [qid for qid in (self._all_qids() if tags else ours)
+                  if (desc := self.q.descriptor(qid)) is not None and (not tags or desc[2] in tags)]
+        for rec in self.records(wanted, "").values():   # the pilots' claims read once for all of them
+            rows.append(Queued(rec.job_id, rec.job_id.rsplit("_", 1)[0], rec.name, rec.state, rec.reason,
+                               rec.raw_id))
         return rows
 
     def _all_qids(self) -> List[str]:
@@ -390,18 +389,13 @@ class PilotRound:
     """What one round of care did (for the round's summary and the audit trail)."""
 
     repaired: int = 0
-    fenced: List[Tuple[str, str]] = None  # type: ignore[assignment]
-    returned: List[str] = None  # type: ignore[assignment]
-    pilots: Dict[str, int] = None  # type: ignore[assignment]
+    fenced: List[Tuple[str, str]] = field(default_factory=list)
+    returned: List[str] = field(default_factory=list)
+    pilots: Dict[str, int] = field(default_factory=dict)
     submitted: str = ""
     added: int = 0
     spent: bool = False
     failing: int = 0      # pilots that failed at their start lately (FAILING_MAX of them hold new ones)
-
-    def __post_init__(self) -> None:
-        self.fenced = self.fenced or []
-        self.returned = self.returned or []
-        self.pilots = self.pilots or {}
 
 
 def _flag(path: Path, on: bool) -> None:
