@@ -11,6 +11,8 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
   queue/ended/<pilot>/        after its claims were returned
   queue/done/<qid>_<i>        a committed result (one TSV line)
   queue/cancel/<qid>_<i>      an operator's cancel of a running task; cancelled/: of a waiting one
+  queue/withdrawn/<qid>_<i>   a task nobody had claimed when a new generation was planned (its input runs
+                              under that generation)
   queue/stop, queue/paused    the campaign ended; claim nothing now
   queue/near/<node>/<task>    locality: a waiting task whose inputs that node's cache holds (a hint
                               the supervisor keeps; that node's pilot claims it first, others leave it
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-STATES = ("ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays")
+STATES = ("ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays", "withdrawn")
 _LEASES: Dict[str, Tuple[float, float]] = {}   # pilot dir -> (beat mtime seen, when it last changed: our clock)
 
 def _entries(path: Path) -> List[str]:
@@ -183,6 +185,15 @@ class Queue:
             except OSError:
                 pass
         return returned
+
+    def withdraw(self, task: str) -> bool:
+        """A waiting task out of the queue for good (False: a pilot holds it, or it ended)."""
+        self.make()
+        try:
+            os.rename(self.d("ready") / task, self.d("withdrawn") / task)
+            return True
+        except FileNotFoundError:
+            return False
 
     def hint(self, near: Dict[str, str]) -> int:
         """``near/<node>/<task>`` made for each waiting task -> node, and removed for every other (claimed,

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
+from hpcrun.backends.scheduler.pilots import Pilots
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
-from hpcrun.operate.plandir import has_store, open_plan_store, read_manifest
+from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read_manifest
 from hpcrun.plan.job.pilots import QUEUE_DIR
 from hpcrun.plan.values import Plan, Succession
 from hpcrun.render.manifest import manifest_json, server_key
@@ -90,13 +91,10 @@ def plan_generation(spec: Path, plan_dir: Path, load: Any, *, db: Optional[str],
         raise _refuse("--reprocess", "--reprocess", f"'{reprocess}' is not one of {', '.join(REPROCESS)}")
     previous = read_manifest(plan_dir, jobs=False)
     number = previous.generation.number + 1
-    with open_plan_store(plan_dir, db) as store:
-        campaign = store.get_campaign(previous.campaign)
-        states = store.input_states(campaign.id)
-        first = max(store.max_job_index(campaign.id), _last_index(previous)) + 1
-    kept = KEPT[reprocess]
-    exclude = frozenset(p for p, s in states.items() if s in kept or s in IN_FLIGHT)
-    plan = load(spec, Succession(number, first, exclude, reprocess))
+    plan, campaign, states = _planned(spec, plan_dir, load, db, previous, number, reprocess)
+    if apply and previous.pilots and plan.campaign.name == previous.campaign and _check_pilots(plan, previous) \
+            and _withdraw_waiting(plan_dir, db, previous, number):
+        plan, campaign, states = _planned(spec, plan_dir, load, db, previous, number, reprocess)
     if plan.campaign.name != previous.campaign:
         raise _refuse(str(spec), "name", (
             f"names campaign '{plan.campaign.name}', but {plan_dir} holds campaign '{previous.campaign}'; a plan "
@@ -122,6 +120,39 @@ def plan_generation(spec: Path, plan_dir: Path, load: Any, *, db: Optional[str],
                                          f"{change.will_run} input(s) to run, {change.added} added, "
                                          f"{change.withdrawn} withdrawn, {change.stay_done} stay done")
     return plan, change
+
+
+def _planned(spec: Path, plan_dir: Path, load: Any, db: Optional[str], previous: Manifest, number: int,
+             reprocess: str) -> Tuple[Plan, Campaign, Dict[str, str]]:
+    """The generation planned over the inputs the campaign does not keep (done, or in flight)."""
+    with open_plan_store(plan_dir, db) as store:
+        campaign = store.get_campaign(previous.campaign)
+        states = store.input_states(campaign.id)
+        first = max(store.max_job_index(campaign.id), _last_index(previous)) + 1
+    kept = KEPT[reprocess]
+    exclude = frozenset(p for p, s in states.items() if s in kept or s in IN_FLIGHT)
+    return load(spec, Succession(number, first, exclude, reprocess)), campaign, states
+
+
+def _withdraw_waiting(plan_dir: Path, db: Optional[str], manifest: Manifest, number: int) -> int:
+    """Late binding: the tasks no pilot has claimed yet are not in flight; each is taken out of the queue
+    (one rename: one that fails was claimed meanwhile, and finishes under its own generation) and its
+    inputs put back to pending, not counted as an attempt, to run under the new generation. How many."""
+    sched = clusters_of(manifest)[0].sched
+    if not isinstance(sched, Pilots):
+        return 0
+    moved = 0
+    with open_plan_store(plan_dir, db) as store:
+        campaign = store.get_campaign(manifest.campaign)
+        for a in store.active_submissions(campaign.id):
+            task = a.slurm_id or ""
+            if task.startswith("L") and sched.q.withdraw(task):
+                moved += store.record_move(campaign.id, a.id, (
+                    f"withdrawn from the queue before any pilot claimed it: runs under generation {number}"))
+        if moved:
+            store.audit(campaign.id, "plan", f"{moved} input(s) waiting in the queue, claimed by no pilot, "
+                                             f"withdrawn to run under generation {number}")
+    return moved
 
 
 def _last_index(manifest: Manifest) -> int:
@@ -171,13 +202,13 @@ def _check_spellings(plan: Plan, states: Dict[str, str]) -> None:
             f"twice. List each input as the campaign has it ({old})"))
 
 
-def _check_pilots(plan: Plan, previous: Manifest) -> None:
+def _check_pilots(plan: Plan, previous: Manifest) -> bool:
     """Late binding: pilots already out run the new generation's inputs at their next claim, with the
     database server and container they started with; a generation that changes those, or the binding,
     is refused (a new campaign, or array binding, takes such a change)."""
     old, new = previous.pilots, plan.pilots
     if old is None and new is None:
-        return
+        return False
     if old is None or new is None:
         raise _refuse(plan.spec_file, "jobs.binding", (
             "a campaign's binding (array or late) cannot change between generations: its jobs under way are "
@@ -189,6 +220,7 @@ def _check_pilots(plan: Plan, previous: Manifest) -> None:
             "once for all the inputs it runs, and pilots already running take this generation's inputs; this "
             "generation changes database or container, which they cannot take up. Keep database and container "
             "as they were, or run the change as a new campaign (or with jobs.binding: array)"))
+    return True
 
 
 def _check_overwrites(plan: Plan, store: StateStore, campaign: Campaign, states: Dict[str, str]) -> None:
