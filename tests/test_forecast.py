@@ -142,3 +142,20 @@ def test_a_sample_of_the_newest_runs_stands_for_all_of_them():
     assert abs((part.remaining_s or 0) - (full.remaining_s or 0)) <= 0.1 * (full.remaining_s or 1), (part, full)
     assert abs(part.core_hours_spent - full.core_hours_spent) <= 0.1 * full.core_hours_spent
     assert part.runs_ended == full.runs_ended == len(ended)
+
+
+def test_late_binding_counts_what_the_pilots_held_and_runs_as_many_as_their_slots():
+    """Pilots held twice the core-seconds their inputs used: that is what was spent, and the inputs left
+    cost twice their own time too; they run as many at once as the running pilots have slots."""
+    from hpcrun.backends.scheduler.pilot_queue import Held
+    runs = simulate([60.0] * 30, slots=3)
+    now = sorted(end for _, end, _ in runs)[9]
+    spans, totals, at = spans_at(runs, now), totals_at(runs, 30, now), T0 + dt.timedelta(seconds=now)
+    plain = make(spans, totals, at)
+    used = plain.core_hours_spent * 3600
+    late = make(spans, totals, at, pilots=Held(core_s=2 * used, live_slots=6))
+    assert late.core_hours_spent == 2 * plain.core_hours_spent
+    assert late.core_hours_left is not None and plain.core_hours_left is not None
+    assert abs(late.core_hours_left - 2 * plain.core_hours_left) < 1e-6
+    assert late.concurrency == 6.0 and late.remaining_s is not None and plain.remaining_s is not None
+    assert late.remaining_s < plain.remaining_s      # 6 slots at once against the 3 measured

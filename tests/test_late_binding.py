@@ -274,3 +274,24 @@ def _live_page(plan: Path):
         srv.shutdown()
         srv.server_close()
     return got.get("row")
+
+
+def test_pilots_claim_their_nodes_hinted_inputs_and_leave_the_others_to_their_node(tmp_path):
+    """Locality hints (queue/near/<node>/<task>): two pilots on nodes n1 and n2 each run exactly the inputs
+    hinted to their node; a hint that is stale (no such waiting task) costs nothing."""
+    plan = _plan(tmp_path, _spec(tmp_path, 8, COPY))
+    qid = _enqueue(plan, 8)
+    q = Queue(plan / "queue")
+    near = {f"{qid}_{i}": ("n1" if i % 2 else "n2") for i in range(8)}
+    assert q.hint({**near, f"{qid}_99": "n1"}) == 9
+    assert q.hint(near) == 8 and not (q.d("near") / "n1" / f"{qid}_99").exists()   # stale hints removed
+    script = plan / "bin" / "hpcrun-pilot.sh"   # jobs.locality_wait of 10 min (the plan has no node cache)
+    assert "\nsteal_s=0 " in script.read_text()
+    script.write_text(script.read_text().replace("\nsteal_s=0 ", "\nsteal_s=600 "))
+    a = _pilot(plan, "701", SLURMD_NODENAME="n1")
+    b = _pilot(plan, "702", SLURMD_NODENAME="n2")
+    logs = _wait(a) + _wait(b)
+    results = _results(plan)
+    assert len(results) == 8, logs
+    for task, r in results.items():
+        assert r[4] == near[task], (task, r, logs)   # the node that ran it is the one its cache is on

@@ -257,18 +257,18 @@ class Queue:
 
 @dataclass(frozen=True)
 class Held:
-    """What the pilots hold so far, for the forecast: core-seconds held (running pilots until now) and
-    used by inputs, and the slots of the pilots running now."""
+    """What the pilots hold so far, for the forecast: core-seconds held (running pilots until now), and the
+    slots of the pilots running now. Read from the pilots' own files only (never the per-input results: a
+    forecast is made every round)."""
 
     core_s: float
-    busy_core_s: float
     live_slots: int
 
 
 def held(queue: Path, run_dir: Path, chains: int, now: float) -> Held:
     """The pilots' core-seconds: ended ones from their own record, live ones from their start until ``now``."""
     q = Queue(queue)
-    core_s = busy = 0.0
+    core_s = 0.0
     for p in (run_dir / "pilots").glob("*/pilot.tsv"):
         own = _read(p).split("\t")
         if len(own) >= 4 and _float(own[2]) is not None and _float(own[3]) is not None:
@@ -279,11 +279,7 @@ def held(queue: Path, run_dir: Path, chains: int, now: float) -> Held:
         if len(info) >= 3 and _float(info[2]) is not None and not (run_dir / "pilots" / pilot / "pilot.tsv").exists():
             slots += _int(info[1])
             core_s += max(0.0, now - float(info[2])) * _int(info[1]) * chains
-    for name in _entries(q.d("done")):
-        r = _read(q.d("done") / name).split("\t")
-        if len(r) >= 7 and _float(r[5]) is not None and _float(r[6]) is not None:
-            busy += (float(r[6]) - float(r[5])) * chains
-    return Held(core_s, busy, slots)
+    return Held(core_s, slots)
 
 
 def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:

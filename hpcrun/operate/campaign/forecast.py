@@ -121,8 +121,8 @@ def make(spans: Sequence[RunSpan], totals: InputTotals, now: dt.datetime,
     spent_core_s = scale_e * sum((r.elapsed_s or 0.0) * (r.alloc_cpus or 1) for r in ended) + scale_r * sum(
         (now - r.started_at).total_seconds() * (r.alloc_cpus or 1) for r in running)
     overhead = 1.0
-    if pilots is not None and pilots.core_s > 0:
-        overhead = max(1.0, pilots.core_s / max(1.0, pilots.busy_core_s))
+    if pilots is not None and pilots.core_s > 0:   # the inputs' own core-seconds are what the pilots used of it
+        overhead = max(1.0, pilots.core_s / max(1.0, spent_core_s))
         spent_core_s = max(spent_core_s, pilots.core_s)
     f = Forecast(False, _iso(now), inputs_left=totals.left, runs_ended=n_ended,
                  core_hours_spent=spent_core_s / 3600, cost_unit=unit)
