@@ -6,10 +6,12 @@ The fixtures (`hpcrun_bin`, `example_root`) live in tests/cluster/conftest.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
 from pathlib import Path
+from typing import Callable, Iterator
 
 import yaml
 
@@ -27,6 +29,24 @@ def source_digest() -> str:
                 h.update(p.read_bytes())
     h.update((REPO / "setup.cfg").read_bytes())
     return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def supervising(sup: subprocess.Popen, timeout: float, cleanup: Callable[[], None] = lambda: None
+                ) -> Iterator[subprocess.Popen]:
+    """A running `hpcrun run` (its output piped) while the block acts on the campaign; it must then end by
+    itself, exit 0 (``sup.stdout_text`` holds what it printed). When the block fails it is killed and
+    ``cleanup`` runs (say, cancel what it left queued)."""
+    try:
+        yield sup
+        out, err = sup.communicate(timeout=timeout)
+        sup.stdout_text = out   # type: ignore[attr-defined]
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.communicate()
+            cleanup()
+    assert sup.returncode == 0, out[-3000:] + err[-3000:]
 
 
 class Campaign:

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from .campaigns import Campaign
+from .campaigns import Campaign, supervising
 from .test_campaign_state import make_raw
 
 pytestmark = pytest.mark.cluster
@@ -68,6 +68,11 @@ def _supervisor(c: Campaign, env) -> subprocess.Popen:
     return subprocess.Popen([c.hpcrun, "run", str(c.plan), "--interval", "2", "--json"], cwd=str(c.dir),
                             env=dict(c.cluster.user_env, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, user=c.cluster.uid, group=c.cluster.gid)
+
+
+def _supervising(c: Campaign, env):
+    """`hpcrun run` while the block waits on it; on a failure no held job is left for later tests."""
+    return supervising(_supervisor(c, env), 600, lambda: _cancel(c))
 
 
 def _status(c: Campaign, env) -> dict:
@@ -118,8 +123,7 @@ def test_run_stops_submitting_on_a_spent_allocation_and_goes_on_when_it_is_raise
     assert "the plan needs 50 cpu-minutes at its walltime" in text and "49 more than is left" in text, text
 
     since = dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
-    sup = _supervisor(c, env)
-    try:
+    with _supervising(c, env) as sup:
         held = _wait("jobs held by the allocation", lambda: (lambda s: s if s["budget_held"] else None)(
             _status(c, env)), 420, sup)
         reasons = held["budget_held"][""]
@@ -140,13 +144,6 @@ def test_run_stops_submitting_on_a_spent_allocation_and_goes_on_when_it_is_raise
 
         raised = cluster.run(["sacctmgr", "-i", "modify", "account", account, "set", "GrpTRESMins=cpu=-1"])
         assert raised.returncode == 0, raised.stderr
-        out, err = sup.communicate(timeout=600)
-    finally:
-        if sup.poll() is None:   # a failure: leave no held job behind to fill the user's queue for later tests
-            sup.kill()
-            sup.communicate()
-            _cancel(c)
-    assert sup.returncode == 0, out[-3000:] + err[-3000:]
     final = _status(c, env)
     assert final["counts"]["done"] == 10 and not final["budget_held"], final["counts"]
     # nothing lost, nothing doubled: each plan job completed once. Slurm also ends jobs *running* when the
@@ -312,8 +309,7 @@ def test_late_bound_pilots_wait_out_a_spent_allocation_and_count_what_they_hold(
     # pilot, so 4 pilots of 1 CPU held 20 min = 80 cpu-minutes (not the inputs' 50)
     assert "about 4 pilot(s) for 10 job(s)" in text and "the plan needs 80 cpu-minutes at its walltime" in text, text
 
-    sup = _supervisor(c, env)
-    try:
+    with _supervising(c, env) as sup:
         held = _wait("the pilot held by the allocation", lambda: (lambda s: s if s["budget_held"] else None)(
             _status(c, env)), 300, sup)
         assert set(held["budget_held"][""]) == {"AssocGrpCPUMinutesLimit"}, held["budget_held"]
@@ -325,13 +321,6 @@ def test_late_bound_pilots_wait_out_a_spent_allocation_and_count_what_they_hold(
         assert (c.plan / "queue" / "submitted.tsv").read_text().splitlines() == sent   # none while spent
         raised = cluster.run(["sacctmgr", "-i", "modify", "account", account, "set", "GrpTRESMins=cpu=-1"])
         assert raised.returncode == 0, raised.stderr
-        out, err = sup.communicate(timeout=600)
-    finally:
-        if sup.poll() is None:
-            sup.kill()
-            sup.communicate()
-            _cancel(c)
-    assert sup.returncode == 0, out[-3000:] + err[-3000:]
     final = _status(c, env)
     assert final["counts"]["done"] == 10 and not final["budget_held"], final["counts"]
     done = [p.read_text().split("\t") for p in (c.plan / "queue" / "done").iterdir()]

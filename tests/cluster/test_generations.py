@@ -13,6 +13,7 @@ untouched.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import shutil
@@ -20,13 +21,14 @@ import subprocess
 import time
 import zlib
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
 
 from tests import pg
 
-from .campaigns import Campaign
+from .campaigns import Campaign, supervising
 from .test_campaign_state import make_raw
 
 pytestmark = pytest.mark.cluster
@@ -57,6 +59,14 @@ def _supervisor(c: Campaign, url) -> subprocess.Popen:
     return subprocess.Popen(argv, cwd=str(c.dir), env=dict(c.cluster.user_env, COLUMNS="200"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             user=c.cluster.uid, group=c.cluster.gid)
+
+
+@contextlib.contextmanager
+def _supervising(c: Campaign, url) -> Iterator[subprocess.Popen]:
+    """`hpcrun run` while the block changes the campaign under way; it must then end by itself, finished."""
+    with supervising(_supervisor(c, url), 900) as sup:
+        yield sup
+    assert json.loads(sup.stdout_text)["outcome"] == "finished"   # type: ignore[attr-defined]
 
 
 def _status(c: Campaign, url) -> dict:
@@ -120,8 +130,7 @@ def test_release_walltime_and_inputs_change_under_way(slurm_cluster, hpcrun_bin,
     files = _inputs(slurm_cluster, example_root, f"gen-{backend}", 16)
     c = _campaign(slurm_cluster, hpcrun_bin, example_root, f"gen-{backend}", files[:12], linger=4, throttle=2)
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
-    sup = _supervisor(c, url)
-    try:
+    with _supervising(c, url):
         slurm_cluster.wait_until(lambda: _status(c, url)["inputs"].get("done", 0) >= 4, timeout=400, interval=3)
         done_before = {j["job"] for j in _status(c, url)["jobs"] if j["status"] == "done"}
         _edit(c, software={"release": "reco-1.1"}, walltime="00:07:00", inputs={"files": files})
@@ -130,12 +139,6 @@ def test_release_walltime_and_inputs_change_under_way(slurm_cluster, hpcrun_bin,
         applied = c.hp("plan", str(c.spec), "--out", str(c.plan), *_db(url), "--apply")
         assert applied.returncode == 0, applied.stdout + applied.stderr
         assert "generation 2" in applied.stdout and "4 added" in applied.stdout, applied.stdout
-        out, err = sup.communicate(timeout=900)
-    finally:
-        if sup.poll() is None:
-            sup.kill()
-    assert sup.returncode == 0, out[-2000:] + err[-2000:]
-    assert json.loads(out)["outcome"] == "finished"
 
     runs = _runs(c, since)
     completed = collections.Counter(r["job"] for r in runs if r["state"] == "COMPLETED")
@@ -215,8 +218,7 @@ def test_late_bound_pilots_take_up_a_new_generation_at_their_next_claim(slurm_cl
     shutil.rmtree(c.plan, ignore_errors=True)
     proc = c.hp("plan", str(c.spec), "--out", str(c.plan))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    sup = _supervisor(c, None)
-    try:
+    with _supervising(c, None):
         slurm_cluster.wait_until(lambda: _status(c, None)["inputs"].get("done", 0) >= 4, timeout=400, interval=3)
         done_before = {j["job"] for j in _status(c, None)["jobs"] if j["status"] == "done"}
         _edit(c, software={"release": "reco-1.1"}, walltime="00:07:00", inputs={"files": files})
@@ -226,12 +228,6 @@ def test_late_bound_pilots_take_up_a_new_generation_at_their_next_claim(slurm_cl
         _edit(c, database=dict(db, options=db["options"] + ["--max-connections=50"]))   # a pilot's server: refused
         refused = c.hp("plan", str(c.spec), "--out", str(c.plan), "--apply")
         assert refused.returncode == 2 and "database or container" in refused.stderr, refused.stdout + refused.stderr
-        out, err = sup.communicate(timeout=900)
-    finally:
-        if sup.poll() is None:
-            sup.kill()
-    assert sup.returncode == 0, out[-2000:] + err[-2000:]
-    assert json.loads(out)["outcome"] == "finished"
 
     claims = _claims(c)
     assert collections.Counter(r["state"] for r in claims) == {"COMPLETED": 16}, claims
