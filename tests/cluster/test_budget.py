@@ -327,10 +327,12 @@ def test_late_bound_pilots_wait_out_a_spent_allocation_and_count_what_they_hold(
     assert collections.Counter(r[8] for r in done) == {"COMPLETED": 10}, done
     log = _hp(c, env, "log", str(c.plan)).stdout
     assert "the allocation is spent" in log and "submitting again" in log, log[-2000:]
+    cluster.wait_until(lambda: not cluster.run(["squeue", "-h", "-n", f"{c.name}.pilot", "-o", "%A"]).stdout.strip(),
+                       timeout=120, interval=1, what="the pilots ended")   # they stop once the queue says so
     report = json.loads(_hp(c, env, "report", str(c.plan), "--json", "--no-plots").stdout)
     p = report["pilots"]
     assert p["core_s_held"] > p["core_s_busy"] > 0 and sum(p["idle_core_s"].values()) > 0, p
-    f = final["forecast"]
+    f = _status(c, env)["forecast"]   # read after the pilots ended, as the report was
     assert f["ready"] and f["core_hours_spent"] * 3600 >= 0.95 * p["core_s_held"], (f, p)   # idle time is cost
     metrics = (c.plan / "metrics.prom").read_text()
     assert 'hpcrun_pilots{campaign="e2e-budget-late",state="running"}' in metrics, metrics

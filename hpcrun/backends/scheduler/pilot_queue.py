@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -303,6 +304,8 @@ def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
         copies = _read(p / "payload-copies").strip()
         out["payload_copies"] += int(copies) if copies.isdigit() else 0
         own = _read(p / "pilot.tsv").split("\t")
+        if len(own) < 4:   # still running (or it ended without its record): held from its start until now
+            own = _read(q.d("live") / p.name / "info").rstrip("\n").split("\t")[:3] + [f"{time.time():.3f}"]
         mine = sorted(claims.get(p.name, []))
         cpus = _int(own[1]) * chains if len(own) > 1 else 0
         start = _float(own[2]) if len(own) > 2 else None
