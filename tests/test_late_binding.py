@@ -202,12 +202,54 @@ def test_what_cannot_be_bound_late_is_refused_with_its_key(tmp_path, change, key
     assert key in str(err.value), str(err.value)
 
 
-def test_a_burst_buffer_cannot_be_bound_late(tmp_path):
+def test_an_explicit_stage_out_cannot_be_bound_late(tmp_path):
     data = _spec(tmp_path, 2, COPY)
-    data["burst_buffer"] = {"capacity": "1GB", "stage_inputs": True}
+    data["burst_buffer"] = {"capacity": "1GB", "stage_out": [{"source": "logs", "destination": str(tmp_path),
+                                                               "type": "directory"}]}
     with pytest.raises(InputError) as err:
         _plan(tmp_path, data)
-    assert "burst_buffer" in str(err.value) and "submission" in str(err.value)
+    assert "burst_buffer.stage_out" in str(err.value) and "pilot's buffer ends" in str(err.value), str(err.value)
+
+
+def test_a_pilot_buffer_holds_its_slots_and_its_claims_copy_in_and_out_with_sums(tmp_path):
+    """The pilot asks for one #DW jobdw for its slots' inputs; no stage lines per input. Run by bash with the
+    buffer's variable set (a directory here, the DataWarp emulation in tests/cluster), each claim copies its
+    input into its share of the buffer and its output out, both summed; its share is gone when it ends. An
+    input missing at its claim fails that input alone."""
+    data = _spec(tmp_path, 6, COPY)
+    data["burst_buffer"] = {"capacity": "auto", "stage_inputs": True, "stage_outputs": True}
+    plan = _plan(tmp_path, data)
+    pilot = (plan / "bin" / "hpcrun-pilot.sh").read_text()
+    jobdw = [line for line in pilot.splitlines() if line.startswith("#DW")]
+    assert len(jobdw) == 1 and jobdw[0].startswith("#DW jobdw capacity=") and "pool=" in jobdw[0], jobdw
+    script = next((plan / "jobs").glob("*")).read_text()
+    assert not [line for line in script.splitlines() if line.startswith("#DW")]
+    manifest = yaml.safe_load((plan / "manifest.json").read_text())
+    assert any("one buffer of" in n and "2 slot(s)" in n for n in manifest["notes"]), manifest["notes"]
+    (tmp_path / "raw" / "r005.dat").unlink()   # gone from the filesystem after the plan
+    qid = _enqueue(plan, 6)
+    buffer = tmp_path / "bb" / "striped"
+    buffer.mkdir(parents=True)
+    logs = _wait(_pilot(plan, "601", DW_JOB_STRIPED=f"{buffer}/"))
+    results = _results(plan)
+    states = {k: r[8] for k, r in results.items()}
+    assert states == {**{f"{qid}_{i}": "COMPLETED" for i in range(5)}, f"{qid}_5": "FAILED"}, logs
+    assert results[f"{qid}_5"][7] == "3"
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.out")) == [f"r{i:03d}.out" for i in range(5)]
+    assert (tmp_path / "out" / "r002.out").read_text() == "input 2\n"
+    assert not list((buffer / "claims").iterdir()), "a claim's share of the buffer was left behind"
+    import hashlib
+    for k in range(5):
+        rundir = plan / "run" / f"latelocal.{k + 1:05d}" / results[f"{qid}_{k}"][1]
+        rows = [line.split("\t") for line in (rundir / "copies.tsv").read_text().splitlines()]
+        assert [r[0] for r in rows] == ["in", "out"], rows
+        src = tmp_path / "raw" / f"r{k:03d}.dat"
+        assert rows[0][1] == str(src) and rows[0][2].startswith(f"{buffer}/claims/")
+        assert rows[0][4] == "sha256:" + hashlib.sha256(src.read_bytes()).hexdigest()
+        assert rows[1][2] == str(tmp_path / "out" / ".hpcrun-claims" / results[f"{qid}_{k}"][1] / f"r{k:03d}.out")
+        assert rows[1][4] == rows[0][4]    # the output is a copy of the input here
+        assert "copied 1 input(s) into the pilot's buffer" in (plan / "run" / "pilots" / "601" / "claims"
+                                                               / f"{results[f'{qid}_{k}'][1]}.log").read_text()
 
 
 def test_run_tends_the_pilots_and_the_live_page_shows_them(tmp_path, fake_slurm):

@@ -29,7 +29,7 @@ from hpcrun.plan.job.exports import export_plan
 from hpcrun.plan.job.jobs import data_dirs, group_jobs, scripts_of
 from hpcrun.plan.job.launch import launch_plan
 from hpcrun.plan.job.listed import Listed, scan
-from hpcrun.plan.job.pilots import late_dirs, pilot_plan
+from hpcrun.plan.job.pilots import late_dirs, pilot_plan, with_buffer
 from hpcrun.plan.job.reads import remote_plan, stage_dir_expr
 from hpcrun.plan.job.requests import finalize_request, launcher, with_request
 from hpcrun.plan.site import choose_site
@@ -85,10 +85,14 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     pilots = pilot_plan(campaign, profile, site.partition, site.qos, isinstance(campaign.site.profile, list)
                         and len(campaign.site.profile) > 1, max(chains_of(jobs), default=1), checks)
     checks.raise_if_any()
+    copy_out = None
     if pilots is not None:   # two claims of one job never share a work or output directory (fencing)
-        work_dir, out_dir, db_plan = late_dirs(campaign, workdir, db_plan)
+        input_dir, work_dir, out_dir, copy_out, db_plan = late_dirs(campaign, workdir, db_plan, buffer)
+        pilots = with_buffer(pilots, campaign, buffer, jobs, checks, notes)
+        checks.raise_if_any()
     if remote_reads is not None and remote_reads.access == "stage":
-        input_dir = stage_dir_expr(profile, buffer.root_var, work_dir)
+        # a claim's copies go to its own work directory (in the pilot's buffer, if any), never a shared one
+        input_dir = stage_dir_expr(profile, None if pilots is not None else buffer.root_var, work_dir)
     container = container_plan(campaign, profile, runtime, items, db_plan, buffer.root_var, workdir,
                                checks, notes)
     checks.raise_if_any()
@@ -100,7 +104,8 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 bb_system=profile.burst_buffer.system if buffer.writer else None, pool=buffer.pool,
                 jobs=jobs if isinstance(jobs, StreamedJobs) else tuple(jobs), scripts=tuple(scripts),
                 database=db_plan, input_dir_expr=input_dir,
-                work_dir_expr=work_dir, out_dir_expr=out_dir, notes=tuple(notes), commands=commands,
+                work_dir_expr=work_dir, out_dir_expr=out_dir, copy_out_expr=copy_out, notes=tuple(notes),
+                commands=commands,
                 checksum=checksum_plan(campaign.inputs.checksum, profile),
                 chain_overcommit=campaign.jobs.overcommit and max(chains_of(jobs), default=0) > site.partition.cpus,
                 cleanup_workdir=buffer.writer is None and "merge" in commands,

@@ -239,6 +239,7 @@ class Plan:
     input_dir_expr: str            # shell text: where a job finds its inputs
     work_dir_expr: str             # shell text: where chain parts go
     out_dir_expr: str              # shell text: where merged outputs are written
+    copy_out_expr: Optional[str] = None  # shell text: where a claim copies its buffer's outputs (late binding)
     notes: Tuple[str, ...] = ()
     commands: Dict[str, str] = field(default_factory=dict)  # rendered shell words
     checksum: Optional[ChecksumPlan] = None  # None: inputs.checksum is none

@@ -23,6 +23,7 @@ from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.bulk import bulk
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
+from hpcrun.plan.job.pilots import PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
@@ -52,8 +53,9 @@ def _check_rendered(first: Plan, files: List[RenderedFile]) -> None:
     by_dir = {p.seat.subdir + "jobs": ("#" + p.profile.burst_buffer.directive,
                                         grammar_checked(p.profile.burst_buffer.system),
                                         scheduler_for(p.scheduler).directive) for p in first.all_clusters}
+    pilots = {p.seat.subdir + PILOT_SCRIPT: by_dir[p.seat.subdir + "jobs"] for p in first.all_clusters}
     for f in files:
-        rules = by_dir.get(f.path.rpartition("/")[0])
+        rules = pilots.get(f.path) or by_dir.get(f.path.rpartition("/")[0])
         if rules is not None:
             prefix, grammar, directive = rules
             problems = check_script(f.text.splitlines(), prefix, grammar, job_directive=directive)

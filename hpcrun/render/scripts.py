@@ -140,9 +140,20 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
                              '${HPCRUN_JOB_ID:-local}"'),
         "checksum": _checksum_context(plan),
         "provenance": _provenance_context(plan), "generation": plan.succession.number,
-        "remote": _remote_context(plan), "late": plan.pilots is not None,
+        "remote": _remote_context(plan), "late": plan.pilots is not None, "claim_copies": _claim_copies(plan),
         **_staged_names(plan),
     }
+
+
+def _claim_copies(plan: Plan) -> Optional[Dict[str, Any]]:
+    """Late binding with a burst buffer: a claim copies its inputs into the pilot's buffer and its outputs
+    out of it (where the array tasks' #DW stage lines would)."""
+    p = plan.pilots
+    if p is None or p.bb_root is None:
+        return None
+    bb = plan.campaign.burst_buffer
+    return {"inputs": bool(bb and bb.stage_inputs),
+            "out": None if plan.copy_out_expr is None else Shell(plan.copy_out_expr)}
 
 
 def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:
@@ -301,7 +312,9 @@ def render_pilot(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], pl
     ctx.update({"queue": quote(f"{plan_dir}/{QUEUE_DIR}"), "slots": p.slots, "idle_s": p.idle_s,
                 "beat_s": BEAT_S, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
                 "claim_signal_before": p.signal_before_s, "input_s": p.input_s, "claims_dir": CLAIMS_DIR,
-                "steal_s": plan.locality_wait or 0,
+                "steal_s": plan.locality_wait or 0, "bb_lines": [Shell(line) for line in p.bb_lines],
+                "bb_root": Shell(p.bb_root) if p.bb_root else None,
+                "bb_capacity": quote(format_capacity(p.bb_capacity) if p.bb_capacity else ""),
                 "outloc": quote(plan.campaign.outputs.location.rstrip("/")),
                 "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1")})
     return env.get_template("pilot.sh.j2").render(ctx)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -265,7 +266,9 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
     """The example campaign (database, chains, merge, QA) bound late, its state in PostgreSQL: each pilot copies
     the payload and starts its server once for every input it runs; a failed chain fails its input with the
     array mode's exit code and class, and the retry runs in a pilot too. The nodes never reach the store: the
-    queue on the shared filesystem is the pilots' only meeting point, whatever the store."""
+    queue on the shared filesystem is the pilots' only meeting point, whatever the store. The burst buffer is the
+    example's (the DataWarp emulation): each pilot's one #DW jobdw serves the inputs it runs, which copy
+    themselves in and out of it, summed (the array-mode twin: test_e2e.py's stage-in and stage-out)."""
     from tests import pg
     db = ("--db", pg.fresh_database(pg_server))
     from .test_campaign_state import make_raw
@@ -276,7 +279,7 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
     slurm_cluster.chown(markers)
     first = sorted(Path(glob).parent.glob("*.h5"))[0].name
     slurm_cluster.write(markers / f"{first}.fail", "once\n")
-    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "latedb", burst_buffer=None, inputs__glob=glob,
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "latedb", inputs__glob=glob,
                  chain_extra=["--fail-marked", str(markers)],
                  jobs={"files_per_job": 1, "chains_per_node": 2, "binding": "late",
                        "pilot": {"walltime": "00:15:00", "nodes": 2, "idle_release": "15s"}})
@@ -307,6 +310,28 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
                                                        / f"{r.name}.log").read_text() for r in claims)
     assert all((r / "qa.tsv").read_text().split()[3] == "pass" for r in claims if (r / "qa.tsv").exists())
     assert report["pilots"]["payload_copies"] == len(pilots), report["pilots"]
+    _buffers_served_the_claims(slurm_cluster, c, pilots, claims, n)
     assert report["pilots"]["inputs_run"] == n + 1, report["pilots"]
     # the pilots' own CPU time, read from the accounting once they ended (after the supervisor's last round)
     assert report["pilots"]["pilots_cpu_s"] > 0 and report["pilots"]["input_cpu_s"] > 0, report["pilots"]
+
+
+def _buffers_served_the_claims(cluster, c: Campaign, pilots: list, claims: list, n: int) -> None:
+    """Each pilot's own buffer (the emulator's events: set up before it ran, torn down after), no stage lines in
+    any script; every claim copied its input in and its outputs out of its share of the buffer, summed."""
+    for p in pilots:
+        cluster.wait_until(lambda j=p.name: "teardown" in [e["function"] for e in cluster.bb_events(j)],
+                           timeout=60, what=f"teardown of pilot {p.name}'s buffer")
+        funcs = [e["function"] for e in cluster.bb_events(p.name)]
+        assert funcs.index("setup") < funcs.index("pre_run") < funcs.index("post_run") < funcs.index("teardown"), funcs
+        assert not (cluster.bb_job_dir / p.name).exists(), "the pilot's burst buffer was not torn down"
+    assert [ln for ln in (c.plan / "bin" / "hpcrun-pilot.sh").read_text().splitlines()
+            if ln.startswith("#DW")][0].startswith("#DW jobdw capacity=")
+    copied = {"in": 0, "out": 0}
+    for r in claims:
+        rows = [ln.split("\t") for ln in (r / "copies.tsv").read_text().splitlines()] if (r / "copies.tsv").exists() else []
+        for row in rows:
+            copied[row[0]] += 1
+            assert re.fullmatch(r"(adler32|sha256|md5):[0-9a-f]+", row[4]) and "/claims/" in (row[2] if row[0] == "in" else row[1]), row
+    # every input was copied in once per claim; every good output was copied out (the failed chain's claim has none)
+    assert copied["in"] == n + 1 and copied["out"] >= n, copied

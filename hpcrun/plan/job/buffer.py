@@ -188,8 +188,10 @@ def _floor_parts(in_bytes: int, campaign: Campaign, bbspec: BurstBufferSpec) -> 
     return " + ".join(parts)
 
 
-def bb_lines(choice: BufferChoice, campaign: Campaign, job: Optional[Job], capacity: int) -> List[str]:
-    """The directive lines of one script (``job`` None: an array's shared script)."""
+def bb_lines(choice: BufferChoice, campaign: Campaign, job: Optional[Job], capacity: int,
+             own_staging: bool = True) -> List[str]:
+    """The directive lines of one script (``job`` None: an array's shared script); ``own_staging`` False:
+    a pilot's, whose claims copy their inputs and outputs themselves (only the shared stage_in items)."""
     writer, bbspec, pool, root_var = choice.writer, choice.spec, choice.pool, choice.root_var
     if writer is None or bbspec is None or root_var is None:
         return []
@@ -199,7 +201,7 @@ def bb_lines(choice: BufferChoice, campaign: Campaign, job: Optional[Job], capac
     if bbspec.stage_inputs and job is not None:
         stage_in = [Stage(i.path, f"{root}in/{os.path.basename(i.path)}", "file")
                     for i in job.inputs] + stage_in
-    if bbspec.stage_outputs:
+    if bbspec.stage_outputs and own_staging:
         stage_out = [Stage(f"{root}out", campaign.outputs.location, "directory")] + stage_out
     pool_name = bbspec.pool or (pool.name if (pool and writer.always_pool) else None)
     req = BufferRequest(capacity=capacity, access_mode=bbspec.access_mode, type=bbspec.type,

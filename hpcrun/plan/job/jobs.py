@@ -84,7 +84,9 @@ def scripts_of(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], bu
                checks: Checks, notes: List[str]) -> List[ScriptPlan]:
     """Arrays unless each job needs its own stage lines (or arrays are off)."""
     js = campaign.jobs
-    per_job_lines = bool(buffer.writer and buffer.spec and buffer.spec.stage_inputs)
+    # a pilot's claims copy their own inputs in: the array scripts carry no buffer lines at all
+    late = js.binding == "late"
+    per_job_lines = bool(buffer.writer and buffer.spec and buffer.spec.stage_inputs) and not late
     use_arrays = js.array == "always" or (js.array == "auto" and not per_job_lines and (
         len(jobs) > 1 or js.binding == "late") and profile.max_array_size > 0)
     if js.array == "always" and per_job_lines:
@@ -95,7 +97,7 @@ def scripts_of(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], bu
         checks.spec_error(("jobs", "array"), f"site profile '{profile.name}' disables job arrays.")
     checks.raise_if_any()
     if use_arrays:
-        return _array_scripts(campaign, profile, jobs, buffer, notes)
+        return _array_scripts(campaign, profile, jobs, BufferChoice() if late else buffer, notes)
     if js.throttle and len(jobs) > 1:
         notes.append(f"jobs.throttle ({js.throttle}) applies to job arrays; these {len(jobs)} "
                      "jobs have their own scripts, so the scheduler's queue limits apply instead.")
@@ -115,6 +117,6 @@ def _array_scripts(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job]
         lines = bb_lines(buffer, campaign, None, max(bb_capacities(chunk), default=0))
         scripts.append(ScriptPlan(f"array{c + 1:03d}", chunk, spec_array, tuple(lines)))
     capacities = bb_capacities(jobs)
-    if capacities and (len(set(capacities)) > 1 or len(capacities) < len(jobs)):
+    if buffer.writer is not None and capacities and (len(set(capacities)) > 1 or len(capacities) < len(jobs)):
         notes.append("array tasks share one #DW jobdw line sized for the largest task.")
     return scripts

@@ -9,16 +9,18 @@ with its key and the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
+from hpcrun.plan.job.buffer import BufferChoice, bb_lines, pool_limit
 from hpcrun.plan.job.database import JOB_ID, NODE_KEY
 from hpcrun.plan.job.requests import LOG_DIR
-from hpcrun.plan.values import DatabasePlan
+from hpcrun.plan.values import DatabasePlan, Job, bb_capacities
 from hpcrun.shell import quote
+from hpcrun.units import format_capacity
 
 QUEUE_DIR = "queue"               # in the plan directory: the claims' meeting point
 PILOT_SCRIPT = "bin/hpcrun-pilot.sh"
@@ -44,6 +46,9 @@ class PilotPlan:
     input_limit_s: int        # each input's own time limit (the campaign's walltime)
     signal_before_s: int      # an input's pre-timeout signal, as its array task would get it
     request: JobRequest
+    bb_lines: Tuple[str, ...] = ()      # the pilot's own #DW jobdw (and shared stage_in) lines
+    bb_capacity: Optional[int] = None   # bytes of that buffer: every slot's input at once
+    bb_root: Optional[str] = None       # shell text: the buffer's directory, as the pilot's job sees it
 
     @property
     def cpus(self) -> int:
@@ -96,10 +101,11 @@ def _refusals(campaign: Campaign, several_clusters: bool, checks: Checks) -> Non
         checks.spec_error(("jobs", "nodes"), (
             f"a pilot holds one node, so an input of {js.nodes} nodes cannot be bound late; use "
             "jobs.binding: array for multi-node inputs"))
-    if campaign.burst_buffer is not None:
-        checks.spec_error(("burst_buffer",), (
-            "burst-buffer directives (#DW/#BB stage_in and stage_out) are bound to a job at submission, "
-            "before anyone knows which inputs a pilot will claim; remove burst_buffer or use jobs.binding: array"))
+    if campaign.burst_buffer is not None and campaign.burst_buffer.stage_out:
+        checks.spec_error(("burst_buffer", "stage_out"), (
+            "an explicit stage_out is carried out when the job's buffer ends, and a pilot's buffer ends after "
+            "every input it ran: no item would be one input's; write such files to the output directory "
+            "(burst_buffer.stage_outputs) or use jobs.binding: array"))
     if several_clusters:
         checks.spec_error(("site", "profile"), (
             "late binding runs on one cluster for now; list one profile, or use jobs.binding: array"))
@@ -108,15 +114,47 @@ def _refusals(campaign: Campaign, several_clusters: bool, checks: Checks) -> Non
             "pilots run the plan's array scripts; array: never cannot be bound late (use auto)"))
 
 
-def late_dirs(campaign: Campaign, workdir: str, db_plan: Optional[DatabasePlan]
-              ) -> Tuple[str, str, Optional[DatabasePlan]]:
-    """Where a claim works and writes: its own work directory, and outputs in a directory of its own
-    that the pilot renames into place only while it holds the claim (a fenced pilot moves nothing);
-    the database is the pilot's, so its node-local copy is named by the pilot's job id and node key (the
+def with_buffer(pilots: PilotPlan, campaign: Campaign, buffer: BufferChoice, jobs: Sequence[Job],
+                checks: Checks, notes: list) -> PilotPlan:
+    """The pilot's own buffer: one ``#DW jobdw`` for the slots' inputs at once (each sized as its array task
+    would be), the spec's shared stage_in items with it; the inputs' copies in and out are the claims' own."""
+    if buffer.writer is None or buffer.spec is None or buffer.root_var is None:
+        return pilots
+    per_input = max(bb_capacities(jobs), default=0)
+    capacity = per_input * pilots.slots
+    if buffer.pool is not None and capacity > pool_limit(buffer.pool):
+        checks.spec_error(("jobs", "pilot", "slots"), (
+            f"a pilot's buffer holds the inputs of its {pilots.slots} slots at once: {pilots.slots} x "
+            f"{format_capacity(per_input)} = {format_capacity(capacity)}, more than the "
+            f"{format_capacity(pool_limit(buffer.pool))} pool '{buffer.pool.name}' gives one job; lower "
+            "jobs.pilot.slots"))
+    lines = bb_lines(buffer, campaign, None, capacity, own_staging=False)
+    notes.append(
+        f"late binding with a burst buffer: each pilot asks for one buffer of {format_capacity(capacity)} "
+        f"({pilots.slots} slot(s) x {format_capacity(per_input)}), shared by the inputs it runs, in place of one "
+        "per job; no #DW stage_in/stage_out lines per input: a claim copies its inputs in and its outputs out "
+        "itself, checksummed, so a missing input fails that input (and is retried) instead of holding a job "
+        "in the queue, and the copies take the pilot's walltime, not the burst-buffer service's.")
+    return replace(pilots, bb_lines=tuple(lines), bb_capacity=capacity,
+                   bb_root=f'"${{{buffer.root_var}%/}}"')
+
+
+def late_dirs(campaign: Campaign, workdir: str, db_plan: Optional[DatabasePlan], buffer: BufferChoice
+              ) -> Tuple[str, str, str, Optional[str], Optional[DatabasePlan]]:
+    """Where a claim reads, works and writes: directories of its own (in the pilot's buffer, if any), and
+    outputs in a directory of its own that the pilot renames into place only while it holds the claim (a
+    fenced pilot moves nothing); with a buffer, the claim copies its outputs there itself (the fourth value).
+    The database is the pilot's, so its node-local copy is named by the pilot's job id and node key (the
     pilot may be of an earlier generation than the input)."""
-    work_dir = quote(workdir) + '/"${HPCRUN_JOB}"/"${HPCRUN_JOB_ID}"'
-    out_dir = quote(campaign.outputs.location.rstrip("/") + "/" + CLAIMS_DIR) + '/"${HPCRUN_JOB_ID}"'
+    private = quote(campaign.outputs.location.rstrip("/") + "/" + CLAIMS_DIR) + '/"${HPCRUN_JOB_ID}"'
+    input_dir, work_dir, out_dir, copy_out = "", quote(workdir) + '/"${HPCRUN_JOB}"/"${HPCRUN_JOB_ID}"', private, None
+    if buffer.root_var and buffer.spec:
+        mine = f'"${{{buffer.root_var}%/}}"/claims/"${{HPCRUN_JOB_ID}}"'
+        input_dir = mine + "/in" if buffer.spec.stage_inputs else ""
+        work_dir = mine + "/work"
+        if buffer.spec.stage_outputs:
+            out_dir, copy_out = mine + "/out", private
     if db_plan is not None:
         cache = db_plan.cache_dir.replace(JOB_ID, PILOT_ID).replace(NODE_KEY, PILOT_NODE_KEY)
         db_plan = replace(db_plan, cache_dir=cache, socket=cache + "/mysqld.sock")
-    return work_dir, out_dir, db_plan
+    return input_dir, work_dir, out_dir, copy_out, db_plan
