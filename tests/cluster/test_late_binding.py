@@ -329,9 +329,10 @@ def _buffers_served_the_claims(cluster, c: Campaign, pilots: list, claims: list,
             if ln.startswith("#DW")][0].startswith("#DW jobdw capacity=")
     copied = {"in": 0, "out": 0}
     for r in claims:
-        rows = [ln.split("\t") for ln in (r / "copies.tsv").read_text().splitlines()] if (r / "copies.tsv").exists() else []
-        for row in rows:
+        tsv = r / "copies.tsv"
+        for row in [ln.split("\t") for ln in tsv.read_text().splitlines()] if tsv.exists() else []:
             copied[row[0]] += 1
-            assert re.fullmatch(r"(adler32|sha256|md5):[0-9a-f]+", row[4]) and "/claims/" in (row[2] if row[0] == "in" else row[1]), row
+            in_buffer = row[2] if row[0] == "in" else row[1]
+            assert re.fullmatch(r"(adler32|sha256|md5):[0-9a-f]+", row[4]) and "/claims/" in in_buffer, row
     # every input was copied in once per claim; every good output was copied out (the failed chain's claim has none)
     assert copied["in"] == n + 1 and copied["out"] >= n, copied
