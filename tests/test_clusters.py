@@ -301,3 +301,130 @@ def test_a_cluster_takes_a_backlog_of_two_waves_within_its_limits():
     seat = survey(info, in_flight=0, pending=0, walltime_s=600, now=now)
     assert seat.state == MAINTENANCE and "maintenance reservation m" in seat.detail and not seat.open
     assert survey(info, in_flight=0, pending=0, walltime_s=60, now=now).state == "up"   # ends before it starts
+
+
+# -- late binding on several clusters -------------------------------------------------------------------
+
+class _Cluster:
+    """One cluster's scheduler as the pilots' care asks it: its pilots' records, windows, what it was sent."""
+
+    def __init__(self, name: str):
+        self.cluster, self.name = name, "slurm"
+        self.records_: dict = {}
+        self.windows: list = []
+        self.sent: list = []
+        self.cancelled: list = []
+
+    def records(self, job_ids, since, *, names=(), known=None, in_flight=None):
+        return dict(self.records_)
+
+    def submit(self, script, *, name, array=None, dependency="", adjust=None, text=None):
+        self.sent.append((str(script), array))
+        return str(100 + len(self.sent))
+
+    def maintenance(self):
+        return list(self.windows)
+
+    def cancel(self, job_ids):
+        self.cancelled += list(job_ids)
+
+    def queue(self, **kwargs):
+        return []
+
+    def since_text(self, moment):
+        return ""
+
+    def budget_reason(self, reason):
+        return False
+
+    def parse_time(self, text):
+        return None
+
+
+def _late_two_clusters(spec_factory, tmp_path: Path):
+    a = _profile(tmp_path, "alpha", "alpha")
+    b = _profile(tmp_path, "beta", "beta", "partitions:\n  debug:\n    nodes: 2\n")
+    spec = spec_factory({"site": {"profile": [str(a), {"profile": str(b), "share": 2}], "move_pending_after": "15s"},
+                         "jobs": {"binding": "late", "pilot": {"walltime": "01:00:00"}}}, inputs=40)
+    out = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def test_late_pilots_of_two_clusters_each_run_their_clusters_scripts_under_ids_that_name_it(spec_factory, tmp_path):
+    out, manifest = _late_two_clusters(spec_factory, tmp_path)
+    seats = manifest["pilots"]["seats"]
+    assert [(s["cluster"], s["prefix"], s["share"]) for s in seats] == [("alpha", "alpha-", 1.0), ("beta", "beta-", 2.0)]
+    assert seats[1]["script"] == f"{out}/clusters/beta/bin/hpcrun-pilot.sh" and seats[1]["max_pilots"] == 2
+    beta = (out / "clusters/beta/bin/hpcrun-pilot.sh").read_text()
+    assert "pilot_prefix=beta-" in beta and "seat_dir=clusters/beta/" in beta
+    assert "pilot_prefix=alpha-" in (out / "bin/hpcrun-pilot.sh").read_text()
+    # a claim's id names its pilot, whose id names the cluster: the run records need no prefix of their own
+    body = (out / "clusters/beta/jobs/array001.sbatch").read_text()
+    assert 'HPCRUN_RUNDIR="$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/${HPCRUN_JOB_ID:-local}"' in body
+    [info] = clusters_of(Manifest.from_dict(manifest))   # tasks go to the one queue, bound to no cluster
+    assert set(info.sched.scheds) == {"alpha", "beta"}
+
+
+def _care(manifest: dict):
+    from hpcrun.backends.scheduler.pilots import Pilots
+    [info] = clusters_of(Manifest.from_dict(manifest))
+    sched = info.sched
+    assert isinstance(sched, Pilots)
+    sched.scheds = {"alpha": _Cluster("alpha"), "beta": _Cluster("beta")}
+    return sched
+
+
+def _tend(sched, work: int = 40):
+    return sched.tend(since=dt.datetime.now(dt.timezone.utc), settled=False, paused=False, spent=False, work=work)
+
+
+def test_late_pilots_go_to_each_cluster_by_share_and_room(spec_factory, tmp_path):
+    _out, manifest = _late_two_clusters(spec_factory, tmp_path)
+    sched = _care(manifest)
+    rnd = _tend(sched)
+    alpha, beta = sched.scheds["alpha"], sched.scheds["beta"]
+    # beta's share is twice alpha's, but it has 2 nodes: both of them, and alpha the rest of the need
+    assert beta.sent == [(manifest["pilots"]["seats"][1]["script"], "0-1")], beta.sent
+    assert alpha.sent and alpha.sent[0][0] == manifest["pilots"]["seats"][0]["script"]
+    assert rnd.added == 2 + int(alpha.sent[0][1].split("-")[1]) + 1
+    rows = (Path(manifest["pilots"]["queue"]) / "submitted.tsv").read_text().splitlines()
+    assert sorted(r.split("\t")[3] for r in rows) == ["alpha", "beta"]
+
+
+def test_maintenance_drains_that_clusters_pilots_and_gets_it_none(spec_factory, tmp_path):
+    from hpcrun.backends.scheduler.base import Record
+    _out, manifest = _late_two_clusters(spec_factory, tmp_path)
+    sched = _care(manifest)
+    q = Path(manifest["pilots"]["queue"])
+    for pilot in ("alpha-7", "beta-7"):      # the same job id on both clusters: two pilots
+        (q / "live" / pilot).mkdir(parents=True)
+        (q / "live" / pilot / "beat").touch()
+    start = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=10)
+    sched.scheds["beta"].windows = [Maintenance("maint1", start, start + dt.timedelta(hours=1))]
+    for name in ("alpha", "beta"):
+        sched.scheds[name].records_ = {"7_0": Record("7_0", "7", manifest["pilots"]["name"], "RUNNING", "", "", None,
+                                                     None, None, "n1", None, None)}
+    rnd = _tend(sched)
+    assert (q / "live" / "beta-7" / "until").read_text().strip() == str(int(start.timestamp()))
+    assert not (q / "live" / "alpha-7" / "until").exists()
+    assert rnd.drained == [("beta-7", "maint1")]
+    assert sched.scheds["beta"].sent == [] and sched.scheds["alpha"].sent, "new pilots go to alpha only"
+    assert _tend(sched).drained == []    # told once
+
+
+def test_pilots_pending_too_long_on_one_cluster_are_handed_off(spec_factory, tmp_path):
+    import time
+    from hpcrun.backends.scheduler.base import Record
+    _out, manifest = _late_two_clusters(spec_factory, tmp_path)
+    sched = _care(manifest)
+    q = Path(manifest["pilots"]["queue"])
+    q.mkdir(parents=True, exist_ok=True)
+    (q / "submitted.tsv").write_text(f"55\t2\t{time.time() - 100:.0f}\tbeta\n")
+    sched.scheds["beta"].records_ = {f"55_{i}": Record(f"55_{i}", f"5{i}", manifest["pilots"]["name"], "PENDING",
+                                                       "", "(Resources)", None, None, None, "", None, None)
+                                     for i in range(2)}
+    rnd = _tend(sched)
+    assert sorted(sched.scheds["beta"].cancelled) == ["55_0", "55_1"]
+    assert rnd.handed == [("beta", 2, 15.0)]
+    assert float((q / "slow" / "beta").read_text()) > time.time() + 40    # three times move_pending_after
+    assert sched.scheds["beta"].sent == [] and sched.scheds["alpha"].sent, "the others take the work"

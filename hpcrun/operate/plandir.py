@@ -62,8 +62,9 @@ def next_interval(base: float, current: float, changed: bool) -> float:
 def scheduler_of(manifest: Manifest) -> Scheduler:
     """The scheduler the plan was written for, talking to its first cluster (plans from before the
     registry: Slurm)."""
-    return wrap(scheduler_for(manifest.submit.scheduler, manifest.clusters[0].name if manifest.clusters else None),
-                manifest.pilots)
+    kind = manifest.submit.scheduler
+    return wrap(scheduler_for(kind, manifest.clusters[0].name if manifest.clusters else None),
+                manifest.pilots, lambda name: scheduler_for(kind, name))
 
 
 @dataclass
@@ -90,7 +91,8 @@ def clusters_of(manifest: Manifest) -> List[ClusterInfo]:
     """Every cluster the plan may run on, the first one first."""
     sub = manifest.submit
     if manifest.pilots:   # late binding: tasks go to the queue (no cap); the pilots keep the site's caps
-        return [ClusterInfo(None, wrap(scheduler_for(sub.scheduler), manifest.pilots), True,
+        return [ClusterInfo(None, wrap(scheduler_for(sub.scheduler), manifest.pilots,
+                                       lambda name: scheduler_for(sub.scheduler, name)), True,
                             scripts=manifest.scripts)]
     if not manifest.clusters:
         return [ClusterInfo(None, scheduler_for(sub.scheduler), sub.accounting,

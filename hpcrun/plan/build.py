@@ -82,8 +82,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
     checks.raise_if_any()
     _idle_cores_note(campaign, site.name, site.partition, jobs, notes)
     input_dir, work_dir, out_dir, workdir = data_dirs(campaign, buffer)
-    pilots = pilot_plan(campaign, profile, site.partition, site.qos, isinstance(campaign.site.profile, list)
-                        and len(campaign.site.profile) > 1, max(chains_of(jobs), default=1), checks)
+    pilots = pilot_plan(campaign, profile, site.partition, site.qos, max(chains_of(jobs), default=1), checks)
     checks.raise_if_any()
     copy_out = None
     if pilots is not None:   # two claims of one job never share a work or output directory (fencing)

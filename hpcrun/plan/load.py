@@ -85,7 +85,7 @@ def _several(campaign: Campaign, src: Located, refs: List[ClusterRef], relative_
     plans: List[Plan] = []
     for n, (ref, lp) in enumerate(loaded):
         name = lp.profile.scheduler.cluster
-        seat = ClusterSeat(name, ref.share, ref.max_queued_jobs, "" if n == 0 else f"clusters/{name}/")
+        seat = ClusterSeat(name, ref.share, ref.max_queued_jobs, "" if n == 0 else f"clusters/{name}/", len(refs) > 1)
         try:
             made = plan(campaign, src, lp.profile, lp.source, lp.files, succession)
         except InputError as exc:

@@ -219,6 +219,7 @@ class ClusterSeat:
     share: float = 1.0
     max_queued_jobs: Optional[int] = None
     subdir: str = ""                     # "" for the first cluster, clusters/<name>/ for the others
+    several: bool = False                # one of a campaign's several clusters (its pilots' ids carry its name)
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,8 @@ def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
             yield RenderedFile(script_path(plan, s.name), render_script(env, template, plan, s, common, plan_dir), True)
     if plan.campaign.finalize is not None and not own:   # the finalize job runs on the first cluster
         yield RenderedFile(script_path(plan, "finalize"), render_finalize(env, plan, common, plan_dir), True)
-    if plan.pilots is not None and not own:
-        yield RenderedFile(PILOT_SCRIPT, render_pilot(env, plan, common, plan_dir), True)
+    if plan.pilots is not None:   # each cluster's pilots: its own directives, running its own copies of the scripts
+        yield RenderedFile(own + PILOT_SCRIPT, render_pilot(env, plan, common, plan_dir), True)
     yield RenderedFile(own + "bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile(own + "bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)

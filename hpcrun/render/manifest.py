@@ -20,7 +20,7 @@ from hpcrun.plan.job.pilots import PILOT_SCRIPT, QUEUE_DIR
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, index_range, inputs_in
 from hpcrun.render.headers import ARRAY_TABLE_NAME, ARRAY_TEMPLATE_NAME, TABLE_NAME, TEMPLATE_NAME
-from hpcrun.render.scripts import node_key, run_prefix, script_path
+from hpcrun.render.scripts import node_key, pilot_prefix, run_prefix, script_path
 
 JOBS_PER_WRITE = 2000   # job lines encoded and written together: flat memory, few write calls
 
@@ -123,7 +123,19 @@ def _pilots_entry(plan: Plan, plan_dir: str) -> Optional[Dict[str, Any]]:
             "slots": p.slots, "chains": p.chains, "cpus": p.cpus, "max_pilots": p.max_pilots,
             "max_queued": min(caps) if caps else None, "lease_s": p.lease_s, "input_s": p.input_s,
             "input_limit_s": p.input_limit_s, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
-            "idle_s": p.idle_s, "server_key": server_key(plan)}
+            "idle_s": p.idle_s, "server_key": server_key(plan),
+            "seats": [_pilot_seat(c, plan_dir) for c in plan.all_clusters] if plan.others else None,
+            "move_after_s": plan.move_pending_after}
+
+
+def _pilot_seat(plan: Plan, plan_dir: str) -> Dict[str, Any]:
+    """One cluster's pilots on a campaign with several: its script, its caps and share, its pilots' id prefix."""
+    p = plan.pilots
+    assert p is not None
+    caps = [n for n in (plan.profile.max_queued_jobs, plan.seat.max_queued_jobs) if n]
+    return {"cluster": plan.seat.name, "script": f"{plan_dir}/{plan.seat.subdir}{PILOT_SCRIPT}",
+            "max_pilots": p.max_pilots, "max_queued": min(caps) if caps else None, "share": plan.seat.share,
+            "prefix": pilot_prefix(plan), "walltime_s": p.walltime_s}
 
 
 def server_key(plan: Plan) -> str:

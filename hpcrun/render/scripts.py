@@ -136,7 +136,8 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "cluster": plan.seat.name or "",
         "db_helper": Shell(f'"$HPCRUN_PLAN_DIR/{plan.seat.subdir}bin/hpcrun-db.sh"'),
         "chain_helper": Shell(f'"$HPCRUN_PLAN_DIR/{plan.seat.subdir}bin/hpcrun-chain.sh"'),
-        "rundir_expr": Shell(f'"$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/{run_prefix(plan.seat.name)}'
+        # (a claim's id names its pilot, whose id names its cluster: no prefix for late binding)
+        "rundir_expr": Shell(f'"$HPCRUN_PLAN_DIR/run/$HPCRUN_JOB/{run_prefix(None if plan.pilots else plan.seat.name)}'
                              '${HPCRUN_JOB_ID:-local}"'),
         "checksum": _checksum_context(plan),
         "provenance": _provenance_context(plan), "generation": plan.succession.number,
@@ -316,8 +317,15 @@ def render_pilot(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], pl
                 "bb_root": Shell(p.bb_root) if p.bb_root else None,
                 "bb_capacity": quote(format_capacity(p.bb_capacity) if p.bb_capacity else ""),
                 "outloc": quote(plan.campaign.outputs.location.rstrip("/")),
+                "pilot_prefix": quote(pilot_prefix(plan)), "seat_dir": quote(plan.seat.subdir),
                 "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1")})
     return env.get_template("pilot.sh.j2").render(ctx)
+
+
+def pilot_prefix(plan: Plan) -> str:
+    """What precedes a pilot's job id in its queue names (and so in its claims' ids and run records): job ids
+    repeat across a campaign's clusters, so each names its cluster there."""
+    return f"{plan.seat.name}-" if plan.seat.several and plan.seat.name else ""
 
 
 def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], plan_dir: str) -> str:

@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
@@ -27,6 +27,8 @@ from hpcrun.backends.scheduler.base import (
     Queued,
     Record,
     Scheduler,
+    SchedulerError,
+    Unreachable,
 )
 from hpcrun.backends.scheduler.pilot_queue import (
     Claim,
@@ -36,6 +38,15 @@ from hpcrun.backends.scheduler.pilot_queue import (
     _read,
     _seconds,
     _write_new,
+)
+from hpcrun.backends.scheduler.pilot_seats import (
+    PilotSeat,
+    SeatView,
+    allot,
+    drain,
+    hand_off,
+    meeting,
+    seat_of,
 )
 
 FAILING_MAX = 3
@@ -56,21 +67,34 @@ class PilotConfig:
     input_limit_s: int         # each input's time limit (a retry may change it)
     walltime_s: int            # each pilot's
     chains: int = 1            # CPUs of each input (its chains)
+    seats: Tuple[PilotSeat, ...] = ()       # the clusters pilots go to (one, unnamed, on one cluster)
+    move_after_s: Optional[float] = None    # site.move_pending_after: pilots pending this long are handed off
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PilotConfig:
+        seats = tuple(PilotSeat.from_dict(s) for s in d.get("seats") or ()) or (
+            PilotSeat(None, str(d["script"]), int(d["max_pilots"]), d.get("max_queued")),)
         return cls(str(d["queue"]), str(d["script"]), str(d["name"]), int(d["slots"]), int(d["max_pilots"]),
                    d.get("max_queued"), float(d.get("lease_s", 120)), float(d.get("input_s", 600)),
-                   int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)), int(d.get("chains", 1)))
+                   int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)), int(d.get("chains", 1)),
+                   seats, d.get("move_after_s"))
+
+    @property
+    def several(self) -> bool:
+        return len(self.seats) > 1
 
 
 
 class Pilots(Scheduler):
     """The real scheduler with late binding on top: tasks go to the queue, pilots to the scheduler."""
 
-    def __init__(self, inner: Scheduler, config: PilotConfig):
+    def __init__(self, inner: Scheduler, config: PilotConfig,
+                 make: Optional[Callable[[Optional[str]], Scheduler]] = None):
+        scheds = {s.cluster: (make(s.cluster) if make and config.several else inner) for s in config.seats}
+        inner = scheds[config.seats[0].cluster]
         super().__init__(inner.cluster)
         self.inner = inner
+        self.scheds = scheds    # each cluster's own scheduler, by name (its pilots go there)
         self.config = config
         self.q = Queue(Path(config.queue))
         # the real scheduler's words (a wrapper of any registered kind, not a kind of its own)
@@ -240,14 +264,14 @@ class Pilots(Scheduler):
     def tend(self, *, since: _dt.datetime, settled: bool, paused: bool, spent: bool, work: int = 0) -> PilotRound:
         """One round of the pilots' care: ended or silent pilots fenced and their claims returned, the
         expected input time written, pilots submitted up to what the work needs, the queue stopped
-        when the campaign is done. Asks the scheduler once (its pilots by name), submits at most once.
-        ``work``: the jobs the store holds pending or in flight (the queue may not have them yet)."""
+        when the campaign is done. Asks each cluster once (its pilots by name; on several clusters, its
+        maintenance too), submits at most once to each. ``work``: the jobs the store holds pending or in
+        flight (the queue may not have them yet)."""
         self.q.make()
         rnd = PilotRound(repaired=self.q.repair())
         _flag(self.q.d("paused"), paused)
-        records = self._ours(self.inner.records([], self.inner.since_text(since), names=[self.config.name],
-                                                in_flight=self._running_pilots()))
-        by_raw = {r.raw_id: r for r in records.values() if r.raw_id}
+        views = [self._view(seat, since) for seat in self.config.seats]
+        by_raw = {k: r for v in views for k, r in v.by_raw().items()}
         self._keep_accounting(by_raw)
         now = time.monotonic()
         for pilot in self.q.pilots("live"):
@@ -263,18 +287,21 @@ class Pilots(Scheduler):
                 rnd.fenced.append((pilot, why))
         rnd.returned = self.q.release()
         self._expected()
+        for view in views:
+            rnd.drained += drain(self.q, view, self.config.seats)
+            if self.config.several and self.config.move_after_s and not view.down:
+                handed = hand_off(self.q, view, self.scheds[view.seat.cluster], self.config.move_after_s,
+                                  {parts[0]: float(parts[2]) for parts in self._submitted(view.seat)})
+                rnd.handed += [handed] if handed else []
         waiting = len(_entries(self.q.d("ready")))
         running = sum(1 for _ in self.q.claims(("live",)))
-        active = [r for r in records.values() if r.state not in TERMINAL]
-        pending = [r for r in active if r.state == "PENDING"]
-        unseen = self._unseen(records)   # submitted, not yet in the accounting (slurmdbd hears of jobs late)
-        pending += [Record(f"unseen{i}", "", self.config.name, "PENDING", "", "", None, None, None, "", None, None)
-                    for i in range(unseen)]
-        active += pending[len(pending) - unseen:]
-        rnd.pilots = {"pending": len(pending), "running": len(active) - len(pending),
+        active = sum(v.active() for v in views)
+        pending = sum(len(v.pending()) + v.unseen for v in views)
+        rnd.pilots = {"pending": pending, "running": active - pending,
                       "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists()),
-                      "ended": sum(1 for r in records.values() if r.state in TERMINAL)}
-        held = self._held_by(pending) if pending[:len(pending) - unseen] else ""
+                      "ended": sum(v.ended() for v in views)}
+        rnd.down = [(v.seat.label, v.down) for v in views if v.down]
+        held = next((h for v in views if v.pending() and (h := self._held_by(v))), "")
         if held != _read(self.q.root / "held").strip():   # the waiting tasks carry it: the poll records the outage
             _write_new(self.q.root / "held", held + "\n") if held else (self.q.root / "held").unlink(missing_ok=True)
         rnd.spent = spent or bool(held)
@@ -283,32 +310,69 @@ class Pilots(Scheduler):
             return rnd
         _flag(self.q.d("stop"), False)
         work = max(work, waiting + running)   # the store's count: pilots start while the queue is filled
-        need = min(self.config.max_pilots, math.ceil(work / max(1, self.config.slots)))
-        if self.config.max_queued is not None:
-            need = min(need, self.config.max_queued)
-        add = need - len(active)
-        rnd.failing = self._failing(records.values())
-        if add > 0 and not pending and not rnd.spent and not paused and work and rnd.failing < FAILING_MAX:
-            rnd.submitted = self.inner.submit(Path(self.config.script), name=self.config.name,
-                                              array=f"0-{add - 1}")   # always an array: its identity
-            rnd.added = add
-            with open(self.q.root / "submitted.tsv", "a") as f:
-                f.write(f"{rnd.submitted}\t{add}\t{time.time():.0f}\n")
+        need = min(sum(s.max_pilots for s in self.config.seats), math.ceil(work / max(1, self.config.slots)))
+        rnd.failing = sum(self._failing(v.records.values()) for v in views)
+        if need > active and not rnd.spent and not paused and work and rnd.failing < FAILING_MAX:
+            for view, n in allot(views, need - active, time.time()):
+                self._submit(view, n, rnd)
         return rnd
 
-    def _held_by(self, pending: Sequence[Record]) -> str:
+    def _view(self, seat: PilotSeat, since: _dt.datetime) -> SeatView:
+        """One cluster's pilots this round; on a campaign of several, a cluster that does not answer is down
+        (the others go on) and its maintenance windows are asked."""
+        sched = self.scheds[seat.cluster]
+        try:
+            records = self._ours(sched.records([], sched.since_text(since), names=[self.config.name],
+                                               in_flight=self._running_pilots(seat)), seat)
+        except Unreachable as exc:
+            if not self.config.several:
+                raise
+            return SeatView(seat, down=str(exc).splitlines()[0] if str(exc) else "no answer")
+        view = SeatView(seat, records, unseen=self._unseen(records, seat))
+        if self.config.several:
+            try:
+                view.window = meeting(sched.maintenance(), self.config.walltime_s)
+            except SchedulerError as exc:
+                view.down = str(exc).splitlines()[0] if str(exc) else "no answer"
+            slow = _read(self.q.root / "slow" / str(seat.cluster)).strip()
+            view.slow_until = float(slow) if slow else 0.0
+        return view
+
+    def _submit(self, view: SeatView, n: int, rnd: PilotRound) -> None:
+        seat = view.seat
+        job = self.scheds[seat.cluster].submit(Path(seat.script), name=self.config.name,
+                                               array=f"0-{n - 1}")   # always an array: its identity
+        rnd.submitted = ", ".join(filter(None, [rnd.submitted, job + (f" on {seat.label}" if self.config.several
+                                                                         else "")]))
+        rnd.added += n
+        with open(self.q.root / "submitted.tsv", "a") as f:
+            f.write(f"{job}\t{n}\t{time.time():.0f}\t{seat.cluster or ''}\n")
+
+    def _held_by(self, view: SeatView) -> str:
         """The budget reason holding a pending pilot, from the queue (the accounting's reason lags): asked
         only while a pilot is pending."""
-        reasons = [r.reason for r in pending] + [q.reason.strip("()") for q in self.inner.queue(
+        sched = self.scheds[view.seat.cluster]
+        reasons = [r.reason for r in view.pending()] + [q.reason.strip("()") for q in sched.queue(
             names=[self.config.name], expand=False)]
-        return next((why for why in reasons if self.inner.budget_reason(why)), "")
+        return next((why for why in reasons if sched.budget_reason(why)), "")
 
-    def _ours(self, records: Mapping[str, Record]) -> Dict[str, Record]:
-        """The pilots of this queue: submitted by it, or seen in it (an earlier plan of a campaign of the same
-        name had pilots of the same name)."""
-        arrays = {line.split("\t")[0] for line in _read(self.q.root / "submitted.tsv").splitlines()}
+    def _submitted(self, seat: PilotSeat) -> List[List[str]]:
+        """The pilot arrays submitted to this cluster (submitted.tsv: id, pilots, epoch, cluster)."""
+        first = self.config.seats[0].cluster or ""
+        rows = []
+        for line in _read(self.q.root / "submitted.tsv").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and (parts[3] if len(parts) > 3 else first) == (seat.cluster or ""):
+                rows.append(parts)
+        return rows
+
+    def _ours(self, records: Mapping[str, Record], seat: PilotSeat) -> Dict[str, Record]:
+        """The pilots of this queue on this cluster: submitted by it, or seen in it (an earlier plan of a
+        campaign of the same name had pilots of the same name)."""
+        arrays = {parts[0] for parts in self._submitted(seat)}
         seen = set(self.q.pilots("live")) | set(self.q.pilots("fenced")) | set(self.q.pilots("ended"))
-        return {k: r for k, r in records.items() if r.job_id.split("_")[0] in arrays or r.raw_id in seen}
+        return {k: r for k, r in records.items()
+                if r.job_id.split("_")[0] in arrays or seat.prefix + r.raw_id in seen}
 
     def _failing(self, records: Collection[Record]) -> int:
         """Pilots that failed within a minute of their start in the last ten minutes: at FAILING_MAX no new
@@ -322,35 +386,37 @@ class Pilots(Scheduler):
                 quick += 1
         return quick
 
-    def _unseen(self, records: Mapping[str, Record], within_s: float = 600.0) -> int:
-        """Pilots this campaign submitted lately that the accounting does not list yet."""
+    def _unseen(self, records: Mapping[str, Record], seat: PilotSeat, within_s: float = 600.0) -> int:
+        """Pilots this campaign submitted lately to this cluster that its accounting does not list yet."""
         seen: Dict[str, int] = {}
         for r in records.values():
             array = r.job_id.split("_")[0]
             seen[array] = seen.get(array, 0) + 1
         missing = 0
-        for line in _read(self.q.root / "submitted.tsv").splitlines():
-            parts = line.split("\t")
-            if len(parts) == 3 and time.time() - float(parts[2]) < within_s:
+        for parts in self._submitted(seat):
+            if time.time() - float(parts[2]) < within_s:
                 missing += max(0, int(parts[1]) - seen.get(parts[0], 0))
         return missing
 
     def refresh_accounting(self, since: _dt.datetime) -> None:
         """The pilots that ended after the supervisor's last round (they stop once it finished) read from
-        the accounting now, with their CPU time; one query, and none when every pilot's end is kept."""
-        running = self._running_pilots()
-        if running:
-            records = self._ours(self.inner.records([], self.inner.since_text(since), names=[self.config.name],
-                                                    in_flight=running))
-            self._keep_accounting({r.raw_id: r for r in records.values() if r.raw_id})
+        the accounting now, with their CPU time; one query a cluster, and none when every pilot's end is kept."""
+        for seat in self.config.seats:
+            running = self._running_pilots(seat)
+            if running:
+                sched = self.scheds[seat.cluster]
+                records = self._ours(sched.records([], sched.since_text(since), names=[self.config.name],
+                                                   in_flight=running), seat)
+                self._keep_accounting(SeatView(seat, records).by_raw())
 
-    def _running_pilots(self) -> List[str]:
-        """The pilots (as the accounting keys them) last seen not ended: those of them that ended now get
-        their steps read (the CPU time, which the accounting's job line leaves at 0)."""
+    def _running_pilots(self, seat: PilotSeat) -> List[str]:
+        """This cluster's pilots (as its accounting keys them) last seen not ended: those of them that ended now
+        get their steps read (the CPU time, which the accounting's job line leaves at 0)."""
         out = []
         for line in _read(self.q.root / "pilots.tsv").splitlines():
             parts = line.split("\t")
-            if len(parts) >= 9 and parts[1] not in TERMINAL and parts[8]:
+            if len(parts) >= 9 and parts[1] not in TERMINAL and parts[8] \
+                    and seat_of(parts[0], self.config.seats) == seat:
                 out.append(parts[8])
         return out
 
@@ -396,6 +462,9 @@ class PilotRound:
     added: int = 0
     spent: bool = False
     failing: int = 0      # pilots that failed at their start lately (FAILING_MAX of them hold new ones)
+    down: List[Tuple[str, str]] = field(default_factory=list)       # clusters that did not answer, and why
+    drained: List[Tuple[str, str]] = field(default_factory=list)    # pilots told of a maintenance window
+    handed: List[Tuple[str, int, float]] = field(default_factory=list)   # pilots pending too long, cancelled
 
 
 def _flag(path: Path, on: bool) -> None:
@@ -416,11 +485,13 @@ def _indices(array: Optional[str]) -> List[int]:
     return out
 
 
-def wrap(inner: Scheduler, pilots: Optional[Mapping[str, Any]]) -> Scheduler:
-    """The scheduler a plan's operate side talks to: the real one, or the pilots on top of it."""
+def wrap(inner: Scheduler, pilots: Optional[Mapping[str, Any]],
+         make: Optional[Callable[[Optional[str]], Scheduler]] = None) -> Scheduler:
+    """The scheduler a plan's operate side talks to: the real one, or the pilots on top of it (``make``: the
+    real scheduler of a named cluster, for a campaign's pilots on several)."""
     if not pilots:
         return inner
-    return Pilots(inner, PilotConfig.from_dict(pilots))
+    return Pilots(inner, PilotConfig.from_dict(pilots), make)
 
 
 __all__ = ["Pilots", "PilotConfig", "PilotRound", "Queue", "wrap"]

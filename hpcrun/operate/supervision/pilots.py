@@ -63,6 +63,13 @@ def tend_all(store: StateStore, campaign_id: int, scheds: List[Scheduler], *, se
                                               "not counted as attempts: " + ", ".join(care.returned[:20]))
         if care.submitted:
             store.audit(campaign_id, "pilot", f"submitted {care.added} pilot(s) as job {care.submitted}")
+        for pilot, window in care.drained:
+            store.audit(campaign_id, "pilot", f"pilot {pilot} drains before maintenance reservation {window} of its "
+                                              "cluster: it claims only inputs that end before the window starts")
+        for cluster, n, after in care.handed:
+            store.audit(campaign_id, "pilot", f"{n} pilot(s) pending on cluster {cluster} for more than {after:.0f} s "
+                                              "cancelled there: the other clusters' pilots claim the inputs; none "
+                                              f"goes to {cluster} for {3 * after:.0f} s")
         turned = (care.failing >= FAILING_MAX) != _FAILING.get(sched.config.queue, False)
         _FAILING[sched.config.queue] = care.failing >= FAILING_MAX
         if turned and care.failing >= FAILING_MAX:
@@ -70,7 +77,8 @@ def tend_all(store: StateStore, campaign_id: int, scheds: List[Scheduler], *, se
                                               "the last 10 minutes: no new pilot until that changes; see their "
                                               f"logs ({sched.config.name}-<id>.out in the plan's logs/)")
         shown = {**care.pilots, "submitted": care.added, "fenced": len(care.fenced),
-                 "returned": len(care.returned), "spent": care.spent, "failing": care.failing}
+                 "returned": len(care.returned), "spent": care.spent, "failing": care.failing,
+                 "down": [c for c, _why in care.down], "handed": sum(n for _c, n, _a in care.handed)}
     return shown
 
 
@@ -80,7 +88,9 @@ def words(p: Dict[str, Any]) -> str:
             + (f", {p['submitted']} submitted" if p["submitted"] else "")
             + (f", {p['fenced']} fenced ({p['returned']} claim(s) returned)" if p["fenced"] else "")
             + (f", {p['failing']} failed at their start lately: none submitted" if p.get("failing", 0) >= FAILING_MAX
-               else ""))
+               else "")
+            + (f", {p['handed']} pending too long handed off" if p.get("handed") else "")
+            + (f", cluster(s) {', '.join(p['down'])} not answering" if p.get("down") else ""))
 
 
 def families(p: Optional[Dict[str, Any]]) -> List[Family]:

@@ -56,12 +56,12 @@ class PilotPlan:
 
 
 def pilot_plan(campaign: Campaign, profile: SiteProfile, part: Partition, qos: Optional[str],
-               several_clusters: bool, chains: int, checks: Checks) -> Optional[PilotPlan]:
+               chains: int, checks: Checks) -> Optional[PilotPlan]:
     """The pilots of a late-bound campaign (None for array binding); refusals go to ``checks``."""
     js = campaign.jobs
     if js.binding != "late":
         return None
-    _refusals(campaign, several_clusters, checks)
+    _refusals(campaign, checks)
     pilot = js.pilot
     slots = pilot.slots or max(1, part.cpus // max(1, chains))
     if slots * chains > part.cpus and not js.overcommit:
@@ -94,7 +94,7 @@ def pilot_plan(campaign: Campaign, profile: SiteProfile, part: Partition, qos: O
                      request=request)
 
 
-def _refusals(campaign: Campaign, several_clusters: bool, checks: Checks) -> None:
+def _refusals(campaign: Campaign, checks: Checks) -> None:
     """What binds a job to its submission, and so cannot be claimed later by any pilot."""
     js = campaign.jobs
     if js.nodes > 1:
@@ -106,9 +106,6 @@ def _refusals(campaign: Campaign, several_clusters: bool, checks: Checks) -> Non
             "an explicit stage_out is carried out when the job's buffer ends, and a pilot's buffer ends after "
             "every input it ran: no item would be one input's; write such files to the output directory "
             "(burst_buffer.stage_outputs) or use jobs.binding: array"))
-    if several_clusters:
-        checks.spec_error(("site", "profile"), (
-            "late binding runs on one cluster for now; list one profile, or use jobs.binding: array"))
     if js.array == "never":
         checks.spec_error(("jobs", "array"), (
             "pilots run the plan's array scripts; array: never cannot be bound late (use auto)"))

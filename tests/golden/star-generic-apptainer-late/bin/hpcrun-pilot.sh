@@ -25,7 +25,9 @@ export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
 export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
 export HPCRUN_ARRAY_INDEX=${SLURM_ARRAY_TASK_ID:?this script is a job array}
 export HPCRUN_NODE=${SLURMD_NODENAME:-$(hostname)}
-export HPCRUN_PILOT_ID=$HPCRUN_JOB_ID
+pilot_prefix=''   # job ids repeat across a campaign's clusters: its pilots' ids name theirs
+export HPCRUN_PILOT_ID=$pilot_prefix$HPCRUN_JOB_ID
+seat_dir=''   # where this cluster's copies of the plan's scripts are ("": the first cluster's)
 export HPCRUN_PILOT_RUNDIR="$HPCRUN_PLAN_DIR/run/pilots/$HPCRUN_PILOT_ID"
 export HPCRUN_RUNDIR=$HPCRUN_PILOT_RUNDIR
 Q=/plans/star-generic-apptainer-late/queue
@@ -92,7 +94,7 @@ launch_in_batch() {
 
 DB_PID=""
 # ---- one database server for every input this pilot runs: the payload copied once ----------
-export HPCRUN_PILOT_DB_PORT=$(( 20000 + HPCRUN_PILOT_ID % 10000 ))
+export HPCRUN_PILOT_DB_PORT=$(( 20000 + HPCRUN_JOB_ID % 10000 ))
 export HPCRUN_DB_PORT=$HPCRUN_PILOT_DB_PORT HPCRUN_DB_HOST=localhost
 mkdir -p "$HPCRUN_RUNDIR/db"
 launch_in_batch 1 \
@@ -203,6 +205,10 @@ run_claim() {
     mv -- "$ME/$task" "$Q/ready/$task" 2>/dev/null
     return 0
   fi
+  # the task names the first cluster's script; this cluster's copy is in clusters/<name>/ of its plan (or generation)
+  if [ -n "$seat_dir" ] && [[ "$script" == */jobs/* ]] && [ -e "${script%/jobs/*}/${seat_dir}jobs/${script##*/jobs/}" ]; then
+    script="${script%/jobs/*}/${seat_dir}jobs/${script##*/jobs/}"
+  fi
   t0=$EPOCHREALTIME
   printf '%s\t%s\t%s\t%s\n' "$cid" "$slot" "$HPCRUN_NODE" "$t0" > "$ME/$task" 2>/dev/null || return 0
   HPCRUN_CLAIM_ID=$cid HPCRUN_CLAIM_INDEX=$idx "${timer[@]}" ${timer[0]:+"$ME/.$task.time"} \
@@ -251,7 +257,7 @@ done
 slot_loop() {
   # one slot: claim, run, commit, until the campaign is done, the pilot drains or is fenced, or nothing
   # came to claim for idle_s while the whole pilot had nothing running
-  local slot=$1 n=0 idle_since=$SECONDS nap=0 task expected left held naps=(0.2 0.5 1 2 5)
+  local slot=$1 n=0 idle_since=$SECONDS nap=0 task expected left held stop_at until naps=(0.2 0.5 1 2 5)
   trap 'exit 143' TERM
   trap ':' USR1   # the drain is the pilot's (a handler, not ignored: the claims' scripts trap USR1 themselves)
   # the slots start a tenth of a second apart: their inputs then start (and end) spread out, not all at
@@ -263,9 +269,14 @@ slot_loop() {
     [ ! -e "$ME/draining" ] || return 0
     if [ ! -e "$Q/paused" ]; then
       read -r expected 2>/dev/null < "$Q/expected" || expected=28800
-      left=$(( ends - drain_s - EPOCHSECONDS ))
+      stop_at=$(( ends - drain_s ))
+      # a maintenance window of this cluster (the supervisor writes its start): every input ends before it
+      if read -r until 2>/dev/null < "$ME/until" && [[ "$until" =~ ^[0-9]+$ ]] && [ "$until" -lt "$stop_at" ]; then
+        stop_at=$until
+      fi
+      left=$(( stop_at - EPOCHSECONDS ))
       if [ "${expected:-0}" -gt "$left" ]; then
-        log "slot $slot: $left s left before the drain, an input takes about ${expected} s: claiming nothing more"
+        log "slot $slot: $left s left before the drain or the cluster's maintenance, an input takes about ${expected} s: claiming nothing more"
         return 0
       fi
       if claim $(( SECONDS - idle_since )); then
