@@ -353,7 +353,8 @@ def _late_two_clusters(spec_factory, tmp_path: Path):
 def test_late_pilots_of_two_clusters_each_run_their_clusters_scripts_under_ids_that_name_it(spec_factory, tmp_path):
     out, manifest = _late_two_clusters(spec_factory, tmp_path)
     seats = manifest["pilots"]["seats"]
-    assert [(s["cluster"], s["prefix"], s["share"]) for s in seats] == [("alpha", "alpha-", 1.0), ("beta", "beta-", 2.0)]
+    assert [(s["cluster"], s["prefix"], s["share"]) for s in seats] == [("alpha", "alpha-", 1.0),
+                                                                         ("beta", "beta-", 2.0)]
     assert seats[1]["script"] == f"{out}/clusters/beta/bin/hpcrun-pilot.sh" and seats[1]["max_pilots"] == 2
     beta = (out / "clusters/beta/bin/hpcrun-pilot.sh").read_text()
     assert "pilot_prefix=beta-" in beta and "seat_dir=clusters/beta/" in beta
@@ -414,6 +415,7 @@ def test_maintenance_drains_that_clusters_pilots_and_gets_it_none(spec_factory, 
 
 def test_pilots_pending_too_long_on_one_cluster_are_handed_off(spec_factory, tmp_path):
     import time
+
     from hpcrun.backends.scheduler.base import Record
     _out, manifest = _late_two_clusters(spec_factory, tmp_path)
     sched = _care(manifest)
