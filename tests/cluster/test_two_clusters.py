@@ -297,3 +297,84 @@ def test_plan_checks_each_clusters_own_allocation(slurm_cluster, beta, hpcrun_bi
     assert budgets["hpcrun"]["checked"] and budgets["hpcrun"]["limit_minutes"] is None
     assert not budgets["hpcrun"]["short"] and "no cpu-minute limit" in budgets["hpcrun"]["line"]
     assert f"account {account} on cluster beta has 1 of 1 cpu-minutes left" in budgets["beta"]["line"]
+
+
+def _done_rows(plan: Path) -> list:
+    """The queue's results: task, claim, pilot, slot, node, start, end, rc, state, ..."""
+    done = plan / "queue" / "done"
+    return [p.read_text().rstrip("\n").split("\t") for p in done.iterdir()] if done.exists() else []
+
+
+def test_late_pilots_of_two_clusters_hand_off_then_drain_before_a_maintenance(slurm_cluster, beta, hpcrun_bin,
+                                                                              example_root):
+    """The late-binding twin of the two tests above. The example bound late on both clusters (alpha capped at
+    one pilot): beta's nodes are drained at first, so its pilots pend; after move_pending_after they are
+    cancelled there and alpha's pilot claims the inputs (none was bound to beta). Once beta is back, new
+    pilots go there and claim inputs; then a maintenance reservation is made on beta to start shortly: its
+    pilots claim only what ends before the window, and end; no pilot goes there after. Every input is done
+    once."""
+    name, files = "late-two", int(os.environ.get("HPCRUN_LATE_TWO_FILES", "36"))
+    work = _campaign(slurm_cluster, example_root, files, name)
+    data = yaml.safe_load((work / "campaign.yaml").read_text())
+    data["site"]["profile"] = [{"profile": "alpha.yaml", "max_queued_jobs": 1}, {"profile": "beta.yaml", "share": 4}]
+    data["site"]["move_pending_after"] = "10s"
+    data["walltime"] = "00:02:00"
+    data["chain"]["command"] += ["--linger", "10"]
+    data["jobs"] = {"files_per_job": 1, "chains_per_node": 2, "binding": "late",
+                    "pilot": {"walltime": "00:10:00", "idle_release": "10s", "input_time": "20s"}}
+    slurm_cluster.write(work / "campaign.yaml", yaml.safe_dump(data, sort_keys=False))
+    plan = work / "plan"
+    proc = _hp(slurm_cluster, hpcrun_bin, work, "plan", str(work / "campaign.yaml"), "--out", str(plan))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (plan / "clusters" / "beta" / "bin" / "hpcrun-pilot.sh").exists()
+    nodes = "bet[00001-00002]"
+    slurm_cluster.run(["scontrol", "-M", "beta", "update", f"nodename={nodes}", "state=drain", "reason=hpcrun-test"])
+    resumed = False
+    env = dict(slurm_cluster.user_env, COLUMNS="200")
+    run = subprocess.Popen([hpcrun_bin, "run", str(plan), "--interval", "2"], cwd=str(work), env=env,
+                           user=slurm_cluster.uid, group=slurm_cluster.gid, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    slow = plan / "queue" / "slow" / "beta"
+    try:
+        slurm_cluster.wait_until(slow.exists, timeout=120, interval=1)    # beta's pending pilots handed off
+        slurm_cluster.run(["scontrol", "-M", "beta", "update", f"nodename={nodes}", "state=resume"])
+        resumed = True
+        live = plan / "queue" / "live"
+        slurm_cluster.wait_until(lambda: any(p.name.startswith("beta-") and [c for c in p.iterdir() if "_" in c.name]
+                                             for p in live.iterdir()) if live.exists() else False,
+                                 timeout=180, interval=1)   # a pilot of beta runs a claim
+        created = time.time()
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created + 30))
+        slurm_cluster.run(["scontrol", "-M", "beta", "create", "reservation", "reservationname=hpcrun-late-maint",
+                           f"starttime={start}", "duration=20", "flags=maint,ignore_jobs", "nodes=ALL",
+                           "users=root"])
+        window = time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S"))
+        out, _ = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+        if not resumed:
+            slurm_cluster.run(["scontrol", "-M", "beta", "update", f"nodename={nodes}", "state=resume"])
+        slurm_cluster.run(["scontrol", "-M", "beta", "delete", "reservation=hpcrun-late-maint"])
+    assert run.returncode == 0, out[-4000:]
+    status = json.loads(_hp(slurm_cluster, hpcrun_bin, work, "status", str(plan), "--json", "--all").stdout)
+    assert collections.Counter(j["status"] for j in status["jobs"]) == {"done": files}, status["jobs"]
+    rows = _done_rows(plan)
+    completed = collections.Counter(r[0] for r in rows if r[8] == "COMPLETED")
+    assert len(completed) == files and set(completed.values()) == {1}, completed      # each input once
+    on_beta = [r for r in rows if r[2].startswith("beta-")]
+    on_alpha = [r for r in rows if r[2].startswith("hpcrun-")]   # alpha.yaml names the first cluster hpcrun
+    assert on_beta and on_alpha, rows
+    # beta's pilots ran nothing past the window's start
+    assert max(float(r[6]) for r in on_beta) <= window, (window, [r[6] for r in on_beta])
+    sent = [line.split("\t") for line in (plan / "queue" / "submitted.tsv").read_text().splitlines()]
+    assert [s for s in sent if s[3] == "beta" and float(s[2]) > created + 5] == [], sent
+    log = _hp(slurm_cluster, hpcrun_bin, work, "log", str(plan)).stdout
+    assert "pending on cluster beta for more than 10 s cancelled there" in log, log
+    assert "drains before maintenance reservation hpcrun-late-maint" in log, log
+    first_beta = next(s for s in sent if s[3] == "beta")[0]
+    states = {j: s for c, j, s in _tasks(slurm_cluster, name, time.strftime("%Y-%m-%dT00:00:00")) if c == "beta"}
+    assert all(s == "CANCELLED" for j, s in states.items() if j.startswith(first_beta + "_")), states
+    print(f"\nlate on two clusters: {files} inputs, {len(on_alpha)} claims on alpha, {len(on_beta)} on beta; "
+          f"beta's first pilots handed off, its later ones ended before the maintenance window")
