@@ -209,6 +209,22 @@ def test_rabbit_directives(spec_factory, tmp_path, monkeypatch):
     assert 'HPCRUN_OUTDIR="${DW_JOB_hpcrun%/}"/out' in text
 
 
+def test_rabbit_buffer_of_a_late_bound_pilot(spec_factory, tmp_path, monkeypatch):
+    """Late binding on Rabbit: the pilot's one jobdw for its slots, the claims in their share of $DW_JOB_hpcrun."""
+    _site(tmp_path, monkeypatch, "rabbit-site",
+          "name: rabbit-site\nextends: local-test\nburst_buffer:\n  system: rabbit\n  directive: DW\n")
+    plan = load_plan(spec_factory({"site": {"profile": "rabbit-site"}, "jobs": {"binding": "late",
+                                                                               "pilot": {"slots": 2}},
+                                   "burst_buffer": {"capacity": "10GB"}}))
+    out = write_plan(plan, tmp_path / "p").out_dir
+    pilot = (out / "bin" / "hpcrun-pilot.sh").read_text()
+    assert "#DW jobdw type=xfs capacity=20GiB name=hpcrun" in pilot
+    assert 'BB="${DW_JOB_hpcrun%/}"' in pilot and "copy_in" not in pilot
+    text = next((out / "jobs").glob("*.sbatch")).read_text()
+    assert not [line for line in text.splitlines() if line.startswith("#DW")]
+    assert 'HPCRUN_INPUT_DIR="${DW_JOB_hpcrun%/}"/claims/"${HPCRUN_JOB_ID}"/in' in text
+
+
 def test_no_arrays_site_falls_back_to_job_scripts(spec_factory, tmp_path, monkeypatch):
     _site(tmp_path, monkeypatch, "noarrays", "name: noarrays\nextends: local-test\nmax_array_size: 0\n")
     plan = load_plan(spec_factory({"site": {"profile": "noarrays"}}, inputs=3))
