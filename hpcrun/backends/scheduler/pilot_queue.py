@@ -26,6 +26,7 @@ and moves no output into place.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -134,6 +135,18 @@ class Queue:
         return where
 
     # -- reading pilots and claims ---------------------------------------------------------
+    def write_expected(self, input_s: float) -> None:
+        """``expected``: the longest of the last inputs' times (with a quarter more), or the spec's
+        per-input time before any ended; a pilot claims only what its time left covers."""
+        times: List[float] = []
+        done = self.d("done")
+        for name in _entries(done)[-200:]:
+            res = _read(done / name).split("\t")
+            if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
+                times.append(float(res[6]) - float(res[5]))
+        value = max(times) * 1.25 if times else input_s
+        _write_new(self.root / "expected", f"{int(math.ceil(value))}\n")
+
     def pilots(self, state: str = "live") -> List[str]:
         return _entries(self.d(state))
 

@@ -286,7 +286,7 @@ class Pilots(Scheduler):
             if self.q.fence(pilot):
                 rnd.fenced.append((pilot, why))
         rnd.returned = self.q.release()
-        self._expected()
+        self.q.write_expected(self.config.input_s)
         for view in views:
             rnd.drained += drain(self.q, view, self.config.seats)
             if self.config.several and self.config.move_after_s and not view.down:
@@ -342,8 +342,7 @@ class Pilots(Scheduler):
         seat = view.seat
         job = self.scheds[seat.cluster].submit(Path(seat.script), name=self.config.name,
                                                array=f"0-{n - 1}")   # always an array: its identity
-        rnd.submitted = ", ".join(filter(None, [rnd.submitted, job + (f" on {seat.label}" if self.config.several
-                                                                         else "")]))
+        rnd.submitted = ", ".join(filter(None, [rnd.submitted, job + (f" on {seat.label}" * self.config.several)]))
         rnd.added += n
         with open(self.q.root / "submitted.tsv", "a") as f:
             f.write(f"{job}\t{n}\t{time.time():.0f}\t{seat.cluster or ''}\n")
@@ -403,11 +402,17 @@ class Pilots(Scheduler):
         the accounting now, with their CPU time; one query a cluster, and none when every pilot's end is kept."""
         for seat in self.config.seats:
             running = self._running_pilots(seat)
-            if running:
-                sched = self.scheds[seat.cluster]
+            if not running:
+                continue
+            sched = self.scheds[seat.cluster]
+            try:
                 records = self._ours(sched.records([], sched.since_text(since), names=[self.config.name],
                                                    in_flight=running), seat)
-                self._keep_accounting(SeatView(seat, records).by_raw())
+            except Unreachable:   # that cluster's pilots are read when it answers again
+                if self.config.several:
+                    continue
+                raise
+            self._keep_accounting(SeatView(seat, records).by_raw())
 
     def _running_pilots(self, seat: PilotSeat) -> List[str]:
         """This cluster's pilots (as its accounting keys them) last seen not ended: those of them that ended now
@@ -435,19 +440,6 @@ class Pilots(Scheduler):
                 raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes, r.job_id))
         if rows:
             _write_new(path, "".join(f"{line}\n" for line in rows.values()))
-
-    def _expected(self) -> None:
-        """``expected``: the longest of the last inputs' times (with a quarter more), or the spec's
-        per-input time before any ended; a pilot claims only what its time left covers."""
-        times: List[float] = []
-        done = self.q.d("done")
-        names = _entries(done)
-        for name in names[-200:]:
-            res = _read(done / name).split("\t")
-            if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
-                times.append(float(res[6]) - float(res[5]))
-        value = max(times) * 1.25 if times else self.config.input_s
-        _write_new(self.q.root / "expected", f"{int(math.ceil(value))}\n")
 
 
 @dataclass
