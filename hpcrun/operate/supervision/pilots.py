@@ -11,7 +11,6 @@ import datetime as dt
 from typing import Any, Dict, List, Optional
 
 from hpcrun.backends.scheduler.base import Scheduler, SubmitUncertain, Unreachable
-from hpcrun.backends.scheduler.pilot_queue import _entries
 from hpcrun.backends.scheduler.pilots import FAILING_MAX, Pilots
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
@@ -37,7 +36,7 @@ def hint(manifest: Manifest, scheds: List[Scheduler]) -> int:
     made = 0
     for sched in scheds:
         if isinstance(sched, Pilots) and manifest.locality:
-            made += sched.q.hint(near_tasks(manifest, _entries(sched.q.d("ready"))))
+            made += sched.q.hint(near_tasks(manifest, sched.q.waiting()))
     return made
 
 
