@@ -43,14 +43,14 @@ def _entries(path: Path) -> List[str]:
         return []
 
 
-def read_or_empty(path: Path) -> str:
+def _read(path: Path) -> str:
     try:
         return path.read_text()
     except (FileNotFoundError, NotADirectoryError):
         return ""
 
 
-def write_whole(path: Path, text: str) -> None:
+def _write_new(path: Path, text: str) -> None:
     """A file that appears whole (written under a temporary name, renamed)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(text)
@@ -95,13 +95,13 @@ class Queue:
         """The submission's descriptor first, then a ready file per task (a task is in exactly one place
         from then on; ``repair`` completes an enqueue cut short)."""
         self.make()
-        write_whole(self.d("arrays") / qid, f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\n")
+        _write_new(self.d("arrays") / qid, f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\n")
         for i in indices:
             (self.d("ready") / f"{qid}_{i}").touch()
         (self.d("arrays") / f".{qid}.complete").touch()
 
     def descriptor(self, qid: str) -> Optional[Tuple[str, int, str, List[int]]]:
-        text = read_or_empty(self.d("arrays") / qid).rstrip("\n")
+        text = _read(self.d("arrays") / qid).rstrip("\n")
         if not text:
             return None
         script, walltime, tag, indices = text.split("\t")
@@ -135,21 +135,17 @@ class Queue:
         return where
 
     # -- reading pilots and claims ---------------------------------------------------------
-    def waiting(self) -> List[str]:
-        """The tasks no pilot holds yet (``ready/``)."""
-        return _entries(self.d("ready"))
-
     def write_expected(self, input_s: float) -> None:
         """``expected``: the longest of the last inputs' times (with a quarter more), or the spec's
         per-input time before any ended; a pilot claims only what its time left covers."""
         times: List[float] = []
         done = self.d("done")
         for name in _entries(done)[-200:]:
-            res = read_or_empty(done / name).split("\t")
+            res = _read(done / name).split("\t")
             if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
                 times.append(float(res[6]) - float(res[5]))
         value = max(times) * 1.25 if times else input_s
-        write_whole(self.root / "expected", f"{int(math.ceil(value))}\n")
+        _write_new(self.root / "expected", f"{int(math.ceil(value))}\n")
 
     def pilots(self, state: str = "live") -> List[str]:
         return _entries(self.d(state))
@@ -158,20 +154,19 @@ class Queue:
         for state in states:
             for pilot in self.pilots(state):
                 base = self.d(state) / pilot
-                info = read_or_empty(base / "info").split("\t")
+                info = _read(base / "info").split("\t")
                 node = info[0] if info and info[0] else ""
                 for name in _entries(base):
                     if name.endswith(".commit"):
                         name = name[:-len(".commit")]
                     if "_" not in name or "." in name:
                         continue
-                    text = read_or_empty(base / name) or read_or_empty(base / f"{name}.commit")
-                    fields = text.rstrip("\n").split("\t")
+                    fields = (_read(base / name) or _read(base / f"{name}.commit")).rstrip("\n").split("\t")
                     fields += [""] * (4 - len(fields))
                     yield Claim(name, pilot, fields[0] or name, fields[1], fields[2] or node, fields[3])
 
     def result(self, task: str) -> Optional[List[str]]:
-        text = read_or_empty(self.d("done") / task).rstrip("\n")
+        text = _read(self.d("done") / task).rstrip("\n")
         return text.split("\t") if text else None
 
     # -- the supervisor's moves -------------------------------------------------------------
@@ -248,7 +243,7 @@ class Queue:
         for c in self.claims(("live",)):
             held[c.pilot] = held.get(c.pilot, 0) + 1
         for pilot in self.pilots("live"):
-            info = read_or_empty(self.d("live") / pilot / "info").rstrip("\n").split("\t")
+            info = _read(self.d("live") / pilot / "info").rstrip("\n").split("\t")
             info += [""] * (4 - len(info))
             state = "draining" if (self.d("live") / pilot / "draining").exists() else (
                 "running" if held.get(pilot) else "idle")
@@ -289,12 +284,12 @@ def held(queue: Path, run_dir: Path, chains: int, now: float) -> Held:
     q = Queue(queue)
     core_s = 0.0
     for p in (run_dir / "pilots").glob("*/pilot.tsv"):
-        own = read_or_empty(p).split("\t")
+        own = _read(p).split("\t")
         if len(own) >= 4 and _float(own[2]) is not None and _float(own[3]) is not None:
             core_s += (float(own[3]) - float(own[2])) * _int(own[1]) * chains
     slots = 0
     for pilot in q.pilots("live"):
-        info = read_or_empty(q.d("live") / pilot / "info").split("\t")
+        info = _read(q.d("live") / pilot / "info").split("\t")
         if len(info) >= 3 and _float(info[2]) is not None and not (run_dir / "pilots" / pilot / "pilot.tsv").exists():
             slots += _int(info[1])
             core_s += max(0.0, now - float(info[2])) * _int(info[1]) * chains
@@ -308,10 +303,10 @@ def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
     q = Queue(queue)
     claims: Dict[str, List[Tuple[float, float, Optional[float]]]] = {}
     for name in _entries(q.d("done")):
-        r = read_or_empty(q.d("done") / name).rstrip("\n").split("\t")
+        r = _read(q.d("done") / name).rstrip("\n").split("\t")
         if len(r) >= 10 and r[5] and r[6]:
             claims.setdefault(r[2], []).append((float(r[5]), float(r[6]), _seconds(r[9])))
-    acct = {line.split("\t")[0]: line.split("\t") for line in read_or_empty(queue / "pilots.tsv").splitlines()}
+    acct = {line.split("\t")[0]: line.split("\t") for line in _read(queue / "pilots.tsv").splitlines()}
     out: Dict[str, Any] = {"pilots": 0, "payload_copies": 0, "inputs_run": sum(len(v) for v in claims.values()),
                            "core_s_held": 0.0, "core_s_busy": 0.0, "idle_core_s": {"start": 0.0, "starved": 0.0,
                                                                                     "drain_tail": 0.0},
@@ -319,11 +314,11 @@ def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
     pilots = sorted(p for p in (run_dir / "pilots").glob("*") if p.is_dir()) if (run_dir / "pilots").is_dir() else []
     for p in pilots:
         out["pilots"] += 1
-        copies = read_or_empty(p / "payload-copies").strip()
+        copies = _read(p / "payload-copies").strip()
         out["payload_copies"] += int(copies) if copies.isdigit() else 0
-        own = read_or_empty(p / "pilot.tsv").split("\t")
+        own = _read(p / "pilot.tsv").split("\t")
         if len(own) < 4:   # still running (or it ended without its record): held from its start until now
-            own = read_or_empty(q.d("live") / p.name / "info").rstrip("\n").split("\t")[:3] + [f"{time.time():.3f}"]
+            own = _read(q.d("live") / p.name / "info").rstrip("\n").split("\t")[:3] + [f"{time.time():.3f}"]
         mine = sorted(claims.get(p.name, []))
         cpus = _int(own[1]) * chains if len(own) > 1 else 0
         start = _float(own[2]) if len(own) > 2 else None

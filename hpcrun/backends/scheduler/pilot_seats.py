@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import TERMINAL, Maintenance, Record, Scheduler
-from hpcrun.backends.scheduler.pilot_queue import Queue, read_or_empty, write_whole
+from hpcrun.backends.scheduler.pilot_queue import Queue, _read, _write_new
 
 SLOW_FOR = 3.0   # a cluster whose pilots pended too long gets none for this many times move_pending_after
 
@@ -126,10 +126,10 @@ def drain(q: Queue, view: SeatView, seats: Sequence[PilotSeat]) -> List[Tuple[st
         if seat_of(pilot, seats) != view.seat:
             continue
         path = q.d("live") / pilot / "until"
-        if read_or_empty(path).strip() == str(start):
+        if _read(path).strip() == str(start):
             continue
         try:
-            write_whole(path, f"{start}\n")
+            _write_new(path, f"{start}\n")
         except OSError:   # it ended meanwhile
             continue
         told.append((pilot, view.window.name))
@@ -148,7 +148,7 @@ def hand_off(q: Queue, view: SeatView, sched: Scheduler, after: float,
     sched.cancel(stale)
     q.d("slow").mkdir(exist_ok=True)
     view.slow_until = now + SLOW_FOR * after
-    write_whole(q.d("slow") / str(view.seat.cluster), f"{view.slow_until:.0f}\n")
+    _write_new(q.d("slow") / str(view.seat.cluster), f"{view.slow_until:.0f}\n")
     for r in view.records.values():
         if r.job_id in stale:
             r.state = "CANCELLED"

@@ -35,9 +35,9 @@ from hpcrun.backends.scheduler.pilot_queue import (
     Queue,
     _entries,
     _local_time,
+    _read,
     _seconds,
-    read_or_empty,
-    write_whole,
+    _write_new,
 )
 from hpcrun.backends.scheduler.pilot_seats import (
     PilotSeat,
@@ -138,7 +138,7 @@ class Pilots(Scheduler):
         if text is not None:
             (self.q.d("arrays")).mkdir(parents=True, exist_ok=True)
             path = self.q.d("arrays") / f"{qid}.sh"
-            write_whole(path, text)
+            _write_new(path, text)
             script = path
         walltime = (adjust.walltime_s if adjust and adjust.walltime_s else None) or self.config.input_limit_s
         self.q.enqueue(qid, str(script), _indices(array), walltime, name)
@@ -174,7 +174,7 @@ class Pilots(Scheduler):
         if not ours:
             return out
         claims = {c.task: c for c in self.q.claims()}
-        held = read_or_empty(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
+        held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
         for qid in ours:
             desc = self.q.descriptor(qid)
             if desc is None:
@@ -293,7 +293,7 @@ class Pilots(Scheduler):
                 handed = hand_off(self.q, view, self.scheds[view.seat.cluster], self.config.move_after_s,
                                   {parts[0]: float(parts[2]) for parts in self._submitted(view.seat)})
                 rnd.handed += [handed] if handed else []
-        waiting = len(self.q.waiting())
+        waiting = len(_entries(self.q.d("ready")))
         running = sum(1 for _ in self.q.claims(("live",)))
         active = sum(v.active() for v in views)
         pending = sum(len(v.pending()) + v.unseen for v in views)
@@ -302,9 +302,8 @@ class Pilots(Scheduler):
                       "ended": sum(v.ended() for v in views)}
         rnd.down = [(v.seat.label, v.down) for v in views if v.down]
         held = next((h for v in views if v.pending() and (h := self._held_by(v))), "")
-        # the waiting tasks carry it: the poll records the outage
-        if held != read_or_empty(self.q.root / "held").strip():
-            write_whole(self.q.root / "held", held + "\n") if held else (self.q.root / "held").unlink(missing_ok=True)
+        if held != _read(self.q.root / "held").strip():   # the waiting tasks carry it: the poll records the outage
+            _write_new(self.q.root / "held", held + "\n") if held else (self.q.root / "held").unlink(missing_ok=True)
         rnd.spent = spent or bool(held)
         if settled:
             _flag(self.q.d("stop"), True)
@@ -335,7 +334,7 @@ class Pilots(Scheduler):
                 view.window = meeting(sched.maintenance(), self.config.walltime_s)
             except SchedulerError as exc:
                 view.down = str(exc).splitlines()[0] if str(exc) else "no answer"
-            slow = read_or_empty(self.q.root / "slow" / str(seat.cluster)).strip()
+            slow = _read(self.q.root / "slow" / str(seat.cluster)).strip()
             view.slow_until = float(slow) if slow else 0.0
         return view
 
@@ -360,7 +359,7 @@ class Pilots(Scheduler):
         """The pilot arrays submitted to this cluster (submitted.tsv: id, pilots, epoch, cluster)."""
         first = self.config.seats[0].cluster or ""
         rows = []
-        for line in read_or_empty(self.q.root / "submitted.tsv").splitlines():
+        for line in _read(self.q.root / "submitted.tsv").splitlines():
             parts = line.split("\t")
             if len(parts) >= 3 and (parts[3] if len(parts) > 3 else first) == (seat.cluster or ""):
                 rows.append(parts)
@@ -419,7 +418,7 @@ class Pilots(Scheduler):
         """This cluster's pilots (as its accounting keys them) last seen not ended: those of them that ended now
         get their steps read (the CPU time, which the accounting's job line leaves at 0)."""
         out = []
-        for line in read_or_empty(self.q.root / "pilots.tsv").splitlines():
+        for line in _read(self.q.root / "pilots.tsv").splitlines():
             parts = line.split("\t")
             if len(parts) >= 9 and parts[1] not in TERMINAL and parts[8] \
                     and seat_of(parts[0], self.config.seats) == seat:
@@ -431,7 +430,7 @@ class Pilots(Scheduler):
         CPUs), kept for the report: sacct sees the pilots, never the inputs in them."""
         path = self.q.root / "pilots.tsv"
         rows: Dict[str, str] = {}
-        for line in read_or_empty(path).splitlines():
+        for line in _read(path).splitlines():
             rows[line.split("\t", 1)[0]] = line
         for raw, r in by_raw.items():
             kept = rows.get(raw, "").split("\t")
@@ -440,7 +439,7 @@ class Pilots(Scheduler):
             rows[raw] = "\t".join(str(x if x is not None else "") for x in (
                 raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes, r.job_id))
         if rows:
-            write_whole(path, "".join(f"{line}\n" for line in rows.values()))
+            _write_new(path, "".join(f"{line}\n" for line in rows.values()))
 
 
 @dataclass

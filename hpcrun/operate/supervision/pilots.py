@@ -11,6 +11,7 @@ import datetime as dt
 from typing import Any, Dict, List, Optional
 
 from hpcrun.backends.scheduler.base import Scheduler, SubmitUncertain, Unreachable
+from hpcrun.backends.scheduler.pilot_queue import _entries
 from hpcrun.backends.scheduler.pilots import FAILING_MAX, Pilots
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
@@ -36,7 +37,7 @@ def hint(manifest: Manifest, scheds: List[Scheduler]) -> int:
     made = 0
     for sched in scheds:
         if isinstance(sched, Pilots) and manifest.locality:
-            made += sched.q.hint(near_tasks(manifest, sched.q.waiting()))
+            made += sched.q.hint(near_tasks(manifest, _entries(sched.q.d("ready"))))
     return made
 
 
