@@ -98,10 +98,13 @@ def test_two_pilots_run_every_input_once_and_the_records_say_how(tmp_path):
     assert sorted(results) == sorted(f"{qid}_{i}" for i in range(12)), logs
     assert {r[8] for r in results.values()} == {"COMPLETED"}, logs
     assert {r[2] for r in results.values()} <= {"501", "502"}
+    assert not list((tmp_path / "out").glob("*.out")), "a pilot moved an output into place itself"
+    # what operate reads: every task as the scheduler's record of an array task would say it; the reading
+    # places the committed claims' outputs
+    records = _pilots(plan).records([qid], "")
     assert sorted(p.name for p in (tmp_path / "out").glob("*.out")) == [f"r{i:03d}.out" for i in range(12)]
     assert not list((tmp_path / "out" / ".hpcrun-claims").glob("*")), "claims' outputs left behind"
-    # what operate reads: every task as the scheduler's record of an array task would say it
-    records = _pilots(plan).records([qid], "")
+    assert {r[11] for r in _results(plan).values()} == {"placed"}
     assert len(records) == 12 and {r.state for r in records.values()} == {"COMPLETED"}
     rec = records[f"{qid}_0"]
     assert rec.nodes == "n1" and rec.raw_id.split(".")[0] in ("501", "502") and rec.elapsed_s >= 0.2
@@ -134,6 +137,7 @@ def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
     again = _pilot(plan, "602")
     logs = _wait(again, 60)
     assert {r[8] for r in _results(plan).values()} == {"COMPLETED"}, logs
+    assert {r.state for r in _pilots(plan).records([qid], "").values()} == {"COMPLETED"}
     assert len(list((tmp_path / "out").glob("*.out"))) == 2
 
 
@@ -235,6 +239,7 @@ def test_a_pilot_buffer_holds_its_slots_and_its_claims_copy_in_and_out_with_sums
     states = {k: r[8] for k, r in results.items()}
     assert states == {**{f"{qid}_{i}": "COMPLETED" for i in range(5)}, f"{qid}_5": "FAILED"}, logs
     assert results[f"{qid}_5"][7] == "3"
+    _pilots(plan).records([qid], "")
     assert sorted(p.name for p in (tmp_path / "out").glob("*.out")) == [f"r{i:03d}.out" for i in range(5)]
     assert (tmp_path / "out" / "r002.out").read_text() == "input 2\n"
     assert not list((buffer / "claims").iterdir()), "a claim's share of the buffer was left behind"

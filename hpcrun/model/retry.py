@@ -47,6 +47,9 @@ FAILURE_CLASSES: Tuple[FailureClass, ...] = (
                  "the account's allocation ran out (GrpTRESMins) or its limit was shortened; not the job's "
                  "length, so retried unchanged (it starts once the limit is raised)", max_attempts=10),
     FailureClass("checksum", "exit 11: an input's checksum did not match", max_attempts=2, restage=True),
+    FailureClass("placement", "exit 12: a late-bound input's outputs could not be moved into the outputs location "
+                 "(a quota, a full disk, a name in the way): they stay in the claim's own directory, never deleted, "
+                 "and the input runs again", max_attempts=3),
     FailureClass("transfer", "exit 13: an input could not be copied from its server (unreachable, timed "
                  "out) after the job's own retries", max_attempts=3),
     FailureClass("export", "an output could not be copied to outputs.export or verified there: the supervisor "
@@ -66,7 +69,7 @@ CLASS_NAMES: Tuple[str, ...] = tuple(c.name for c in FAILURE_CLASSES)
 # ends ``killed`` (exit 14, chain_killed); any other signal is the program's own crash (``chain``).
 KILL_SIGNALS: Dict[int, str] = {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM", 24: "SIGXCPU"}
 EXIT_CLASSES: Dict[int, str] = {3: "setup", 4: "payload", 5: "db_not_ready", 6: "db_died", 7: "chain", 8: "merge",
-                                9: "qa", 10: "time_limit", 11: "checksum",
+                                9: "qa", 10: "time_limit", 11: "checksum", 12: "placement",
                                 13: "transfer", 14: "chain_killed"}
 STATE_CLASSES: Dict[str, str] = {"TIMEOUT": "time_limit", "DEADLINE": "time_limit", "OUT_OF_MEMORY": "out_of_memory",
                                  "NODE_FAIL": "node_fail", "BOOT_FAIL": "boot_fail", "PREEMPTED": "preempted",

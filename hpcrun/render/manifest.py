@@ -125,7 +125,7 @@ def _pilots_entry(plan: Plan, plan_dir: str) -> Optional[Dict[str, Any]]:
             "input_limit_s": p.input_limit_s, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
             "idle_s": p.idle_s, "server_key": server_key(plan),
             "seats": [_pilot_seat(c, plan_dir) for c in plan.all_clusters] if plan.others else None,
-            "move_after_s": plan.move_pending_after}
+            "move_after_s": plan.move_pending_after, "outputs": plan.campaign.outputs.location.rstrip("/")}
 
 
 def _pilot_seat(plan: Plan, plan_dir: str) -> Dict[str, Any]:

@@ -20,7 +20,7 @@ from hpcrun import __version__
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.backends.scheduler.base import Scheduler
 from hpcrun.model.retry import KILL_SIGNALS
-from hpcrun.plan.job.pilots import BEAT_S, CLAIMS_DIR, QUEUE_DIR
+from hpcrun.plan.job.pilots import BEAT_S, QUEUE_DIR
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
 from hpcrun.resources import site_template_dirs
@@ -312,11 +312,10 @@ def render_pilot(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], pl
     ctx.update(scheduler_context(plan.scheduler, _absolute_logs(p.request, plan_dir), True))
     ctx.update({"queue": quote(f"{plan_dir}/{QUEUE_DIR}"), "slots": p.slots, "idle_s": p.idle_s,
                 "beat_s": BEAT_S, "walltime_s": p.walltime_s, "drain_s": p.drain_s,
-                "claim_signal_before": p.signal_before_s, "input_s": p.input_s, "claims_dir": CLAIMS_DIR,
+                "claim_signal_before": p.signal_before_s, "input_s": p.input_s,
                 "steal_s": plan.locality_wait or 0, "bb_lines": [Shell(line) for line in p.bb_lines],
                 "bb_root": Shell(p.bb_root) if p.bb_root else None,
                 "bb_capacity": quote(format_capacity(p.bb_capacity) if p.bb_capacity else ""),
-                "outloc": quote(plan.campaign.outputs.location.rstrip("/")),
                 "pilot_prefix": quote(pilot_prefix(plan)), "seat_dir": quote(plan.seat.subdir),
                 "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1")})
     return env.get_template("pilot.sh.j2").render(ctx)

@@ -3,13 +3,15 @@
 Atomic on the shared filesystems compute nodes see (no server, no network from a node), as PanDA's Yoda
 hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
 
-  queue/arrays/<qid>          one per submission: the script, the per-input time limit, the tag
+  queue/arrays/<qid>          one per submission: the script, the per-input time limit, the tag, its
+                              indices, the outputs location of its generation
   queue/ready/<qid>_<i>       a task nobody holds
   queue/live/<pilot>/         a running pilot: ``beat`` (renewed), ``info``, its claims <qid>_<i>
   queue/fenced/<pilot>/       a pilot the supervisor gave up on (ended, or its lease expired):
                               renamed as a whole, so its claims can no longer commit
   queue/ended/<pilot>/        after its claims were returned
-  queue/done/<qid>_<i>        a committed result (one TSV line)
+  queue/done/<qid>_<i>        a committed result (one TSV line; a twelfth field once its outputs were
+                              moved into place: ``placed``, or ``unplaced:<why>``)
   queue/cancel/<qid>_<i>      an operator's cancel of a running task; cancelled/: of a waiting one
   queue/withdrawn/<qid>_<i>   a task nobody had claimed when a new generation was planned (its input runs
                               under that generation)
@@ -18,9 +20,15 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
                               the supervisor keeps; that node's pilot claims it first, others leave it
                               to it until they idled ``jobs.locality_wait``)
 
-Fencing: a claim commits by renaming ``live/<pilot>/<task>``; once the supervisor renamed
-``live/<pilot>`` away that path no longer exists, so a pilot whose lease expired records nothing
-and moves no output into place.
+Fencing: a claim commits with one rename, ``live/<pilot>/<task>`` -> ``done/<task>`` (the result line written
+into the token just before). Once the supervisor renamed ``live/<pilot>`` away that path no longer exists, so a
+pilot whose lease expired records nothing, however long it stalled: there is no second step after a check.
+Outputs: a claim writes them into a directory of its own (``<outputs>/.hpcrun-claims/<claim id>``) and the pilot
+never moves them. Whoever reads the results (``place``: the supervisor, the single writer) moves the outputs of
+the one committed claim into place, so a fenced claim's outputs never reach the outputs location. A move that
+fails fails the input (exit 12, retried) and leaves the outputs where they are, never deleted.
+A pilot on its way out stops its slots first, then renames its own directory to ``fenced/`` (it holds claims:
+the supervisor returns them) or removes it (it holds none): no claim is made after that check.
 """
 
 from __future__ import annotations
@@ -28,13 +36,17 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 STATES = ("ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays", "withdrawn")
-_LEASES: Dict[str, Tuple[float, float]] = {}   # pilot dir -> (beat mtime seen, when it last changed: our clock)
+CLAIMS_DIR = ".hpcrun-claims"   # under an outputs location: each claim's outputs until they are placed
+PLACED = "placed"               # the done record's twelfth field: the committed claim's outputs are in place
+UNPLACED = "unplaced:"          # ... or they could not be moved (why): the input failed, exit 12
+PLACE_EXIT = 12
 
 def _entries(path: Path) -> List[str]:
     try:
@@ -57,10 +69,15 @@ def _write_new(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _local_time(epoch: str) -> Optional[str]:
+def epoch(text: str) -> float:
+    """A pilot's ``$EPOCHREALTIME``: its decimal point is the locale's (``1795882445,128100`` in de_DE)."""
+    return float(text.replace(",", "."))
+
+
+def _local_time(epoch_text: str) -> Optional[str]:
     """An epoch from a pilot -> the local ISO text the accounting uses (what parse_time reads)."""
     try:
-        return _dt.datetime.fromtimestamp(float(epoch)).strftime("%Y-%m-%dT%H:%M:%S")
+        return _dt.datetime.fromtimestamp(epoch(epoch_text)).strftime("%Y-%m-%dT%H:%M:%S")
     except (ValueError, OverflowError, OSError):
         return None
 
@@ -82,6 +99,7 @@ class Queue:
 
     def __init__(self, root: Path):
         self.root = root
+        self._leases: Dict[str, Tuple[float, float]] = {}   # pilot -> (beat mtime seen, when it changed: our clock)
 
     def make(self) -> None:
         for d in STATES:
@@ -91,11 +109,14 @@ class Queue:
         return self.root / name
 
     # -- putting work in -------------------------------------------------------------------
-    def enqueue(self, qid: str, script: str, indices: Sequence[int], walltime_s: int, tag: str) -> None:
+    def enqueue(self, qid: str, script: str, indices: Sequence[int], walltime_s: int, tag: str,
+                outputs: str = "") -> None:
         """The submission's descriptor first, then a ready file per task (a task is in exactly one place
-        from then on; ``repair`` completes an enqueue cut short)."""
+        from then on; ``repair`` completes an enqueue cut short). ``outputs``: the location its claims'
+        outputs are placed in (a generation may change it while earlier pilots run)."""
         self.make()
-        _write_new(self.d("arrays") / qid, f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\n")
+        _write_new(self.d("arrays") / qid,
+                   f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\t{outputs}\n")
         for i in indices:
             (self.d("ready") / f"{qid}_{i}").touch()
         (self.d("arrays") / f".{qid}.complete").touch()
@@ -104,8 +125,13 @@ class Queue:
         text = _read(self.d("arrays") / qid).rstrip("\n")
         if not text:
             return None
-        script, walltime, tag, indices = text.split("\t")
+        script, walltime, tag, indices = text.split("\t")[:4]
         return script, int(walltime), tag, [int(i) for i in indices.split(",") if i]
+
+    def outputs_of(self, qid: str) -> str:
+        """The outputs location a submission's claims are placed in ("": not recorded)."""
+        fields = _read(self.d("arrays") / qid).rstrip("\n").split("\t")
+        return fields[4] if len(fields) > 4 else ""
 
     def repair(self) -> int:
         """Tasks of a submission whose enqueue was cut short put in ``ready/``; how many."""
@@ -126,12 +152,14 @@ class Queue:
         return made
 
     def placed(self) -> Dict[str, str]:
-        """Every task the queue holds -> where (ready, a pilot's dir, done, cancelled)."""
-        where: Dict[str, str] = {}
-        for state in ("ready", "done", "cancelled"):
-            where.update((t, state) for t in _entries(self.d(state)))
+        """Every task the queue holds -> where (ready, a pilot's dir, done, cancelled, withdrawn). Read in
+        the order pilots move tasks (ready -> live -> fenced -> done), so a task moved meanwhile is met
+        again further on, never missed; the moves back (release, withdraw, cancel) are the caller's own."""
+        where: Dict[str, str] = {t: "ready" for t in _entries(self.d("ready"))}
         for c in self.claims():
             where.setdefault(c.task, f"claimed:{c.pilot}")
+        for state in ("done", "cancelled", "withdrawn"):
+            where.update((t, state) for t in _entries(self.d(state)) if t not in where)
         return where
 
     # -- reading pilots and claims ---------------------------------------------------------
@@ -143,7 +171,7 @@ class Queue:
         for name in _entries(done)[-200:]:
             res = _read(done / name).split("\t")
             if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
-                times.append(float(res[6]) - float(res[5]))
+                times.append(epoch(res[6]) - epoch(res[5]))
         value = max(times) * 1.25 if times else input_s
         _write_new(self.root / "expected", f"{int(math.ceil(value))}\n")
 
@@ -162,12 +190,44 @@ class Queue:
                     if "_" not in name or "." in name:
                         continue
                     fields = (_read(base / name) or _read(base / f"{name}.commit")).rstrip("\n").split("\t")
+                    if len(fields) >= 9:   # the result line, written just before the commit's rename
+                        fields = [fields[1], fields[3], fields[4], fields[5]]
                     fields += [""] * (4 - len(fields))
                     yield Claim(name, pilot, fields[0] or name, fields[1], fields[2] or node, fields[3])
 
     def result(self, task: str) -> Optional[List[str]]:
         text = _read(self.d("done") / task).rstrip("\n")
         return text.split("\t") if text else None
+
+    def committed(self, task: str, outputs: str) -> Optional[List[str]]:
+        """A task's committed result with its outputs in place (placed now if they were not yet): the
+        record's twelve fields and, thirteenth, why the input failed after its commit ("" if it did not)."""
+        res = self.result(task)
+        if res is None:
+            return None
+        res = (res + [""] * 12)[:12]
+        if not res[11]:
+            res = self.place(task, res, outputs)
+        why = ""
+        if res[11].startswith(UNPLACED):   # the input failed: its outputs wait in the claim's directory
+            res[7], res[8] = str(PLACE_EXIT), "FAILED"
+            why = (f"its outputs could not be moved into place ({res[11][len(UNPLACED):]}); kept in "
+                   f"{outputs}/{CLAIMS_DIR}/{res[1]}")
+        return res + [why]
+
+    def place(self, task: str, result: List[str], outputs: str) -> List[str]:
+        """The committed claim's outputs moved from its own directory into ``outputs`` (directories merged),
+        then the record marked: ``placed``, or ``unplaced:<why>`` when a move failed (the rest stays in the
+        claim's directory, never deleted). Safe to repeat after a crash: what moved is no longer there to
+        move. Returns the record as it now is."""
+        result = (result + [""] * 11)[:11]
+        if not outputs:
+            mark = PLACED
+        else:
+            why = move_tree(Path(outputs) / CLAIMS_DIR / result[1], Path(outputs))
+            mark = PLACED if why is None else UNPLACED + why
+        _write_new(self.d("done") / task, "\t".join(result + [mark]) + "\n")
+        return result + [mark]
 
     # -- the supervisor's moves -------------------------------------------------------------
     def fence(self, pilot: str) -> bool:
@@ -187,6 +247,7 @@ class Queue:
                 task = name[:-len(".commit")] if name.endswith(".commit") else name
                 if "_" not in task or "." in task or (self.d("done") / task).exists():
                     continue
+                self._drop_outputs(task, _read(base / name))
                 if (self.d("cancel") / task).exists():
                     os.replace(base / name, self.d("cancelled") / task)
                     continue
@@ -256,16 +317,52 @@ class Queue:
     def beat_changed(self, pilot: str, now: float) -> float:
         """Seconds since this pilot's heartbeat last changed, by this process's clock (skew-proof: the
         file's mtime is compared with itself, never with our time)."""
-        key = str(self.d("live") / pilot)
         try:
             mtime = os.stat(self.d("live") / pilot / "beat").st_mtime
         except FileNotFoundError:
             mtime = -1.0
-        seen = _LEASES.get(key)
+        seen = self._leases.get(pilot)
         if seen is None or seen[0] != mtime:
-            _LEASES[key] = (mtime, now)
+            self._leases[pilot] = (mtime, now)
             return 0.0
         return now - seen[1]
+
+    def _drop_outputs(self, task: str, token: str) -> None:
+        """A fenced claim's outputs: never placed (its input runs again), so its directory goes."""
+        fields = token.rstrip("\n").split("\t")
+        cid = (fields[1] if len(fields) >= 9 else fields[0]).strip()   # a result line: the commit was cut short
+        outputs = self.outputs_of(task.rsplit("_", 1)[0])
+        if cid and outputs and "/" not in cid and cid not in (".", ".."):
+            shutil.rmtree(Path(outputs) / CLAIMS_DIR / cid, ignore_errors=True)
+
+
+def move_tree(src: Path, dest: Path) -> Optional[str]:
+    """Every entry of ``src`` renamed into ``dest`` (a directory there already is merged into), then ``src``
+    removed; None, or why a move failed (what did not move stays in ``src``)."""
+    try:
+        names = sorted(os.listdir(src))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{src}: {exc.strerror}"
+    for name in names:
+        s, d = src / name, dest / name
+        if s.is_dir() and not s.is_symlink() and d.is_dir() and not d.is_symlink():
+            why = move_tree(s, d)
+            if why is not None:
+                return why
+            continue
+        try:
+            os.replace(s, d)
+        except OSError as exc:
+            return f"{d}: {exc.strerror}"
+    try:
+        os.rmdir(src)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return f"{src}: {exc.strerror}"
+    return None
 
 
 
@@ -305,7 +402,7 @@ def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
     for name in _entries(q.d("done")):
         r = _read(q.d("done") / name).rstrip("\n").split("\t")
         if len(r) >= 10 and r[5] and r[6]:
-            claims.setdefault(r[2], []).append((float(r[5]), float(r[6]), _seconds(r[9])))
+            claims.setdefault(r[2], []).append((epoch(r[5]), epoch(r[6]), _seconds(r[9])))
     acct = {line.split("\t")[0]: line.split("\t") for line in _read(queue / "pilots.tsv").splitlines()}
     out: Dict[str, Any] = {"pilots": 0, "payload_copies": 0, "inputs_run": sum(len(v) for v in claims.values()),
                            "core_s_held": 0.0, "core_s_busy": 0.0, "idle_core_s": {"start": 0.0, "starved": 0.0,
@@ -356,7 +453,7 @@ def _int(text: str) -> int:
 
 def _float(text: str) -> Optional[float]:
     try:
-        return float(text)
+        return epoch(text)
     except ValueError:
         return None
 
@@ -364,6 +461,6 @@ def _float(text: str) -> Optional[float]:
 def _seconds(text: str) -> Optional[float]:
     """The pilot's ``user+system`` seconds -> their sum (None when the timer said nothing)."""
     try:
-        return sum(float(x) for x in text.split("+")) if text else None
+        return sum(epoch(x) for x in text.split("+")) if text else None
     except ValueError:
         return None

@@ -38,6 +38,7 @@ from hpcrun.backends.scheduler.pilot_queue import (
     _read,
     _seconds,
     _write_new,
+    epoch,
 )
 from hpcrun.backends.scheduler.pilot_seats import (
     PilotSeat,
@@ -69,6 +70,7 @@ class PilotConfig:
     chains: int = 1            # CPUs of each input (its chains)
     seats: Tuple[PilotSeat, ...] = ()       # the clusters pilots go to (one, unnamed, on one cluster)
     move_after_s: Optional[float] = None    # site.move_pending_after: pilots pending this long are handed off
+    outputs: str = ""          # the outputs location the claims' outputs are placed in (this generation's)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PilotConfig:
@@ -77,7 +79,7 @@ class PilotConfig:
         return cls(str(d["queue"]), str(d["script"]), str(d["name"]), int(d["slots"]), int(d["max_pilots"]),
                    d.get("max_queued"), float(d.get("lease_s", 120)), float(d.get("input_s", 600)),
                    int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)), int(d.get("chains", 1)),
-                   seats, d.get("move_after_s"))
+                   seats, d.get("move_after_s"), str(d.get("outputs") or ""))
 
     @property
     def several(self) -> bool:
@@ -141,7 +143,7 @@ class Pilots(Scheduler):
             _write_new(path, text)
             script = path
         walltime = (adjust.walltime_s if adjust and adjust.walltime_s else None) or self.config.input_limit_s
-        self.q.enqueue(qid, str(script), _indices(array), walltime, name)
+        self.q.enqueue(qid, str(script), _indices(array), walltime, name, self.config.outputs)
         return qid
 
     def cancel(self, job_ids: Sequence[str]) -> None:
@@ -180,21 +182,22 @@ class Pilots(Scheduler):
             if desc is None:
                 continue
             _script, _limit, tag, indices = desc
+            outputs = self.q.outputs_of(qid)
             for i in indices:
                 task = f"{qid}_{i}"
-                rec = self._task_record(task, tag, claims.get(task), held)
+                rec = self._task_record(task, tag, claims.get(task), held, outputs)
                 if rec is not None:
                     out[task] = rec
         return out
 
-    def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str = "None") -> Optional[Record]:
-        res = self.q.result(task)
+    def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str = "None",
+                     outputs: str = "") -> Optional[Record]:
+        res = self.q.committed(task, outputs)
         if res is not None:
-            # task claim pilot slot node start end rc state cpu_s maxrss_kb
-            res += [""] * (11 - len(res))
-            _t, claim_id, _pilot, _slot, node, start, end, rc, state, cpu, rss = res[:11]
-            elapsed = float(end) - float(start) if start and end else None
-            return Record(task, claim_id, tag, state, f"{rc or 0}:0", "", elapsed,
+            # task claim pilot slot node start end rc state cpu_s maxrss_kb placed, why it failed after
+            _t, claim_id, _pilot, _slot, node, start, end, rc, state, cpu, rss, _placed, reason = res
+            elapsed = epoch(end) - epoch(start) if start and end else None
+            return Record(task, claim_id, tag, state, f"{rc or 0}:0", reason, elapsed,
                           _seconds(cpu), self.config.chains, node, _local_time(start), _local_time(end),
                           int(rss) * 1024 if rss else None)
         if claim is not None:

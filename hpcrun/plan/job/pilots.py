@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
+from hpcrun.backends.scheduler.pilot_queue import CLAIMS_DIR
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks
@@ -25,7 +26,6 @@ from hpcrun.units import format_capacity
 QUEUE_DIR = "queue"               # in the plan directory: the claims' meeting point
 PILOT_SCRIPT = "bin/hpcrun-pilot.sh"
 BEAT_S = 10                       # a pilot renews its lease this often
-CLAIMS_DIR = ".hpcrun-claims"     # under the output location: each claim's outputs until it commits
 PILOT_ID = "${HPCRUN_PILOT_ID}"   # exported by the pilot: its job id
 PILOT_NODE_KEY = "${HPCRUN_PILOT_NODE_KEY}"   # the pilot's node key (a later generation's jobs have their own)
 
@@ -139,8 +139,9 @@ def with_buffer(pilots: PilotPlan, campaign: Campaign, buffer: BufferChoice, job
 def late_dirs(campaign: Campaign, workdir: str, db_plan: Optional[DatabasePlan], buffer: BufferChoice
               ) -> Tuple[str, str, str, Optional[str], Optional[DatabasePlan]]:
     """Where a claim reads, works and writes: directories of its own (in the pilot's buffer, if any), and
-    outputs in a directory of its own that the pilot renames into place only while it holds the claim (a
-    fenced pilot moves nothing); with a buffer, the claim copies its outputs there itself (the fourth value).
+    outputs in a directory of its own, which the supervisor moves into place once the claim's commit is
+    the one recorded (a fenced claim's never); with a buffer, the claim copies its outputs there itself
+    (the fourth value).
     The database is the pilot's, so its node-local copy is named by the pilot's job id and node key (the
     pilot may be of an earlier generation than the input)."""
     private = quote(campaign.outputs.location.rstrip("/") + "/" + CLAIMS_DIR) + '/"${HPCRUN_JOB_ID}"'

@@ -32,8 +32,7 @@ export HPCRUN_PILOT_RUNDIR="$HPCRUN_PLAN_DIR/run/pilots/$HPCRUN_PILOT_ID"
 export HPCRUN_RUNDIR=$HPCRUN_PILOT_RUNDIR
 Q=/plans/star-generic-apptainer-late/queue
 ME="$Q/live/$HPCRUN_PILOT_ID"
-OUTLOC=/scratch/starprod/reco/2019
-CLAIMS_DIR=.hpcrun-claims   # under OUTLOC: each claim's outputs until it commits
+NEAR="$Q/near/${HPCRUN_NODE%%.*}"   # locality hints are named by the short node name (the cache index's)
 slots=3
 idle_s=300
 beat_s=10
@@ -93,6 +92,7 @@ launch_in_batch() {
 }
 
 DB_PID=""
+SLOT_PIDS=()
 # ---- one database server for every input this pilot runs: the payload copied once ----------
 export HPCRUN_PILOT_DB_PORT=$(( 20000 + HPCRUN_JOB_ID % 10000 ))
 export HPCRUN_DB_PORT=$HPCRUN_PILOT_DB_PORT HPCRUN_DB_HOST=localhost
@@ -150,7 +150,7 @@ claim() {
   # leaving those hinted to another node's pilot until this slot idled steal_s; the first rename that
   # succeeds wins. No process is started but the rename.
   local near waiting k n tries=0 hinted
-  for near in "$Q/near/$HPCRUN_NODE"/*_*; do
+  for near in "$NEAR"/*_*; do
     [ -e "$near" ] || break
     task=${near##*/}
     [ ! -e "$Q/ready/$task" ] || ! mv -- "$Q/ready/$task" "$ME/$task" 2>/dev/null || return 0
@@ -160,7 +160,7 @@ claim() {
   [ -e "${waiting[0]}" ] || return 1
   k=$(( RANDOM % n ))
   while [ "$tries" -lt 6 ] && [ "$tries" -lt "$n" ]; do
-    task=${waiting[(k + tries * 7) % n]##*/}
+    task=${waiting[(k + tries) % n]##*/}
     tries=$((tries + 1))
     if [ "$1" -lt "$steal_s" ]; then
       hinted=("$Q"/near/*/"$task")
@@ -173,26 +173,15 @@ claim() {
 
 # shellcheck disable=SC2329  # called below
 commit() {
-  # $1 task, $2 claim id, $3 the result line: recorded, and the outputs moved into place, only while the
-  # claim is still this pilot's (a fenced pilot's directory is gone: the first rename fails)
-  local task=$1 cid=$2 f private="$OUTLOC/$CLAIMS_DIR/$2"
-  if ! mv -- "$ME/$task" "$ME/$task.commit" 2>/dev/null; then
-    log "claim $cid of $task was taken from this pilot: its result and outputs are dropped"
-    rm -rf -- "$private"
-    return 1
+  # $1 task, $2 claim id, $3 the result line. The commit is one rename into done/, from this pilot's
+  # directory: a fenced pilot's directory was renamed away, so however long it stalled, its rename finds
+  # nothing. No output is moved here: the claim's outputs wait in its own directory, and the supervisor
+  # places those of the committed claim alone.
+  if { printf '%s\n' "$3" > "$ME/$1" && mv -T -- "$ME/$1" "$Q/done/$1"; } 2>/dev/null; then
+    return 0
   fi
-  if [ -d "$private" ]; then
-    local files=() failed=()
-    for f in "$private"/* "$private"/.[!.]*; do [ ! -f "$f" ] || files+=("$f"); done
-    [ "${#files[@]}" -eq 0 ] || mv -f -t "$OUTLOC" -- "${files[@]}"
-    if [ -d "$private/qa-failed" ]; then
-      for f in "$private/qa-failed"/*; do [ ! -e "$f" ] || failed+=("$f"); done
-      [ "${#failed[@]}" -eq 0 ] || { mkdir -p "$OUTLOC/qa-failed" && mv -f -t "$OUTLOC/qa-failed" -- "${failed[@]}"; }
-      rmdir -- "$private/qa-failed"
-    fi
-    rmdir -- "$private" 2>/dev/null || rm -rf -- "$private"
-  fi
-  printf '%s\n' "$3" > "$ME/$task.commit" && mv -- "$ME/$task.commit" "$Q/done/$task"
+  log "claim $2 of $1 was taken from this pilot: its result is dropped, its outputs never placed"
+  return 1
 }
 
 # shellcheck disable=SC2329  # called below
@@ -209,7 +198,7 @@ run_claim() {
   if [ -n "$seat_dir" ] && [[ "$script" == */jobs/* ]] && [ -e "${script%/jobs/*}/${seat_dir}jobs/${script##*/jobs/}" ]; then
     script="${script%/jobs/*}/${seat_dir}jobs/${script##*/jobs/}"
   fi
-  t0=$EPOCHREALTIME
+  t0=${EPOCHREALTIME/[!0-9]/.}   # the locale's decimal point (a comma in de_DE) made a dot
   printf '%s\t%s\t%s\t%s\n' "$cid" "$slot" "$HPCRUN_NODE" "$t0" > "$ME/$task" 2>/dev/null || return 0
   HPCRUN_CLAIM_ID=$cid HPCRUN_CLAIM_INDEX=$idx "${timer[@]}" ${timer[0]:+"$ME/.$task.time"} \
     bash "$script" > "$HPCRUN_PILOT_RUNDIR/claims/$cid.log" 2>&1 &
@@ -236,7 +225,7 @@ while kill -0 "$pid" 2>/dev/null; do
 done
   kill "$watch" 2>/dev/null
   wait "$watch" 2>/dev/null
-  t1=$EPOCHREALTIME
+  t1=${EPOCHREALTIME/[!0-9]/.}
   if [ -e "$ME/.$task.cancelled" ]; then state=CANCELLED
   elif [ -e "$ME/.$task.timeout" ]; then state=TIMEOUT
   elif [ "$rc" -eq 0 ]; then state=COMPLETED
@@ -244,6 +233,7 @@ done
   fi
   if [ -s "$ME/.$task.time" ]; then   # the timer's last line: user and system seconds, maximum RSS in KiB
     while read -r line; do read -r u sy rss <<< "$line"; done < "$ME/.$task.time"
+    u=${u/,/.} sy=${sy/,/.}
     if [[ "$u" =~ ^[0-9.]+$ && "$sy" =~ ^[0-9.]+$ ]]; then cpu="$u+$sy"; else cpu=""; rss=""; fi
   fi
   rm -f -- "$ME/.$task.pid" "$ME/.$task.time" "$ME/.$task.timeout" "$ME/.$task.cancelled"
@@ -258,7 +248,7 @@ slot_loop() {
   # one slot: claim, run, commit, until the campaign is done, the pilot drains or is fenced, or nothing
   # came to claim for idle_s while the whole pilot had nothing running
   local slot=$1 n=0 idle_since=$SECONDS nap=0 task expected left held stop_at until naps=(0.2 0.5 1 2 5)
-  trap 'exit 143' TERM
+  trap '[ -z "${watch:-}" ] || kill "$watch" 2>/dev/null; exit 143' TERM   # with its claim's timer, if any
   trap ':' USR1   # the drain is the pilot's (a handler, not ignored: the claims' scripts trap USR1 themselves)
   # the slots start a tenth of a second apart: their inputs then start (and end) spread out, not all at
   # once on a node whose CPUs they share
@@ -304,12 +294,26 @@ on_drain() {
 # shellcheck disable=SC2329  # trap handler
 on_exit() {
   trap - EXIT
+  trap '' TERM
   [ -z "${BEAT_PID:-}" ] || kill "$BEAT_PID" 2>/dev/null
+  # the slots first: once they are gone nothing claims, so what this pilot holds is known and stays so
+  local pid f
+  for pid in "${SLOT_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${SLOT_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  for f in "$ME"/.*.pid; do   # inputs still running: their results would be dropped, so they stop
+    [ -e "$f" ] || break
+    read -r pid < "$f" && signal_claim "$pid" TERM
+  done
   stop_db
   printf '%s\t%s\t%s\t%s\n' "$HPCRUN_NODE" "$slots" "$started" "$EPOCHSECONDS" > "$HPCRUN_PILOT_RUNDIR/pilot.tsv"
-  # a pilot that stopped by itself holds nothing: its directory goes (a fenced one is already gone)
+  # its directory leaves live/ as a whole: to fenced/ when it holds claims (the supervisor returns them, none
+  # counted as an attempt), removed when it holds none (a fenced pilot's is already gone)
   held=("$ME"/*_*)
-  [ ! -d "$ME" ] || [ -e "${held[0]}" ] || rm -rf -- "$ME"
+  if [ -e "${held[0]}" ]; then
+    mv -T -- "$ME" "$Q/fenced/$HPCRUN_PILOT_ID" 2>/dev/null && log "its ${#held[@]} claim(s) handed back to the queue"
+  elif [ -d "$ME" ]; then
+    rm -rf -- "$ME"
+  fi
   log "pilot ends"
 }
 trap on_drain USR1
@@ -336,7 +340,6 @@ trap 'log "pilot cancelled (SIGTERM): its claims return to the queue"; exit 143'
 ) &
 BEAT_PID=$!
 
-SLOT_PIDS=()
 for ((s = 0; s < slots; s++)); do
   slot_loop "$s" &
   SLOT_PIDS+=($!)

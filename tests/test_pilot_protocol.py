@@ -1,0 +1,232 @@
+"""The late-binding protocol's windows (issue 54), each tried on the real pilot run by bash.
+
+Every "once" here is counted from a ledger the inputs' own command writes (each run appends its input and
+claim id; each output carries the claim id that made it), never from hpcrun's queue or store: a second run,
+or an output replaced after its input's commit, shows there whatever hpcrun's records say.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from hpcrun.backends.scheduler import pilot_queue
+from hpcrun.backends.scheduler.pilot_queue import Queue
+
+from .test_late_binding import _enqueue, _pilot, _pilots, _plan, _results, _spec, _wait
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/pgrep"), reason="pgrep (procps) is needed")
+
+
+def _ledgered(root: Path, sleep: float = 0.3) -> List[str]:
+    """A chain that appends '<input> <claim id>' to root/ledger and writes the claim id into its output."""
+    return ["/bin/sh", "-c", 'sleep "$0"; printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$3"; '
+            'printf "%s\\n" "$HPCRUN_JOB_ID" > "$2"', str(sleep), "{input}", "{output}", str(root / "ledger")]
+
+
+def _ledger(root: Path) -> Dict[str, List[str]]:
+    """input stem -> the claim ids that ran it, from the inputs' own ledger."""
+    runs: Dict[str, List[str]] = {}
+    path = root / "ledger"
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        src, cid = line.split(" ")
+        runs.setdefault(Path(src).stem, []).append(cid)
+    return runs
+
+
+def _until(check, timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+STALL_MV = """#!/bin/bash
+# a pilot that stalls: the first move of a result into done/, or of outputs into the outputs location, stops
+# itself (SIGTERM ignored, as a process stuck on a hung filesystem call is deaf to it) until SIGCONT
+case " $* " in
+  *"/queue/done/"*|*" -t $HPCRUN_TEST_OUT "*)
+    if mkdir "$HPCRUN_TEST_FLAG" 2>/dev/null; then
+      trap '' TERM
+      echo $$ > "$HPCRUN_TEST_FLAG/pid"
+      kill -STOP $$
+    fi ;;
+esac
+exec /bin/mv "$@"
+"""
+
+
+def test_a_pilot_stalled_at_its_commit_and_fenced_never_places_an_output(tmp_path):
+    """Pilot 701 stops at its commit's move; the supervisor fences it and returns its claim; pilot 702 runs the
+    input again and commits; 701 then wakes. The output in place is 702's, the record names 702's claim."""
+    plan = _plan(tmp_path, _spec(tmp_path, 1, _ledgered(tmp_path)))
+    qid = _enqueue(plan, 1)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "mv").write_text(STALL_MV)
+    (shim / "mv").chmod(0o755)
+    flag = tmp_path / "stalled"
+    stalled = _pilot(plan, "701", PATH=f"{shim}:/usr/bin:/bin", HPCRUN_TEST_FLAG=str(flag),
+                     HPCRUN_TEST_OUT=str(tmp_path / "out"))
+    _until(lambda: (flag / "pid").exists() and (flag / "pid").read_text().strip(), what="the stalled commit")
+    mv_pid = int((flag / "pid").read_text())
+    q = Queue(plan / "queue")
+    assert q.fence("701") and q.release() == [f"{qid}_0"]        # its lease expired: claim returned
+    logs = _wait(_pilot(plan, "702"), 60)
+    records = _pilots(plan).records([qid], "")
+    assert records[f"{qid}_0"].state == "COMPLETED", logs
+    winner = records[f"{qid}_0"].raw_id
+    assert winner.startswith("702."), winner
+    os.kill(mv_pid, signal.SIGCONT)                              # the stalled pilot wakes
+    logs += _wait(stalled, 60)
+    _pilots(plan).records([qid], "")
+    runs = _ledger(tmp_path)
+    assert len(runs["r000"]) == 2 and runs["r000"][1] == winner, runs   # ran twice, by 701 then 702
+    assert (tmp_path / "out" / "r000.out").read_text().strip() == winner, logs   # never replaced by 701's
+    assert _results(plan)[f"{qid}_0"][1] == winner
+
+
+def test_an_output_that_cannot_be_moved_fails_its_input_and_is_kept(tmp_path):
+    """A committed claim whose output cannot be moved into place (a directory of its name is in the way, as a
+    quota or a full disk would refuse it): its input fails with exit 12, the output stays in the claim's
+    directory; the other inputs are placed."""
+    plan = _plan(tmp_path, _spec(tmp_path, 2, _ledgered(tmp_path, 0.1)))
+    qid = _enqueue(plan, 2)
+    (tmp_path / "out" / "r000.out" / "keep").mkdir(parents=True)   # in the way of r000.out
+    logs = _wait(_pilot(plan, "801"))
+    assert len(_results(plan)) == 2, logs
+    records = _pilots(plan).records([qid], "")
+    bad, good = records[f"{qid}_0"], records[f"{qid}_1"]
+    assert bad.state == "FAILED" and bad.exit_code == "12:0", bad
+    assert "could not be moved into place" in bad.reason and ".hpcrun-claims" in bad.reason, bad.reason
+    kept = tmp_path / "out" / ".hpcrun-claims" / bad.raw_id / "r000.out"
+    assert kept.read_text().strip() == bad.raw_id                 # never deleted
+    assert good.state == "COMPLETED" and (tmp_path / "out" / "r001.out").read_text().strip() == good.raw_id
+    # read again: the same answer, nothing moved or lost meanwhile
+    assert _pilots(plan).records([qid], "")[f"{qid}_0"].state == "FAILED" and kept.exists()
+    from hpcrun.model.retry import classify
+    assert classify("FAILED", 12) == "placement"
+
+
+def test_a_pilot_terminated_during_a_claim_stops_its_slots_and_hands_its_claims_back(tmp_path):
+    """SIGTERM to the pilot's own shell while its two slots run claims: it exits only once its slots are gone
+    (none can claim after it looked at what it holds), its directory goes to fenced/ with both claims, and the
+    supervisor's release returns them: every input is somewhere."""
+    data = _spec(tmp_path, 5, _ledgered(tmp_path, 4))
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 5)
+    q = Queue(plan / "queue")
+    pilot = _pilot(plan, "901")
+    _until(lambda: sum(1 for _ in q.claims(("live",))) == 2, what="two claims")
+    os.kill(pilot.pid, signal.SIGTERM)                            # the batch shell alone, not its group
+    logs = _wait(pilot, 30)
+    left = subprocess.run(["pgrep", "-s", str(pilot.pid), "-f", "hpcrun-pilot.sh"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", f"slots outlived their pilot: {left.stdout}\n{logs}"
+    assert not (q.d("live") / "901").exists() and (q.d("fenced") / "901").is_dir(), logs
+    returned = q.release()
+    assert len(returned) == 2, (returned, logs)
+    where = q.placed()
+    assert sorted(where) == sorted(f"{qid}_{i}" for i in range(5)), where
+    assert set(where.values()) == {"ready"}, where
+
+
+def test_repair_misses_no_task_committed_during_its_scan_and_brings_back_no_withdrawn_one(tmp_path, monkeypatch):
+    """An enqueue cut short is completed by repair(); a pilot's commit (live -> done) lands while repair
+    scans the queue, and another task was withdrawn by a new generation: neither is put back in ready/."""
+    q = Queue(tmp_path / "queue")
+    q.make()
+    (q.d("arrays") / "L1").write_text("script.sh\t60\ttag\t0,1,2,3\n")   # cut short: no .complete
+    (q.d("live") / "p1").mkdir()
+    (q.d("live") / "p1" / "L1_0").write_text("p1.0.0\t0\tn1\t1.0\n")   # claimed, about to commit
+    (q.d("withdrawn") / "L1_1").touch()
+    (q.d("ready") / "L1_2").touch()
+    real = pilot_queue._entries
+
+    def entries(path: Path) -> List[str]:
+        if path == q.d("live") and (q.d("live") / "p1" / "L1_0").exists():
+            os.rename(q.d("live") / "p1" / "L1_0", q.d("done") / "L1_0")   # the pilot commits now
+        return real(path)
+
+    monkeypatch.setattr(pilot_queue, "_entries", entries)
+    assert q.repair() == 1                                       # L1_3 alone was never placed
+    monkeypatch.setattr(pilot_queue, "_entries", real)
+    assert sorted(p.name for p in q.d("ready").iterdir()) == ["L1_2", "L1_3"]
+    assert (q.d("done") / "L1_0").exists() and (q.d("withdrawn") / "L1_1").exists()
+
+
+@pytest.mark.parametrize("domain", ["", ".cluster.example.org"])
+def test_locality_hints_are_taken_on_fully_qualified_node_names(tmp_path, domain):
+    """The cache index names nodes by their short name; a site whose nodes report n1.cluster.example.org still
+    has its hints taken (each pilot runs exactly its node's hinted inputs)."""
+    plan = _plan(tmp_path, _spec(tmp_path, 6, _ledgered(tmp_path, 0.1)))
+    qid = _enqueue(plan, 6)
+    q = Queue(plan / "queue")
+    near = {f"{qid}_{i}": ("n1" if i % 2 else "n2") for i in range(6)}
+    assert q.hint(near) == 6
+    script = plan / "bin" / "hpcrun-pilot.sh"
+    script.write_text(script.read_text().replace("\nsteal_s=0 ", "\nsteal_s=600 "))
+    a = _pilot(plan, "701", SLURMD_NODENAME=f"n1{domain}")
+    b = _pilot(plan, "702", SLURMD_NODENAME=f"n2{domain}")
+    logs = _wait(a) + _wait(b)
+    results = _results(plan)
+    assert len(results) == 6, logs
+    for task, r in results.items():
+        assert r[4] == near[task] + domain, (task, r, logs)
+
+
+def _comma_locale(root: Path) -> Path:
+    out = root / "locales"
+    out.mkdir()
+    made = subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8", str(out / "de_DE.UTF-8")],
+                          capture_output=True, text=True)
+    probe = subprocess.run(["bash", "-c", "echo $EPOCHREALTIME"], capture_output=True, text=True,
+                           env={"LOCPATH": str(out), "LC_ALL": "de_DE.UTF-8", "PATH": "/usr/bin:/bin"})
+    if made.returncode not in (0, 1) or "," not in probe.stdout:
+        pytest.skip(f"no locale with a decimal comma could be made here (localedef: {made.stderr.strip()[:200]})")
+    return out
+
+
+def test_a_pilot_in_a_decimal_comma_locale_records_times_python_reads(tmp_path):
+    """LC_ALL=de_DE.UTF-8 on the node: bash's $EPOCHREALTIME then says 1795882445,128100. The records still
+    carry times and elapsed seconds, and every input is read."""
+    locales = _comma_locale(tmp_path)
+    plan = _plan(tmp_path, _spec(tmp_path, 2, _ledgered(tmp_path, 0.3)))
+    qid = _enqueue(plan, 2)
+    logs = _wait(_pilot(plan, "711", LOCPATH=str(locales), LC_ALL="de_DE.UTF-8"))
+    records = _pilots(plan).records([qid], "")
+    assert {r.state for r in records.values()} == {"COMPLETED"}, logs
+    for r in records.values():
+        assert r.elapsed_s is not None and 0.3 <= r.elapsed_s < 30 and r.start, r
+    for r in _results(plan).values():
+        assert "," not in r[5] + r[6], r
+
+
+def test_a_slot_tries_different_waiting_tasks_whatever_their_number(tmp_path):
+    """Seven waiting tasks, six of them hinted to another node: a slot's claim tries several different ones
+    (a stride of 7 over 7 names tried the same one six times)."""
+    plan = _plan(tmp_path, _spec(tmp_path, 1, _ledgered(tmp_path)))
+    text = (plan / "bin" / "hpcrun-pilot.sh").read_text()
+    start = text.index("\nclaim() {") + 1
+    claim = text[start:text.index("\n}\n", start) + 3]
+    q = tmp_path / "q"
+    harness = f"""
+Q={q}; ME=$Q/live/p; NEAR=$Q/near/n1; steal_s=600; RANDOM=$1
+mkdir -p "$ME" "$Q/ready" "$Q/near/n2"
+{claim}
+ok=0
+for round in $(seq 50); do
+  rm -f "$Q"/ready/* "$ME"/*; for i in 0 1 2 3 4 5 6; do : > "$Q/ready/L1_$i"; done
+  for i in 0 1 2 3 4 6; do : > "$Q/near/n2/L1_$i"; done
+  if claim 0; then ok=$((ok + 1)); fi
+done
+echo "$ok"
+"""
+    got = subprocess.run(["bash", "-c", harness, "claim", "7"], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert int(got.stdout.strip()) >= 30, got.stdout   # a claim finds the one free task most of the time
