@@ -36,15 +36,31 @@ def _raw(cluster, name: str, n: int) -> Path:
     return raw
 
 
+# each run of an input appends '<input> <claim id>' to a ledger hpcrun never writes, and its output ends with the
+# claim id: "once" is counted there (_done_once), not from the queue's or the store's records
+LEDGERED = ('sleep "$0"; cp "$1" "$2" && printf "\\n%s\\n" "$HPCRUN_JOB_ID" >> "$2" '
+            '&& printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$3"')
+
+
+def ledger(cluster, name: str) -> Path:
+    path = cluster.pfs / f"late-ledger-{name}"
+    path.unlink(missing_ok=True)
+    cluster.write(path, "")
+    cluster.chown(path)
+    return path
+
+
 def late_campaign(cluster, hpcrun_bin, root, name: str, n: int, work: str, pilot: dict, **changes) -> Campaign:
     raw = _raw(cluster, name, n)
+    book = ledger(cluster, name)
     spec = dict(burst_buffer=None, database=None, merge=None, qa=None,
                 inputs={"glob": str(raw / "*.dat"), "checksum": "none"}, walltime="00:02:00",
                 jobs={"files_per_job": 1, "chains_per_node": 1, "binding": "late", "pilot": pilot},
-                chain={"command": ["/bin/sh", "-c", 'sleep "$0"; exec cp "$1" "$2"', work, "{input}", "{output}"]},
+                chain={"command": ["/bin/sh", "-c", LEDGERED, work, "{input}", "{output}", str(book)]},
                 outputs={"location": "", "pattern": "{stem}.out"})
     spec.update(changes)
     c = Campaign(cluster, hpcrun_bin, root, name, **spec)
+    c.ledger = book   # the chain's own (a chain given in changes writes the ledger of this name, or none)
     _fresh(c)
     cluster.chown(cluster.workdir)
     proc = c.hp("plan", str(c.spec), "--out", str(c.plan), "--json", timeout=600)
@@ -69,19 +85,34 @@ def _pilots_gone(cluster, name: str, timeout: float = 120) -> None:
                        timeout=timeout, interval=1, what=f"pilots {name} gone")
 
 
-def _done_once(c: Campaign, n: int) -> dict:
-    """Every input done exactly once: one output each, one committed result each, none lost."""
+def _done_once(c: Campaign, n: int, exact: bool = True) -> dict:
+    """Every input done exactly once: one output each, one committed result each, none lost. Counted from the
+    inputs' own ledger: every input ran (``exact``: once, no fault campaign), and the output in place of each
+    is the one its committed claim made, never replaced after the commit by another run of it."""
     st = json.loads(c.hp("status", str(c.plan), "--json", "--all").stdout)
     states = collections.Counter(j["status"] for j in st["jobs"])
     assert states == {"done": n}, states
-    outputs = sorted(p.name for p in c.out.glob("*.out"))
+    outputs = sorted(c.out.glob("*.out"))
     assert len(outputs) == n, len(outputs)
     assert not list((c.out / ".hpcrun-claims").glob("*/*")), "a claim's outputs were left behind"
     done = list((c.plan / "queue" / "done").iterdir())
     completed = collections.Counter(p.read_text().split("\t")[0] for p in done
                                     if p.read_text().split("\t")[8] == "COMPLETED")
     assert len(completed) == n and set(completed.values()) == {1}, completed
+    committed = {p.read_text().split("\t")[1] for p in done if p.read_text().split("\t")[8] == "COMPLETED"}
+    runs: dict = collections.defaultdict(list)
+    for line in c.ledger.read_text().splitlines():
+        src, cid = line.split(" ")
+        runs[Path(src).stem].append(cid)
+    assert len(runs) == n, f"{len(runs)} inputs ran of {n}"
+    if exact:
+        assert all(len(v) == 1 for v in runs.values()), {k: v for k, v in runs.items() if len(v) > 1}
+    for out in outputs:
+        made_by = out.read_text().splitlines()[-1]
+        assert made_by in runs[out.stem] and made_by in committed, (out.name, made_by, runs[out.stem])
+    assert len({out.read_text().splitlines()[-1] for out in outputs}) == n
     return st
+
 
 
 def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_bin, example_root):
@@ -122,7 +153,8 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
 
 
 SLOW_CHAIN = ('m="$0/$(basename "$1").slow"; if [ -e "$m" ]; then rm -f "$m"; sleep 128; else sleep "$3"; fi; '
-              'exec cp "$1" "$2"')
+              'cp "$1" "$2" && printf "\\n%s\\n" "$HPCRUN_JOB_ID" >> "$2" '
+              '&& printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$4"')
 
 
 def _pilots_running(cluster, name: str) -> list:
@@ -165,7 +197,8 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
                       # come up to 60 s early (at 130 s): the input is marked while every pilot is 96-125 s old
                       {"walltime": "00:03:40", "slots": 2, "idle_release": "20s", "input_time": "10s",
                        "lease": "30s", "drain_margin": "30s"}, walltime="00:03:10",
-                      chain={"command": ["/bin/sh", "-c", SLOW_CHAIN, str(markers), "{input}", "{output}", "6"]},
+                      chain={"command": ["/bin/sh", "-c", SLOW_CHAIN, str(markers), "{input}", "{output}", "6",
+                                         str(ledger(slurm_cluster, "latefaults"))]},
                       software={"release": "late-1"}, **_cached_inputs(slurm_cluster, xrootd_origin, n))
     regenerated = False
     name = f"{c.name}.pilot"
@@ -229,7 +262,7 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
     if crashed:
         slurm_cluster.restart_slurmd(crashed_node)
     assert sup.returncode == 0, out[-3000:] + "\n".join(log)
-    st = _done_once(c, n)
+    st = _done_once(c, n, exact=False)   # a fenced claim's run is in the ledger too; its output never placed
     assert all(j["attempts"] == 1 for j in st["jobs"]), [j for j in st["jobs"] if j["attempts"] != 1]
     assert regenerated, log
     releases = collections.Counter()
