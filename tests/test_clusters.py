@@ -367,7 +367,7 @@ def test_late_pilots_of_two_clusters_each_run_their_clusters_scripts_under_ids_t
 
 
 def _care(manifest: dict):
-    from hpcrun.backends.scheduler.pilots import Pilots
+    from hpcrun.backends.late.pilots import Pilots
     [info] = clusters_of(Manifest.from_dict(manifest))
     sched = info.sched
     assert isinstance(sched, Pilots)

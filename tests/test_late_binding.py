@@ -17,8 +17,8 @@ from typing import Dict, List
 import pytest
 import yaml
 
-from hpcrun.backends.scheduler.pilot_queue import Queue
-from hpcrun.backends.scheduler.pilots import Pilots, _indices
+from hpcrun.backends.late.pilots import Pilots, _indices
+from hpcrun.backends.late.queue import Queue
 from hpcrun.errors import InputError
 from hpcrun.operate.manifest import read_manifest
 from hpcrun.operate.plandir import scheduler_of

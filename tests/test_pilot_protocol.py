@@ -16,8 +16,8 @@ from typing import Dict, List
 
 import pytest
 
-from hpcrun.backends.scheduler import pilot_queue
-from hpcrun.backends.scheduler.pilot_queue import Queue
+from hpcrun.backends.late import queue as pilot_queue
+from hpcrun.backends.late.queue import Queue
 
 from .test_late_binding import _enqueue, _pilot, _pilots, _plan, _results, _spec, _wait
 

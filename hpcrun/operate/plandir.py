@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
 
+from hpcrun.backends.late.pilots import wrap
 from hpcrun.backends.scheduler import Scheduler, scheduler_for
-from hpcrun.backends.scheduler.pilots import wrap
 from hpcrun.operate.manifest import Manifest, ScriptEntry, manifest_id, read_manifest  # noqa: F401  (re-exported)
 from hpcrun.store.locking.mounts import DB_NAME
 from hpcrun.store.store import StateStore, open_store

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+from hpcrun.backends.late.queue import figures as pilot_figures
 from hpcrun.backends.scheduler.base import SchedulerError
-from hpcrun.backends.scheduler.pilot_queue import figures as pilot_figures
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.campaign import forecast
 from hpcrun.operate.campaign.generations import figures as generation_figures

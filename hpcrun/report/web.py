@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jinja2
 
 from hpcrun import __version__
-from hpcrun.backends.scheduler.pilot_queue import Queue
+from hpcrun.backends.late.queue import Queue
 from hpcrun.operate.campaign.forecast import line as forecast_line
 from hpcrun.operate.plandir import clusters_of
 from hpcrun.operate.tracking.outages import ALLOCATION

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from hpcrun.backends.scheduler.pilots import Pilots
+from hpcrun.backends.late.pilots import Pilots
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family

@@ -1,4 +1,4 @@
-"""Late binding: the supervisor's care of the pilots, once a round (hpcrun/backends/scheduler/pilots.py).
+"""Late binding: the supervisor's care of the pilots, once a round (hpcrun/backends/late/pilots.py).
 
 Pilots claim and commit without the supervisor, so nothing here bounds the dispatch rate: a round
 only returns the claims of pilots that ended or went silent, and submits the pilots the remaining work
@@ -10,9 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Dict, List, Optional
 
+from hpcrun.backends.late.pilots import FAILING_MAX, Pilots
+from hpcrun.backends.late.queue import _entries
 from hpcrun.backends.scheduler.base import Scheduler, SubmitUncertain, Unreachable
-from hpcrun.backends.scheduler.pilot_queue import _entries
-from hpcrun.backends.scheduler.pilots import FAILING_MAX, Pilots
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
 from hpcrun.operate.results import IN_FLIGHT

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from hpcrun.backends.late.queue import Queue
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
     AccountingUnreachable,
@@ -30,7 +31,6 @@ from hpcrun.backends.scheduler.base import (
     normalize_state,
     parse_exit_code,
 )
-from hpcrun.backends.scheduler.pilot_queue import Queue
 from hpcrun.bulk import bulk
 from hpcrun.operate.campaign import forecast
 from hpcrun.operate.campaign.generations import figures as generation_figures

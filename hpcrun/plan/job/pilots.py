@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Tuple
 
+from hpcrun.backends.late.queue import CLAIMS_DIR
 from hpcrun.backends.scheduler.base import JobRequest
-from hpcrun.backends.scheduler.pilot_queue import CLAIMS_DIR
 from hpcrun.model.site import Partition, SiteProfile
 from hpcrun.model.spec import Campaign
 from hpcrun.plan.checks import Checks

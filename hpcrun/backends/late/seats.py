@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from hpcrun.backends.late.queue import Queue, _read, _write_new
 from hpcrun.backends.scheduler.base import TERMINAL, Maintenance, Record, Scheduler
-from hpcrun.backends.scheduler.pilot_queue import Queue, _read, _write_new
 
 SLOW_FOR = 3.0   # a cluster whose pilots pended too long gets none for this many times move_pending_after
 

@@ -1,7 +1,7 @@
 """Late binding: pilots that claim inputs from a queue of files, seen by operate as a scheduler.
 
 A late-bound plan hands its array tasks to this wrapper instead of to the batch system. ``submit``
-puts each task in the queue directory (pilot_queue.py), a pilot (a one-node job of the real scheduler,
+puts each task in the queue directory (queue.py), a pilot (a one-node job of the real scheduler,
 see templates/pilot.sh.j2) claims a task by renaming its file into its own directory, runs the plan's
 array script for it, and commits the result by renaming the claim into ``done/``. ``records`` reads
 those files: operate tracks, retries, checks and exports late-bound tasks exactly as array tasks, and
@@ -17,6 +17,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from hpcrun.backends.late.queue import (
+    Claim,
+    Queue,
+    _entries,
+    _local_time,
+    _read,
+    _seconds,
+    _write_new,
+    epoch,
+)
+from hpcrun.backends.late.seats import (
+    PilotSeat,
+    SeatView,
+    allot,
+    drain,
+    hand_off,
+    meeting,
+    seat_of,
+)
 from hpcrun.backends.scheduler.base import (
     TERMINAL,
     Adjust,
@@ -29,25 +48,6 @@ from hpcrun.backends.scheduler.base import (
     Scheduler,
     SchedulerError,
     Unreachable,
-)
-from hpcrun.backends.scheduler.pilot_queue import (
-    Claim,
-    Queue,
-    _entries,
-    _local_time,
-    _read,
-    _seconds,
-    _write_new,
-    epoch,
-)
-from hpcrun.backends.scheduler.pilot_seats import (
-    PilotSeat,
-    SeatView,
-    allot,
-    drain,
-    hand_off,
-    meeting,
-    seat_of,
 )
 
 FAILING_MAX = 3
