@@ -48,8 +48,9 @@ def _until(check, timeout: float = 30, what: str = "") -> None:
 
 
 STALL_MV = """#!/bin/bash
-# a pilot that stalls: the first move of a result into done/, or of outputs into the outputs location, stops
-# itself (SIGTERM ignored, as a process stuck on a hung filesystem call is deaf to it) until SIGCONT
+# a pilot that stalls (mv and ln): the first move or link of a result into done/, or of outputs into the outputs
+# location, stops itself (SIGTERM ignored, as a process stuck on a hung filesystem call is deaf to it) until
+# SIGCONT
 case " $* " in
   *"/queue/done/"*|*" -t $HPCRUN_TEST_OUT "*)
     if mkdir "$HPCRUN_TEST_FLAG" 2>/dev/null; then
@@ -58,7 +59,7 @@ case " $* " in
       kill -STOP $$
     fi ;;
 esac
-exec /bin/mv "$@"
+exec "/bin/${0##*/}" "$@"
 """
 
 
@@ -69,8 +70,9 @@ def test_a_pilot_stalled_at_its_commit_and_fenced_never_places_an_output(tmp_pat
     qid = _enqueue(plan, 1)
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "mv").write_text(STALL_MV)
-    (shim / "mv").chmod(0o755)
+    for tool in ("mv", "ln"):
+        (shim / tool).write_text(STALL_MV)
+        (shim / tool).chmod(0o755)
     flag = tmp_path / "stalled"
     stalled = _pilot(plan, "701", PATH=f"{shim}:/usr/bin:/bin", HPCRUN_TEST_FLAG=str(flag),
                      HPCRUN_TEST_OUT=str(tmp_path / "out"))
@@ -129,11 +131,19 @@ def test_a_pilot_terminated_during_a_claim_stops_its_slots_and_hands_its_claims_
     left = subprocess.run(["pgrep", "-s", str(pilot.pid), "-f", "hpcrun-pilot.sh"], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"slots outlived their pilot: {left.stdout}\n{logs}"
     assert not (q.d("live") / "901").exists() and (q.d("fenced") / "901").is_dir(), logs
+    time.sleep(5)   # the stopped claims' chains would have ended by now: none wrote on
+    assert _ledger(tmp_path) == {}, _ledger(tmp_path)
     returned = q.release()
     assert len(returned) == 2, (returned, logs)
     where = q.placed()
     assert sorted(where) == sorted(f"{qid}_{i}" for i in range(5)), where
     assert set(where.values()) == {"ready"}, where
+    logs += _wait(_pilot(plan, "902"), 90)   # every input then runs once, each output its committed claim's
+    records = _pilots(plan).records([qid], "")
+    runs = _ledger(tmp_path)
+    assert sorted(runs) == [f"r{i:03d}" for i in range(5)] and all(len(v) == 1 for v in runs.values()), runs
+    for i in range(5):
+        assert (tmp_path / "out" / f"r{i:03d}.out").read_text().strip() == records[f"{qid}_{i}"].raw_id
 
 
 def test_repair_misses_no_task_committed_during_its_scan_and_brings_back_no_withdrawn_one(tmp_path, monkeypatch):
@@ -230,3 +240,86 @@ echo "$ok"
     got = subprocess.run(["bash", "-c", harness, "claim", "7"], capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert int(got.stdout.strip()) >= 30, got.stdout   # a claim finds the one free task most of the time
+
+
+def _committed_claim(root: Path, cid: str, state: str = "COMPLETED") -> Queue:
+    """A queue whose task L1_0 was committed by claim ``cid`` (its outputs not yet placed)."""
+    q = Queue(root / "queue")
+    q.make()
+    (q.d("done") / "L1_0").write_text("\t".join(["L1_0", cid, "p", "0", "n1", "1.0", "2.0", "0", state, "", ""]) + "\n")
+    return q
+
+
+def _claim_dir(outputs: Path, cid: str) -> Path:
+    private = outputs / ".hpcrun-claims" / cid
+    (private / "qa-failed").mkdir(parents=True)
+    (private / "a.out").write_text(cid)
+    (private / "qa-failed" / "b.out").write_text(cid)
+    return private
+
+
+def test_two_readers_placing_the_same_claim_both_see_it_placed(tmp_path, monkeypatch):
+    """`hpcrun status` and the supervisor may read at once: a reader whose move finds the file already moved by
+    the other counts it as moved, and a mark once written stands."""
+    out = tmp_path / "out"
+    q = _committed_claim(tmp_path, "p.0.0")
+    _claim_dir(out, "p.0.0")
+    q.remember(str(out))
+    real = os.replace
+    other: Dict[str, List[str]] = {}
+
+    def replace(src, dst):
+        if not other:   # the first move of reader A: reader B reads (and places) the whole claim first
+            monkeypatch.setattr(pilot_queue.os, "replace", real)
+            other["b"] = Queue(q.root).committed("L1_0", str(out))
+            monkeypatch.setattr(pilot_queue.os, "replace", replace)
+        return real(src, dst)
+
+    monkeypatch.setattr(pilot_queue.os, "replace", replace)
+    a = q.committed("L1_0", str(out))
+    monkeypatch.setattr(pilot_queue.os, "replace", real)
+    assert other["b"][8] == "COMPLETED" and other["b"][11] == "placed", other
+    assert a[8] == "COMPLETED" and a[11] == "placed" and a[12] == "", a
+    assert (out / "a.out").read_text() == "p.0.0" and (out / "qa-failed" / "b.out").read_text() == "p.0.0"
+    assert not (out / ".hpcrun-claims" / "p.0.0").exists()
+
+
+def test_a_claim_under_an_earlier_generations_outputs_location_is_placed_there(tmp_path):
+    """A generation-1 job run after generation 2 named another outputs location writes under its own: its claim's
+    directory is found among the locations the queue knows, and placed beside it, never marked placed unmoved."""
+    old, new = tmp_path / "gen1", tmp_path / "gen2"
+    q = _committed_claim(tmp_path, "p.0.1")
+    _claim_dir(old, "p.0.1")
+    q.remember(str(old))
+    q.remember(str(new))
+    res = q.committed("L1_0", str(new))
+    assert res[11] == "placed" and (old / "a.out").read_text() == "p.0.1" and not (new / "a.out").exists()
+
+
+def test_an_input_that_failed_by_itself_keeps_its_state_when_its_outputs_cannot_be_placed(tmp_path):
+    """A cancelled input whose outputs cannot be moved stays CANCELLED (an operator's cancel is not retried as a
+    placement failure); the reason says where the outputs are."""
+    out = tmp_path / "out"
+    q = _committed_claim(tmp_path, "p.0.2", state="CANCELLED")
+    private = _claim_dir(out, "p.0.2")
+    (out / "a.out" / "x").mkdir(parents=True)   # in the way
+    q.remember(str(out))
+    res = q.committed("L1_0", str(out))
+    assert res[8] == "CANCELLED" and res[7] == "0", res
+    assert "could not be moved into place" in res[12] and str(private) in res[12], res
+    assert (private / "a.out").exists()
+
+
+def test_a_commit_never_replaces_a_result_already_there(tmp_path):
+    """A task that is (wrongly) both waiting and committed runs again, but its second commit is refused: the first
+    result stands and the second claim's outputs are never placed."""
+    plan = _plan(tmp_path, _spec(tmp_path, 1, _ledgered(tmp_path, 0.1)))
+    qid = _enqueue(plan, 1)
+    first = "\t".join([f"{qid}_0", "600.0.0", "600", "0", "n1", "1.0", "2.0", "0", "COMPLETED", "", ""]) + "\n"
+    (plan / "queue" / "done" / f"{qid}_0").write_text(first)
+    logs = _wait(_pilot(plan, "602"))
+    assert _ledger(tmp_path)["r000"][0].startswith("602."), logs      # it ran again
+    assert (plan / "queue" / "done" / f"{qid}_0").read_text() == first, logs
+    assert "its result is dropped" in logs, logs
+    _pilots(plan).records([qid], "")
+    assert not (tmp_path / "out" / "r000.out").exists()

@@ -5,7 +5,7 @@ puts each task in the queue directory (queue.py), a pilot (a one-node job of the
 see templates/pilot.sh.j2) claims a task by renaming its file into its own directory, runs the plan's
 array script for it, and commits the result by renaming the claim into ``done/``. ``records`` reads
 those files: operate tracks, retries, checks and exports late-bound tasks exactly as array tasks, and
-never learns that no sbatch made them. ``tend`` is the supervisor's care of the pilots each round.
+never learns that the batch system did not make them. ``tend`` is the supervisor's care of the pilots each round.
 """
 
 from __future__ import annotations
@@ -378,7 +378,7 @@ class Pilots(Scheduler):
 
     def _failing(self, records: Collection[Record]) -> int:
         """Pilots that failed within a minute of their start in the last ten minutes: at FAILING_MAX no new
-        one goes out (a pilot that cannot start its database, say, must not become an sbatch a round)."""
+        one goes out (a pilot that cannot start its database, say, must not become a submission a round)."""
         now = _dt.datetime.now(_dt.timezone.utc)
         quick = 0
         for r in records:
@@ -430,7 +430,7 @@ class Pilots(Scheduler):
 
     def _keep_accounting(self, by_raw: Mapping[str, Record]) -> None:
         """What the accounting says of each pilot (``pilots.tsv``: state, start, end, elapsed, CPU time,
-        CPUs), kept for the report: sacct sees the pilots, never the inputs in them."""
+        CPUs), kept for the report: the accounting sees the pilots, never the inputs in them."""
         path = self.q.root / "pilots.tsv"
         rows: Dict[str, str] = {}
         for line in _read(path).splitlines():

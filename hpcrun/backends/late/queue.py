@@ -115,6 +115,7 @@ class Queue:
         from then on; ``repair`` completes an enqueue cut short). ``outputs``: the location its claims'
         outputs are placed in (a generation may change it while earlier pilots run)."""
         self.make()
+        self.remember(outputs)   # before any claim can write under it
         _write_new(self.d("arrays") / qid,
                    f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\t{outputs}\n")
         for i in indices:
@@ -201,33 +202,52 @@ class Queue:
 
     def committed(self, task: str, outputs: str) -> Optional[List[str]]:
         """A task's committed result with its outputs in place (placed now if they were not yet): the
-        record's twelve fields and, thirteenth, why the input failed after its commit ("" if it did not)."""
+        record's twelve fields and, thirteenth, why the input failed after its commit ("" if it did not).
+        ``outputs``: its submission's outputs location, looked at first."""
         res = self.result(task)
         if res is None:
             return None
         res = (res + [""] * 12)[:12]
         if not res[11]:
-            res = self.place(task, res, outputs)
+            res = self.place(task, res, [outputs] + [o for o in self.locations() if o != outputs])
         why = ""
-        if res[11].startswith(UNPLACED):   # the input failed: its outputs wait in the claim's directory
-            res[7], res[8] = str(PLACE_EXIT), "FAILED"
-            why = (f"its outputs could not be moved into place ({res[11][len(UNPLACED):]}); kept in "
-                   f"{outputs}/{CLAIMS_DIR}/{res[1]}")
+        if res[11].startswith(UNPLACED):   # its outputs wait in the claim's directory, named in the reason
+            why = f"its outputs could not be moved into place: {res[11][len(UNPLACED):]}"
+            if res[8] == "COMPLETED":      # a failure of its own (a cancel, a time limit) stays what it was
+                res[7], res[8] = str(PLACE_EXIT), "FAILED"
         return res + [why]
 
-    def place(self, task: str, result: List[str], outputs: str) -> List[str]:
-        """The committed claim's outputs moved from its own directory into ``outputs`` (directories merged),
-        then the record marked: ``placed``, or ``unplaced:<why>`` when a move failed (the rest stays in the
-        claim's directory, never deleted). Safe to repeat after a crash: what moved is no longer there to
-        move. Returns the record as it now is."""
+    def place(self, task: str, result: List[str], locations: Sequence[str]) -> List[str]:
+        """The committed claim's outputs moved from its own directory into the outputs location that holds
+        it (a generation's job writes under its own; ``locations``: the candidates, its submission's first),
+        directories merged; then the record marked ``placed``, or ``unplaced:<why>`` when a move failed
+        (the rest stays in the claim's directory, never deleted). Safe to repeat after a crash, and beside
+        a second reader: what one moved is gone for the other, and a mark once written is kept. Returns
+        the record as it now is."""
         result = (result + [""] * 11)[:11]
-        if not outputs:
-            mark = PLACED
-        else:
-            why = move_tree(Path(outputs) / CLAIMS_DIR / result[1], Path(outputs))
-            mark = PLACED if why is None else UNPLACED + why
+        mark = PLACED
+        for outputs in filter(None, locations):
+            private = Path(outputs) / CLAIMS_DIR / result[1]
+            if os.path.isdir(private):
+                why = move_tree(private, Path(outputs))
+                mark = PLACED if why is None else f"{UNPLACED}{why} (kept in {private})"
+                break
+        now = self.result(task) or []
+        if len(now) > 11 and now[11]:   # another reader marked it meanwhile: its mark stands
+            return (now + [""] * 12)[:12]
         _write_new(self.d("done") / task, "\t".join(result + [mark]) + "\n")
         return result + [mark]
+
+    def locations(self) -> List[str]:
+        """Every outputs location the campaign's submissions named (``outputs``: one a line, a generation
+        may add one): where a claim's own directory may be."""
+        return [line for line in _read(self.root / "outputs").splitlines() if line]
+
+    def remember(self, outputs: str) -> None:
+        """A submission's outputs location kept in ``outputs`` (once)."""
+        known = self.locations()
+        if outputs and outputs not in known:
+            _write_new(self.root / "outputs", "".join(f"{o}\n" for o in known + [outputs]))
 
     # -- the supervisor's moves -------------------------------------------------------------
     def fence(self, pilot: str) -> bool:
@@ -247,12 +267,18 @@ class Queue:
                 task = name[:-len(".commit")] if name.endswith(".commit") else name
                 if "_" not in task or "." in task or (self.d("done") / task).exists():
                     continue
-                self._drop_outputs(task, _read(base / name))
-                if (self.d("cancel") / task).exists():
-                    os.replace(base / name, self.d("cancelled") / task)
+                token = _read(base / name)
+                try:   # the token moves first: a claim that is gone (it committed after all) keeps its outputs
+                    if (self.d("cancel") / task).exists():
+                        os.replace(base / name, self.d("cancelled") / task)
+                    else:
+                        os.replace(base / name, self.d("ready") / task)
+                        returned.append(task)
+                except FileNotFoundError:
                     continue
-                os.replace(base / name, self.d("ready") / task)
-                returned.append(task)
+                self._drop_outputs(token)
+                if task not in returned:
+                    continue
                 with open(base / "returned", "a") as f:   # what went back, kept with the pilot
                     f.write(task + "\n")
             try:
@@ -327,13 +353,13 @@ class Queue:
             return 0.0
         return now - seen[1]
 
-    def _drop_outputs(self, task: str, token: str) -> None:
+    def _drop_outputs(self, token: str) -> None:
         """A fenced claim's outputs: never placed (its input runs again), so its directory goes."""
         fields = token.rstrip("\n").split("\t")
         cid = (fields[1] if len(fields) >= 9 else fields[0]).strip()   # a result line: the commit was cut short
-        outputs = self.outputs_of(task.rsplit("_", 1)[0])
-        if cid and outputs and "/" not in cid and cid not in (".", ".."):
-            shutil.rmtree(Path(outputs) / CLAIMS_DIR / cid, ignore_errors=True)
+        if cid and "/" not in cid and cid not in (".", ".."):
+            for outputs in self.locations():
+                shutil.rmtree(Path(outputs) / CLAIMS_DIR / cid, ignore_errors=True)
 
 
 def move_tree(src: Path, dest: Path) -> Optional[str]:
@@ -354,8 +380,12 @@ def move_tree(src: Path, dest: Path) -> Optional[str]:
             continue
         try:
             os.replace(s, d)
+        except FileNotFoundError:
+            if not os.path.lexists(s):   # moved by another reader meanwhile
+                continue
+            return f"{s} -> {d}: No such file or directory"
         except OSError as exc:
-            return f"{d}: {exc.strerror}"
+            return f"{s} -> {d}: {exc.strerror}"
     try:
         os.rmdir(src)
     except FileNotFoundError:

@@ -130,17 +130,20 @@ stop_db() {
 
 timer=()
 [ ! -x /usr/bin/time ] || timer=(/usr/bin/time -f '%U %S %M' -o)
+own_group=()   # each claim's script in a process group of its own, signalled as a whole
+! command -v setsid > /dev/null || own_group=(setsid)
 
 # shellcheck disable=SC2329  # called below
 signal_claim() {
-  # $1 the claim's process (the timer, or the script itself), $2 the signal: to the script
-  local kids=()
-  if [ "${#timer[@]}" -gt 0 ]; then
-    mapfile -t kids < <(pgrep -P "$1" 2>/dev/null)
-    [ "${#kids[@]}" -eq 0 ] || kill "-$2" "${kids[@]}" 2>/dev/null || true
-  else
-    kill "-$2" "$1" 2>/dev/null || true
-  fi
+  # $1 the claim's process (the timer, or the script itself), $2 the signal. The script leads a process group
+  # of its own (setsid), so TERM and KILL reach its chains too, which would otherwise write on; USR1 (the time
+  # limit's warning) is the script's alone.
+  local kids=() k
+  if [ "${#timer[@]}" -gt 0 ]; then mapfile -t kids < <(pgrep -P "$1" 2>/dev/null); else kids=("$1"); fi
+  for k in "${kids[@]}"; do
+    if [ "$2" != USR1 ] && [ "${#own_group[@]}" -gt 0 ]; then kill "-$2" -- "-$k" 2>/dev/null && continue; fi
+    kill "-$2" "$k" 2>/dev/null || true
+  done
 }
 
 # shellcheck disable=SC2329  # called below
@@ -173,13 +176,16 @@ claim() {
 
 # shellcheck disable=SC2329  # called below
 commit() {
-  # $1 task, $2 claim id, $3 the result line. The commit is one rename into done/, from this pilot's
-  # directory: a fenced pilot's directory was renamed away, so however long it stalled, its rename finds
-  # nothing. No output is moved here: the claim's outputs wait in its own directory, and the supervisor
-  # places those of the committed claim alone.
-  if { printf '%s\n' "$3" > "$ME/$1" && mv -T -- "$ME/$1" "$Q/done/$1"; } 2>/dev/null; then
+  # $1 task, $2 claim id, $3 the result line. The commit is one link(2) into done/, from this pilot's
+  # directory: a fenced pilot's directory was renamed away, so however long it stalled, its link finds
+  # nothing; and a result already there is never replaced (the first commit stands). No output is moved
+  # here: the claim's outputs wait in its own directory, and the supervisor places the committed claim's.
+  if { printf '%s\n' "$3" > "$ME/$1" && ln -T -- "$ME/$1" "$Q/done/$1"; } 2>/dev/null; then
+    rm -f -- "$ME/$1"
     return 0
   fi
+  # fenced (the claim is gone from here), or another claim's result is there already (this one goes)
+  [ ! -e "$Q/done/$1" ] || rm -f -- "$ME/$1" 2>/dev/null
   log "claim $2 of $1 was taken from this pilot: its result is dropped, its outputs never placed"
   return 1
 }
@@ -192,6 +198,7 @@ run_claim() {
   if ! IFS=$'\t' read -r script limit _ < "$Q/arrays/$qid"; then
     log "no descriptor for $task: returned"
     mv -- "$ME/$task" "$Q/ready/$task" 2>/dev/null
+    sleep 5   # not claimed again at once by this slot
     return 0
   fi
   # the task names the first cluster's script; this cluster's copy is in clusters/<name>/ of its plan (or generation)
@@ -201,7 +208,7 @@ run_claim() {
   t0=${EPOCHREALTIME/[!0-9]/.}   # the locale's decimal point (a comma in de_DE) made a dot
   printf '%s\t%s\t%s\t%s\n' "$cid" "$slot" "$HPCRUN_NODE" "$t0" > "$ME/$task" 2>/dev/null || return 0
   HPCRUN_CLAIM_ID=$cid HPCRUN_CLAIM_INDEX=$idx "${timer[@]}" ${timer[0]:+"$ME/.$task.time"} \
-    bash "$script" > "$HPCRUN_PILOT_RUNDIR/claims/$cid.log" 2>&1 &
+    "${own_group[@]}" bash "$script" > "$HPCRUN_PILOT_RUNDIR/claims/$cid.log" 2>&1 &
   pid=$!
   printf '%s\n' "$pid" > "$ME/.$task.pid"
   # the input's own time limit, as its array task would have it: the pre-timeout signal, then the end
@@ -248,7 +255,8 @@ slot_loop() {
   # one slot: claim, run, commit, until the campaign is done, the pilot drains or is fenced, or nothing
   # came to claim for idle_s while the whole pilot had nothing running
   local slot=$1 n=0 idle_since=$SECONDS nap=0 task expected left held stop_at until naps=(0.2 0.5 1 2 5)
-  trap '[ -z "${watch:-}" ] || kill "$watch" 2>/dev/null; exit 143' TERM   # with its claim's timer, if any
+  # on TERM: its claim's timer and script too, if any (their result would be dropped)
+  trap '[ -z "${watch:-}" ] || kill "$watch" 2>/dev/null; [ -z "${pid:-}" ] || signal_claim "$pid" TERM; exit 143' TERM
   trap ':' USR1   # the drain is the pilot's (a handler, not ignored: the claims' scripts trap USR1 themselves)
   # the slots start a tenth of a second apart: their inputs then start (and end) spread out, not all at
   # once on a node whose CPUs they share
@@ -300,10 +308,17 @@ on_exit() {
   local pid f
   for pid in "${SLOT_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${SLOT_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  for f in "$ME"/.*.pid; do   # inputs still running: their results would be dropped, so they stop
-    [ -e "$f" ] || break
-    read -r pid < "$f" && signal_claim "$pid" TERM
+  # inputs still running: their results would be dropped, so they stop (TERM, KILL after 15 s) before
+  # their claims go back, lest one write on while its input runs again elsewhere
+  local pids=() waited=0
+  for f in "$ME"/.*.pid "$Q/fenced/$HPCRUN_PILOT_ID"/.*.pid "$Q/ended/$HPCRUN_PILOT_ID"/.*.pid; do
+    [ -e "$f" ] || continue
+    read -r pid < "$f" && pids+=("$pid") && signal_claim "$pid" TERM
   done
+  while [ "${#pids[@]}" -gt 0 ] && kill -0 "${pids[@]}" 2>/dev/null && [ "$waited" -lt 150 ]; do
+    sleep 0.1; waited=$((waited + 1))
+  done
+  for pid in "${pids[@]}"; do signal_claim "$pid" KILL; kill -KILL "$pid" 2>/dev/null; done
   stop_db
   printf '%s\t%s\t%s\t%s\n' "$HPCRUN_NODE" "$slots" "$started" "$EPOCHSECONDS" > "$HPCRUN_PILOT_RUNDIR/pilot.tsv"
   # its directory leaves live/ as a whole: to fenced/ when it holds claims (the supervisor returns them, none
