@@ -14,8 +14,9 @@ faults    200 inputs of 6 s from an XRootD origin through the nodes' caches, 3 p
           walltime mid-input, the supervisor is SIGKILLed twice (issue 48; about 7 minutes). Goal: every
           input done once, under its own generation, no attempt charged.
 
-Each case prints the test's own JSON figures; a table follows. Needs root (jobs run as the test user;
-root resets the RPC counters).
+Each case prints the test's own JSON figures; a table follows. The exit status is 1 when a case failed or
+missed its goal (each goal is in the table). Needs root (jobs run as the test user; root resets the RPC
+counters).
 """
 
 from __future__ import annotations
@@ -54,36 +55,47 @@ def main() -> int:
     args = ap.parse_args()
     cases = args.cases.split(",")
     rows = []
+    missed = []   # cases that failed or missed their goal: the exit status says so
+
+    def goal(case: str, met: bool) -> str:
+        if not met:
+            missed.append(case)
+        return "" if met else "  MISSED"
+
     if "short" in cases:
         late, array = _late(200, "3"), _array(200, "3")
         if late:
             rows.append(("short: late, 200 x 3 s", f"{late['to_last_output_s']} s to the last output "
                          f"(run {late['run_wall_s']} s), {late['sbatch']} sbatch, "
-                         f"{late['controller_user_total']} controller RPCs, {late['pilots']} pilots"))
+                         f"{late['controller_user_total']} controller RPCs, {late['pilots']} pilots; goal: run "
+                         f"<= 30 s, 1 sbatch, <= 30 RPCs" + goal("short", late["run_wall_s"] <= 30 and late["sbatch"]
+                                                                   == 1 and late["controller_user_total"] <= 30)))
         if array:
             rows.append(("short: array, 200 x 3 s", f"run {array['wall_s']} s, "
                          f"{array['controller_user_total']} controller RPCs"))
         if late and array:
             rows.append(("short: late against array (run walls)", f"{late['run_wall_s'] / array['wall_s']:.2f}"))
+        if not late or not array:
+            rows.append(("short", "FAILED" + goal("short", False)))
     if "dispatch" in cases:
         d = _late(2000, "0")
-        if d:
-            rows.append(("dispatch: 2000 no-op inputs", f"{d['dispatch_per_s']} inputs/s from the first claim to "
-                         f"the last end, {d['pilots']} pilots; goal 200/s"))
+        rows.append(("dispatch: 2000 no-op inputs", (f"{d['dispatch_per_s']} inputs/s from the first claim to "
+                     f"the last end, {d['pilots']} pilots; goal 200/s" + goal("dispatch", d["dispatch_per_s"] >= 200))
+                     if d else "FAILED" + goal("dispatch", False)))
     if "limit" in cases:
         lim = _late(10000, "1", {"HPCRUN_LATE_MAX_QUEUED": "10"})
-        if lim:
-            rows.append(("limit: 10^4 x 1 s, max_queued_jobs 10", f"done once each in {lim['run_wall_s']} s, "
-                         f"{lim['pilots']} pilots, {lim['sbatch']} sbatch"))
+        rows.append(("limit: 10^4 x 1 s, max_queued_jobs 10", f"done once each in {lim['run_wall_s']} s, "
+                     f"{lim['pilots']} pilots, {lim['sbatch']} sbatch" if lim else "FAILED" + goal("limit", False)))
     if "faults" in cases:
         rc = run_cluster_test("tests/cluster/test_late_binding.py", "survive", {"HPCRUN_LATE_FAULTS": "1"})
         rows.append(("faults: 200 x 6 s, two generations, node cache", "passed (its log above)" if rc == 0
-                     else f"FAILED (pytest exit {rc})"))
+                     else f"FAILED (pytest exit {rc})" + goal("faults", False)))
     print()
     for what, value in rows:
         print(f"{what:<42} {value}")
-    return 0 if rows else 1
-
+    if missed:
+        print(f"\nfailed or missed their goal: {', '.join(dict.fromkeys(missed))}")
+    return 1 if missed or not rows else 0
 
 if __name__ == "__main__":
     sys.exit(main())
