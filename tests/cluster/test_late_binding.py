@@ -192,9 +192,10 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
     markers.mkdir(parents=True, exist_ok=True)
     slurm_cluster.chown(markers)
     c = late_campaign(slurm_cluster, hpcrun_bin, example_root, "latefaults", n, "6",
-                      # an input of 128 s claimed after 96 s or more of a 220-s pilot outlives it; its own
-                      # limit (190 s, signalled 60 s before) does not end it first; Slurm's drain signal may
-                      # come up to 60 s early (at 130 s): the input is marked while every pilot is 96-125 s old
+                      # Slurm keeps time limits in whole minutes: a 3:40 pilot is ended at 240 s. An input of
+                      # 128 s claimed after 113 s or more of it outlives it; its own limit (190 s, signalled 60 s
+                      # before) does not end it first; Slurm's drain signal (at 210 s) may come up to 60 s early
+                      # (at 150 s): the input is marked while every pilot is 113-130 s old
                       {"walltime": "00:03:40", "slots": 2, "idle_release": "20s", "input_time": "10s",
                        "lease": "30s", "drain_margin": "30s"}, walltime="00:03:10",
                       chain={"command": ["/bin/sh", "-c", SLOW_CHAIN, str(markers), "{input}", "{output}", "6",
@@ -250,7 +251,7 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
             assert applied.returncode == 0 and "generation 2" in applied.stdout, applied.stdout + applied.stderr
             regenerated = True
             log.append(f"{now()} generation 2 planned (release late-2)")
-        if slowed is None and crashed and ages and 96 <= min(ages) and max(ages) <= 125:
+        if slowed is None and crashed and ages and 113 <= min(ages) and max(ages) <= 130:
             ready = sorted((c.plan / "queue" / "ready").iterdir())
             if ready:   # a waiting input that will outlast the pilot that claims it, whichever it is
                 slowed = ready[0].name
