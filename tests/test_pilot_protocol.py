@@ -323,3 +323,21 @@ def test_a_commit_never_replaces_a_result_already_there(tmp_path):
     assert "its result is dropped" in logs, logs
     _pilots(plan).records([qid], "")
     assert not (tmp_path / "out" / "r000.out").exists()
+
+
+def test_a_fenced_pilot_stops_its_claims_scripts_and_their_chains(tmp_path):
+    """The supervisor fences a live pilot (its lease expired) while two inputs of 25 s run: at its next beat the
+    pilot stops, and so do its claims' scripts and chains (each in a process group of its own): none runs on to
+    write its output or the ledger while its input runs again elsewhere."""
+    plan = _plan(tmp_path, _spec(tmp_path, 2, _ledgered(tmp_path, 25)))
+    qid = _enqueue(plan, 2)
+    q = Queue(plan / "queue")
+    pilot = _pilot(plan, "611")
+    _until(lambda: sum(1 for _ in q.claims(("live",))) == 2, what="two claims")
+    time.sleep(1)
+    assert q.fence("611")
+    logs = _wait(pilot, 40)                       # within a beat (10 s) and the claims' stop
+    assert sorted(q.release()) == [f"{qid}_0", f"{qid}_1"], logs
+    time.sleep(26)                                # any chain still running would have written by now
+    assert _ledger(tmp_path) == {}, _ledger(tmp_path)
+    assert not list((tmp_path / "out").rglob("*.out")), list((tmp_path / "out").rglob("*"))

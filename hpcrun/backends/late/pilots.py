@@ -3,7 +3,7 @@
 A late-bound plan hands its array tasks to this wrapper instead of to the batch system. ``submit``
 puts each task in the queue directory (queue.py), a pilot (a one-node job of the real scheduler,
 see templates/pilot.sh.j2) claims a task by renaming its file into its own directory, runs the plan's
-array script for it, and commits the result by renaming the claim into ``done/``. ``records`` reads
+array script for it, and commits the result by linking the claim into ``done/``. ``records`` reads
 those files: operate tracks, retries, checks and exports late-bound tasks exactly as array tasks, and
 never learns that the batch system did not make them. ``tend`` is the supervisor's care of the pilots each round.
 """

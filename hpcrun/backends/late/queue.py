@@ -20,9 +20,10 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
                               the supervisor keeps; that node's pilot claims it first, others leave it
                               to it until they idled ``jobs.locality_wait``)
 
-Fencing: a claim commits with one rename, ``live/<pilot>/<task>`` -> ``done/<task>`` (the result line written
-into the token just before). Once the supervisor renamed ``live/<pilot>`` away that path no longer exists, so a
-pilot whose lease expired records nothing, however long it stalled: there is no second step after a check.
+Fencing: a claim commits with one link(2), ``live/<pilot>/<task>`` -> ``done/<task>`` (the result line written
+into the token just before; the token removed after). Once the supervisor renamed ``live/<pilot>`` away that path
+no longer exists, so a pilot whose lease expired records nothing, however long it stalled: there is no second
+step after a check. A link never replaces a result already there: the first commit of a task stands.
 Outputs: a claim writes them into a directory of its own (``<outputs>/.hpcrun-claims/<claim id>``) and the pilot
 never moves them. Whoever reads the results (``place``: the supervisor, the single writer) moves the outputs of
 the one committed claim into place, so a fenced claim's outputs never reach the outputs location. A move that

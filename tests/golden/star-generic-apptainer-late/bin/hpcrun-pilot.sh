@@ -350,8 +350,9 @@ trap 'log "pilot cancelled (SIGTERM): its claims return to the queue"; exit 143'
     done
     sleep "$beat_s" & wait $!
   done
-  # fenced: the claims here were returned to the queue; stop running them
-  kill -TERM 0 2>/dev/null
+  # fenced: the claims here were returned to the queue; the pilot stops, its slots first, then their claims'
+  # scripts (each in a process group of its own, which a TERM to this group would not reach)
+  kill -TERM $$ 2>/dev/null
 ) &
 BEAT_PID=$!
 
