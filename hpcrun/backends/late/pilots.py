@@ -99,6 +99,7 @@ class Pilots(Scheduler):
         self.scheds = scheds    # each cluster's own scheduler, by name (its pilots go there)
         self.config = config
         self.q = Queue(Path(config.queue))
+        self.failing = False    # its pilots were failing at their start at the last round (said once a turn)
         # the real scheduler's words (a wrapper of any registered kind, not a kind of its own)
         self.name = inner.name                          # type: ignore[misc]
         self.accounting = True                          # type: ignore[misc]  # the queue keeps every task's record
@@ -178,11 +179,10 @@ class Pilots(Scheduler):
         claims = {c.task: c for c in self.q.claims()}
         held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
         for qid in ours:
-            desc = self.q.descriptor(qid)
+            desc = self.q.submission(qid)
             if desc is None:
                 continue
-            _script, _limit, tag, indices = desc
-            outputs = self.q.outputs_of(qid)
+            _script, _limit, tag, indices, outputs = desc
             for i in indices:
                 task = f"{qid}_{i}"
                 rec = self._task_record(task, tag, claims.get(task), held, outputs)

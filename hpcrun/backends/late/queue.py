@@ -124,16 +124,17 @@ class Queue:
         (self.d("arrays") / f".{qid}.complete").touch()
 
     def descriptor(self, qid: str) -> Optional[Tuple[str, int, str, List[int]]]:
-        text = _read(self.d("arrays") / qid).rstrip("\n")
-        if not text:
-            return None
-        script, walltime, tag, indices = text.split("\t")[:4]
-        return script, int(walltime), tag, [int(i) for i in indices.split(",") if i]
+        desc = self.submission(qid)
+        return None if desc is None else desc[:4]
 
-    def outputs_of(self, qid: str) -> str:
-        """The outputs location a submission's claims are placed in ("": not recorded)."""
+    def submission(self, qid: str) -> Optional[Tuple[str, int, str, List[int], str]]:
+        """A submission's descriptor, read once: script, per-input limit, tag, indices, and the outputs
+        location its claims are placed in ("": not recorded)."""
         fields = _read(self.d("arrays") / qid).rstrip("\n").split("\t")
-        return fields[4] if len(fields) > 4 else ""
+        if len(fields) < 4:
+            return None
+        outputs = fields[4] if len(fields) > 4 else ""
+        return fields[0], int(fields[1]), fields[2], [int(i) for i in fields[3].split(",") if i], outputs
 
     def repair(self) -> int:
         """Tasks of a submission whose enqueue was cut short put in ``ready/``; how many."""

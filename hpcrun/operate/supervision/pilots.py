@@ -19,7 +19,6 @@ from hpcrun.operate.results import IN_FLIGHT
 from hpcrun.operate.submission.locality import near_tasks
 from hpcrun.store.store import StateStore
 
-_FAILING: Dict[str, bool] = {}   # queue -> its pilots were failing at their start at the last round
 LOOK_BACK_S = 86400.0   # pilots asked of the accounting since this long before their walltime
 
 
@@ -70,8 +69,8 @@ def tend_all(store: StateStore, campaign_id: int, scheds: List[Scheduler], *, se
             store.audit(campaign_id, "pilot", f"{n} pilot(s) pending on cluster {cluster} for more than {after:.0f} s "
                                               "cancelled there: the other clusters' pilots claim the inputs; none "
                                               f"goes to {cluster} for {3 * after:.0f} s")
-        turned = (care.failing >= FAILING_MAX) != _FAILING.get(sched.config.queue, False)
-        _FAILING[sched.config.queue] = care.failing >= FAILING_MAX
+        turned = (care.failing >= FAILING_MAX) != sched.failing
+        sched.failing = care.failing >= FAILING_MAX
         if turned and care.failing >= FAILING_MAX:
             store.audit(campaign_id, "pilot", f"{care.failing} pilot(s) failed within a minute of their start in "
                                               "the last 10 minutes: no new pilot until that changes; see their "
