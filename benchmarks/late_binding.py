@@ -2,7 +2,7 @@
 """Late binding against array mode (issue 47), on the running test cluster (3 nodes x 8 CPUs).
 
     python3 tests/cluster/harness.py start --nodes 3
-    python3 benchmarks/late_binding.py [--cases short,dispatch,limit,faults]
+    python3 benchmarks/late_binding.py [--cases short,dispatch,limit,faults,scale] [--scale 2000,100000,1000000]
 
 short     200 one-CPU inputs of 3 s: late binding (tests/cluster/test_late_binding.py) and array mode
           (tests/cluster/test_scheduler_rpcs.py) in the same run. Goal: late ends within 30 s of
@@ -13,6 +13,11 @@ faults    200 inputs of 6 s from an XRootD origin through the nodes' caches, 3 p
           generation planned under way, root cancels a pilot, a node crashes under pilots, one reaches its
           walltime mid-input, the supervisor is SIGKILLed twice (issue 48; about 7 minutes). Goal: every
           input done once, under its own generation, no attempt charged.
+scale     no-op inputs at 2,000, 100,000 and 1,000,000 (--scale), each for a window of --window seconds
+          from its first output: outputs per second in the window, metadata operations per input (the
+          agents' own count), the largest directory a pilot or the supervisor lists, the supervisor's
+          longest round and peak memory. Goals: the rate at every size within 10% of the smallest's, no
+          listed directory above 1,000 entries, rounds under 1 s and the supervisor under 300 MB.
 
 Each case prints the test's own JSON figures; a table follows. The exit status is 1 when a case failed or
 missed its goal (each goal is in the table). Needs root (jobs run as the test user; root resets the RPC
@@ -40,6 +45,15 @@ def _late(inputs: int, work: str, extra: Optional[Dict[str, str]] = None) -> Opt
         return json.loads(text) if rc == 0 and text else None
 
 
+def _scale(inputs: int, window: float) -> Optional[dict]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        rc = run_cluster_test("tests/cluster/test_late_binding.py", "at_scale",
+                              {"HPCRUN_LATE_SCALE": str(inputs), "HPCRUN_LATE_WINDOW": str(window),
+                               "HPCRUN_LATE_RESULT": out.name})
+        text = Path(out.name).read_text()
+        return json.loads(text) if rc == 0 and text else None
+
+
 def _array(inputs: int, work: str) -> Optional[dict]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         rc = run_cluster_test("tests/cluster/test_scheduler_rpcs.py", "asks_the_controller",
@@ -51,7 +65,9 @@ def _array(inputs: int, work: str) -> Optional[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="short,dispatch,limit,faults")
+    ap.add_argument("--cases", default="short,dispatch,limit,faults,scale")
+    ap.add_argument("--scale", default="2000,100000,1000000", help="the scale case's sizes (the first: the baseline)")
+    ap.add_argument("--window", type=float, default=120.0, help="the scale case's window, seconds")
     args = ap.parse_args()
     cases = args.cases.split(",")
     rows = []
@@ -90,6 +106,23 @@ def main() -> int:
         rc = run_cluster_test("tests/cluster/test_late_binding.py", "survive", {"HPCRUN_LATE_FAULTS": "1"})
         rows.append(("faults: 200 x 6 s, two generations, node cache", "passed (its log above)" if rc == 0
                      else f"FAILED (pytest exit {rc})" + goal("faults", False)))
+    if "scale" in cases:
+        base = None
+        for size in [int(s) for s in args.scale.split(",")]:
+            s = _scale(size, args.window)
+            if not s:
+                rows.append((f"scale: {size:,} no-op inputs", "FAILED" + goal("scale", False)))
+                continue
+            base = base or s["outputs_per_s"]
+            ratio = s["outputs_per_s"] / base
+            met = ratio >= 0.9 and s["largest_listed_dir"] <= 1000 and (s["round_s_max"] or 0) < 1 \
+                and (s["supervisor_maxrss_mb"] or 0) < 300
+            rows.append((f"scale: {size:,} no-op inputs", (
+                f"{s['outputs_per_s']} outputs/s in {s['window_s']:.0f} s ({ratio:.2f} of the first size), "
+                f"{s['metadata_ops_per_input']} metadata ops/input, largest listed dir {s['largest_listed_dir']} "
+                f"({s['largest_listed']}), round max {s['round_s_max']} s, supervisor {s['supervisor_maxrss_mb']} MB, "
+                f"planned in {s['planned_s']} s; goal: rate >= 0.9, dir <= 1000, round < 1 s, < 300 MB"
+                + goal("scale", met))))
     print()
     for what, value in rows:
         print(f"{what:<42} {value}")

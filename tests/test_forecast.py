@@ -147,7 +147,7 @@ def test_a_sample_of_the_newest_runs_stands_for_all_of_them():
 def test_late_binding_counts_what_the_pilots_held_and_runs_as_many_as_their_slots():
     """Pilots held twice the core-seconds their inputs used: that is what was spent, and the inputs left
     cost twice their own time too; they run as many at once as the running pilots have slots."""
-    from hpcrun.backends.late.queue import Held
+    from hpcrun.backends.late.figures import Held
     runs = simulate([60.0] * 30, slots=3)
     now = sorted(end for _, end, _ in runs)[9]
     spans, totals, at = spans_at(runs, now), totals_at(runs, 30, now), T0 + dt.timedelta(seconds=now)

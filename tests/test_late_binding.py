@@ -168,12 +168,15 @@ def test_an_operator_cancel_and_an_input_time_limit_end_their_inputs(tmp_path):
 def test_the_queue_completes_an_enqueue_cut_short_and_cancels_waiting_tasks(tmp_path):
     q = Queue(tmp_path / "queue")
     q.make()
-    (q.d("arrays") / "L1").write_text("script.sh\t60\ttag\t0,1,2,5\n")   # cut short: no task, no .complete
-    (q.d("ready") / "L1_0").touch()
-    assert q.repair() == 3 and sorted(p.name for p in q.d("ready").iterdir()) == ["L1_0", "L1_1", "L1_2", "L1_5"]
+    (q.d("backlog") / ".L1").mkdir()   # cut short after its descriptor: one chunk published, one still staged
+    (q.d("backlog") / ".L1" / "L1.1").write_text("2,5\n")
+    (q.d("backlog") / "L1.0").write_text("0-1\n")
+    (q.d("arrays") / "L1").write_text("script.sh\t60\ttag\t0-2,5\n")
+    assert q.waiting() == {"L1": {0, 1}}
+    assert q.repair() == 1 and q.waiting() == {"L1": {0, 1, 2, 5}} and not (q.d("backlog") / ".L1").exists()
     assert q.repair() == 0
-    q.cancel("L1_2")
-    assert (q.d("cancelled") / "L1_2").exists() and not (q.d("ready") / "L1_2").exists()
+    q.cancel(["L1_2"])
+    assert q.in_state("cancelled") == {"L1": {2}} and q.waiting() == {"L1": {0, 1, 5}}
     assert _indices("0-3,7%2") == [0, 1, 2, 3, 7] and _indices(None) == [0]
 
 
@@ -266,13 +269,13 @@ def test_run_tends_the_pilots_and_the_live_page_shows_them(tmp_path, fake_slurm)
 
     from . import browser
 
-    chain = ["/bin/sh", "-c", 'sleep 2; exec cp "$0" "$1"', "{input}", "{output}"]
+    chain = ["/bin/sh", "-c", 'sleep 5; exec cp "$0" "$1"', "{input}", "{output}"]
     plan = _plan(tmp_path, _spec(tmp_path, 6, chain))
     pilots: List[subprocess.Popen] = []
     seen: Dict[str, object] = {}
 
     def between(rnd):
-        if not pilots and any((plan / "queue" / "ready").glob("*")):
+        if not pilots and Queue(plan / "queue").waiting():
             pilots.append(_pilot(plan, "900"))
         if "page" not in seen and (plan / "queue" / "live" / "900").exists() and \
                 any(Queue(plan / "queue").claims(("live",))):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator, List
 
+from hpcrun.backends.late import agent, layout
 from hpcrun.plan.job.commands import HDF5_HELPER
-from hpcrun.plan.job.pilots import PILOT_SCRIPT
+from hpcrun.plan.job.pilots import AGENT_LAYOUT, AGENT_SCRIPT, PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (
@@ -45,6 +47,13 @@ def iter_rendered(plan: Plan, plan_dir: str, tasks: bool = True) -> Iterator[Ren
         yield RenderedFile(TASKS_PATH, "", chunks=tasks_chunks(plan), digest=False)
 
 
+def _agent_files(own: str) -> Iterator[RenderedFile]:
+    """The pilot's agent and the queue's protocol it shares with the supervisor, shipped as they are in hpcrun
+    (standard library only: a compute node needs python3, not hpcrun)."""
+    yield RenderedFile(own + AGENT_SCRIPT, Path(agent.__file__).read_text(), True)
+    yield RenderedFile(own + AGENT_LAYOUT, Path(layout.__file__).read_text(), False)
+
+
 def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
     env = environment(template_dirs(plan))
     common = common_context(plan, plan_dir)
@@ -62,6 +71,7 @@ def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:
         yield RenderedFile(script_path(plan, "finalize"), render_finalize(env, plan, common, plan_dir), True)
     if plan.pilots is not None:   # each cluster's pilots: its own directives, running its own copies of the scripts
         yield RenderedFile(own + PILOT_SCRIPT, render_pilot(env, plan, common, plan_dir), True)
+        yield from _agent_files(own)
     yield RenderedFile(own + "bin/hpcrun-chain.sh", env.get_template("hpcrun-chain.sh.j2").render(common), True)
     if plan.database:
         yield RenderedFile(own + "bin/hpcrun-db.sh", env.get_template("hpcrun-db.sh.j2").render(common), True)

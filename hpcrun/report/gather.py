@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from hpcrun.backends.late.queue import figures as pilot_figures
+from hpcrun.backends.late.figures import figures as pilot_figures
 from hpcrun.backends.scheduler.base import SchedulerError
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.campaign import forecast

@@ -370,3 +370,97 @@ def _buffers_served_the_claims(cluster, c: Campaign, pilots: list, claims: list,
             assert re.fullmatch(r"(adler32|sha256|md5):[0-9a-f]+", row[4]) and "/claims/" in in_buffer, row
     # every input was copied in once per claim; every good output was copied out (the failed chain's claim has none)
     assert copied["in"] == n + 1 and copied["out"] >= n, copied
+
+
+ROUNDS = '''
+import json, resource, sys, time
+from hpcrun.operate.supervision.supervise import run
+out, state = sys.argv[2], {"last": None, "slept": 0.0, "rounds": []}
+def sleep(s):
+    t0 = time.monotonic(); time.sleep(s); state["slept"] += time.monotonic() - t0
+def on_round(rnd):
+    now = time.monotonic()
+    if state["last"] is not None:
+        state["rounds"].append(round(now - state["last"] - state["slept"], 3))
+    state["last"], state["slept"] = now, 0.0
+    with open(out + ".tmp", "w") as f:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        json.dump({"rounds_s": state["rounds"], "maxrss_mb": rss}, f)
+    import os; os.replace(out + ".tmp", out)
+run(sys.argv[1], interval=5, on_round=on_round, sleep=sleep)
+'''
+
+
+def _listed_sizes(queue: Path) -> dict:
+    """Entries of every directory a pilot or the supervisor lists (``done/`` is looked up by name only)."""
+    sizes = {d: len(os.listdir(queue / d)) for d in ("backlog", "ready", "live", "fenced", "cancel", "results",
+                                                      "arrays") if (queue / d).is_dir()}
+    for parent in ("live", "near"):
+        for sub in (queue / parent).iterdir() if (queue / parent).is_dir() else ():
+            sizes[f"{parent}/{sub.name}"] = len(os.listdir(sub))
+    return sizes
+
+
+@pytest.mark.skipif(not os.environ.get("HPCRUN_LATE_SCALE"), reason=(
+    "a benchmark (minutes at 10^5 and 10^6 inputs): benchmarks/late_binding.py --cases scale"))
+def test_late_binding_at_scale(slurm_cluster, hpcrun_bin, example_root):
+    """No-op inputs for a fixed window: outputs per second, metadata operations per input, the largest directory
+    listed, and the supervisor's round time and memory, with the whole campaign pending in the queue."""
+    n = int(os.environ["HPCRUN_LATE_SCALE"])
+    window = float(os.environ.get("HPCRUN_LATE_WINDOW", "120"))
+    t_plan = time.time()
+    c = late_campaign(slurm_cluster, hpcrun_bin, example_root, f"scale{n}", n, "0",
+                      {"walltime": "01:00:00", "slots": 8, "idle_release": "60s", "input_time": "10s"},
+                      chain={"command": ["/bin/cp", "{input}", "{output}"]})
+    planned_s = time.time() - t_plan
+    figures_path = slurm_cluster.workdir / f"scale{n}-rounds.json"
+    script = slurm_cluster.write(slurm_cluster.workdir / "rounds.py", ROUNDS)
+    python = str(Path(hpcrun_bin).parent / "python3")
+    env = dict(slurm_cluster.user_env, COLUMNS="200")
+    t0 = time.time()
+    sup = subprocess.Popen([python, str(script), str(c.plan), str(figures_path)], cwd=str(c.dir), env=env,
+                           user=slurm_cluster.uid, group=slurm_cluster.gid, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    queue = c.plan / "queue"
+    biggest: dict = {}
+    try:
+        first = None
+        deadline = time.time() + 900
+        while time.time() < deadline and sup.poll() is None:
+            time.sleep(5)
+            for k, v in _listed_sizes(queue).items():
+                biggest[k] = max(biggest.get(k, 0), v)
+            if first is None and any((queue / "results").glob("*")):
+                first = time.time()
+            if first is not None and time.time() - first >= window + 20:
+                break
+        assert first is not None, "no input was committed"
+    finally:
+        sup.terminate()
+        out = sup.communicate(timeout=120)[0]
+        slurm_cluster.run(["scancel", "-n", f"{c.name}.pilot"])
+        _pilots_gone(slurm_cluster, f"{c.name}.pilot", timeout=180)
+    ends = []
+    for journal in (queue / "results").iterdir():
+        for task in journal.read_text().split():
+            fields = (queue / "done" / task).read_text().split("\t")
+            if len(fields) > 8 and fields[8] == "COMPLETED":
+                ends.append(float(fields[6]))
+    ends.sort()
+    w0 = ends[0] + 20   # the pilots' start behind: the steady rate
+    in_window = [e for e in ends if w0 <= e < w0 + window]
+    agents = [line.split("\t") for p in (c.plan / "run" / "pilots").glob("*/agent.tsv")
+              for line in p.read_text().splitlines()]
+    claims, ops = sum(int(a[0]) for a in agents), sum(int(a[1]) for a in agents)
+    rounds = json.loads(figures_path.read_text()) if figures_path.exists() else {"rounds_s": [], "maxrss_mb": None}
+    steady = rounds["rounds_s"][2:] or rounds["rounds_s"]
+    figures = {"inputs": n, "planned_s": round(planned_s, 1), "window_s": window,
+               "to_first_output_s": round(ends[0] - t0, 1), "outputs_per_s": round(len(in_window) / window, 2),
+               "metadata_ops_per_input": round(ops / claims, 1) if claims else None, "claims": claims,
+               "largest_listed_dir": max(biggest.values()) if biggest else 0,
+               "largest_listed": max(biggest, key=biggest.get) if biggest else "",
+               "round_s_max": max(steady) if steady else None, "rounds": len(rounds["rounds_s"]),
+               "supervisor_maxrss_mb": rounds["maxrss_mb"]}
+    print("\nlate_scale " + json.dumps(figures), flush=True)
+    Path(os.environ.get("HPCRUN_LATE_RESULT", os.devnull)).write_text(json.dumps(figures))
+    assert len(in_window) > 0, out[-3000:]

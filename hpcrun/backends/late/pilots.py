@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from hpcrun.backends.late.figures import _seconds
 from hpcrun.backends.late.queue import (
     Claim,
     Queue,
     _entries,
     _local_time,
     _read,
-    _seconds,
     _write_new,
     epoch,
 )
@@ -151,15 +151,17 @@ class Pilots(Scheduler):
         pilots = [j for j in job_ids if not j.startswith("L")]
         if pilots:
             self.inner.cancel(pilots)
+        tasks: List[str] = []
         for job in job_ids:
             if not job.startswith("L"):
                 continue
             if "_" in job:
-                self.q.cancel(job)
+                tasks.append(job)
                 continue
             desc = self.q.descriptor(job)
-            for i in desc[3] if desc else ():
-                self.q.cancel(f"{job}_{i}")
+            tasks += [f"{job}_{i}" for i in (desc[3] if desc else ())]
+        if tasks:
+            self.q.cancel(tasks)
 
     def dependency(self, kind: str, job_ids: Sequence[str]) -> str:
         return self.inner.dependency(kind, [j for j in job_ids if not j.startswith("L")])
@@ -178,20 +180,24 @@ class Pilots(Scheduler):
             return out
         claims = {c.task: c for c in self.q.claims()}
         held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
+        waiting, cancelled = self.q.waiting(), self.q.in_state("cancelled")
         for qid in ours:
             desc = self.q.submission(qid)
             if desc is None:
                 continue
             _script, _limit, tag, indices, outputs = desc
+            ask = {"waiting": waiting.get(qid, set()), "cancelled": cancelled.get(qid, set())}
             for i in indices:
                 task = f"{qid}_{i}"
-                rec = self._task_record(task, tag, claims.get(task), held, outputs)
+                if in_flight is not None and task not in in_flight:   # its end is recorded: nothing new
+                    continue
+                rec = self._task_record(task, tag, claims.get(task), held, outputs, i, ask)
                 if rec is not None:
                     out[task] = rec
         return out
 
-    def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str = "None",
-                     outputs: str = "") -> Optional[Record]:
+    def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str, outputs: str, i: int,
+                     ask: Mapping[str, Collection[int]]) -> Optional[Record]:
         res = self.q.committed(task, outputs)
         if res is not None:
             # task claim pilot slot node start end rc state cpu_s maxrss_kb placed, why it failed after
@@ -203,9 +209,9 @@ class Pilots(Scheduler):
         if claim is not None:
             return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
                           _local_time(claim.start) if claim.start else None, None)
-        if (self.q.d("ready") / task).exists():
+        if i in ask["waiting"]:
             return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
-        if (self.q.d("cancelled") / task).exists():
+        if i in ask["cancelled"]:
             return Record(task, task, tag, "CANCELLED", "0:0", "", None, None, None, "", None, None)
         return None
 
@@ -296,7 +302,7 @@ class Pilots(Scheduler):
                 handed = hand_off(self.q, view, self.scheds[view.seat.cluster], self.config.move_after_s,
                                   {parts[0]: float(parts[2]) for parts in self._submitted(view.seat)})
                 rnd.handed += [handed] if handed else []
-        waiting = len(_entries(self.q.d("ready")))
+        waiting = self.q.waiting_count()
         running = sum(1 for _ in self.q.claims(("live",)))
         active = sum(v.active() for v in views)
         pending = sum(len(v.pending()) + v.unseen for v in views)

@@ -4,17 +4,22 @@ Atomic on the shared filesystems compute nodes see (no server, no network from a
 hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
 
   queue/arrays/<qid>          one per submission: the script, the per-input time limit, the tag, its
-                              indices, the outputs location of its generation
-  queue/ready/<qid>_<i>       a task nobody holds
+                              indices (ranges), the outputs location of its generation
+  queue/backlog/<qid>.<k>     waiting tasks as ranges, at most layout.CHUNKS files a submission (the
+                              protocol of a claim's split: layout.py, shared with the pilot's agent)
+  queue/ready/<qid>_<i>       a single waiting task: returned by a fenced pilot, or hinted to a node
   queue/live/<pilot>/         a running pilot: ``beat`` (renewed), ``info``, its claims <qid>_<i>
   queue/fenced/<pilot>/       a pilot the supervisor gave up on (ended, or its lease expired):
                               renamed as a whole, so its claims can no longer commit
   queue/ended/<pilot>/        after its claims were returned
   queue/done/<qid>_<i>        a committed result (one TSV line; a twelfth field once its outputs were
-                              moved into place: ``placed``, or ``unplaced:<why>``)
+                              moved into place: ``placed``, or ``unplaced:<why>``); looked up by name,
+                              never listed
+  queue/results/<pilot>       the pilot's journal: the tasks it committed, a line each (what changed)
   queue/cancel/<qid>_<i>      an operator's cancel of a running task; cancelled/: of a waiting one
   queue/withdrawn/<qid>_<i>   a task nobody had claimed when a new generation was planned (its input runs
-                              under that generation)
+                              under that generation); there and in cancelled/ a whole chunk
+                              (``<qid>.<k>``) stands for its tasks
   queue/stop, queue/paused    the campaign ended; claim nothing now
   queue/near/<node>/<task>    locality: a waiting task whose inputs that node's cache holds (a hint
                               the supervisor keeps; that node's pilot claims it first, others leave it
@@ -41,33 +46,19 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-STATES = ("ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays", "withdrawn")
+from hpcrun.backends.late import layout as L
+
+STATES = ("backlog", "ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays", "withdrawn",
+          "results")
+HOLD_STALE_S = 600.0            # a supervisor's split left this long was cut short (one takes milliseconds)
 CLAIMS_DIR = ".hpcrun-claims"   # under an outputs location: each claim's outputs until they are placed
 PLACED = "placed"               # the done record's twelfth field: the committed claim's outputs are in place
 UNPLACED = "unplaced:"          # ... or they could not be moved (why): the input failed, exit 12
 PLACE_EXIT = 12
 
-def _entries(path: Path) -> List[str]:
-    try:
-        return [n for n in os.listdir(path) if not n.startswith(".")]
-    except FileNotFoundError:
-        return []
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return ""
-
-
-def _write_new(path: Path, text: str) -> None:
-    """A file that appears whole (written under a temporary name, renamed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+_entries, _read, _write_new = L.entries, L.read, L.write_new
 
 
 def epoch(text: str) -> float:
@@ -112,16 +103,27 @@ class Queue:
     # -- putting work in -------------------------------------------------------------------
     def enqueue(self, qid: str, script: str, indices: Sequence[int], walltime_s: int, tag: str,
                 outputs: str = "") -> None:
-        """The submission's descriptor first, then a ready file per task (a task is in exactly one place
-        from then on; ``repair`` completes an enqueue cut short). ``outputs``: the location its claims'
-        outputs are placed in (a generation may change it while earlier pilots run)."""
+        """The submission's chunks made in a staging directory, its descriptor written, then each chunk renamed
+        into the backlog and the enqueue marked complete: at most layout.CHUNKS files whatever its size
+        (``repair`` publishes what a crash left staged). ``outputs``: the location its claims' outputs are
+        placed in (a generation may change it while earlier pilots run)."""
         self.make()
         self.remember(outputs)   # before any claim can write under it
+        stage = self.d("backlog") / f".{qid}"
+        stage.mkdir(exist_ok=True)
+        for k, text in enumerate(L.chunks(indices)):
+            with open(stage / f"{qid}.{k}", "w") as f:
+                f.write(text + "\n")
         _write_new(self.d("arrays") / qid,
-                   f"{script}\t{walltime_s}\t{tag}\t{','.join(map(str, indices))}\t{outputs}\n")
-        for i in indices:
-            (self.d("ready") / f"{qid}_{i}").touch()
+                   f"{script}\t{walltime_s}\t{tag}\t{L.format_ranges(L.to_ranges(indices))}\t{outputs}\n")
+        self._publish(qid)
+
+    def _publish(self, qid: str) -> None:
+        stage = self.d("backlog") / f".{qid}"
+        for name in _entries(stage):
+            os.rename(stage / name, self.d("backlog") / name)
         (self.d("arrays") / f".{qid}.complete").touch()
+        shutil.rmtree(stage, ignore_errors=True)
 
     def descriptor(self, qid: str) -> Optional[Tuple[str, int, str, List[int]]]:
         desc = self.submission(qid)
@@ -134,49 +136,113 @@ class Queue:
         if len(fields) < 4:
             return None
         outputs = fields[4] if len(fields) > 4 else ""
-        return fields[0], int(fields[1]), fields[2], [int(i) for i in fields[3].split(",") if i], outputs
+        return fields[0], int(fields[1]), fields[2], list(L.members(L.parse_ranges(fields[3]))), outputs
 
     def repair(self) -> int:
-        """Tasks of a submission whose enqueue was cut short put in ``ready/``; how many."""
+        """Enqueues cut short published (their staged chunks renamed into the backlog), and the supervisor's
+        own splits cut short settled; how many submissions were published."""
         made = 0
         arrays = self.d("arrays")
         for qid in _entries(arrays):
-            if qid.endswith(".sh") or (arrays / f".{qid}.complete").exists():
+            if qid.endswith(".sh") or (arrays / f".{qid}.complete").exists() or self.submission(qid) is None:
                 continue
-            desc = self.descriptor(qid)
-            if desc is None:
+            self._publish(qid)
+            made += 1
+        holds = self.root / ".hold"
+        for name in (os.listdir(holds) if holds.is_dir() else []):
+            hold = holds / name
+            try:
+                if time.time() - hold.stat().st_mtime < HOLD_STALE_S:
+                    continue
+            except FileNotFoundError:
                 continue
-            placed = self.placed()
-            for i in desc[3]:
-                if f"{qid}_{i}" not in placed:
-                    (self.d("ready") / f"{qid}_{i}").touch()
-                    made += 1
-            (arrays / f".{qid}.complete").touch()
+            L.settle(self.d("backlog"), hold)
+            state = _read(hold / "state").strip() or "ready"
+            for task in _entries(hold):
+                if "_" in task and task != "state":
+                    os.rename(hold / task, self.d(state) / task)
+            shutil.rmtree(hold, ignore_errors=True)
         return made
 
-    def placed(self) -> Dict[str, str]:
-        """Every task the queue holds -> where (ready, a pilot's dir, done, cancelled, withdrawn). Read in
-        the order pilots move tasks (ready -> live -> fenced -> done), so a task moved meanwhile is met
-        again further on, never missed; the moves back (release, withdraw, cancel) are the caller's own."""
-        where: Dict[str, str] = {t: "ready" for t in _entries(self.d("ready"))}
-        for c in self.claims():
-            where.setdefault(c.task, f"claimed:{c.pilot}")
-        for state in ("done", "cancelled", "withdrawn"):
-            where.update((t, state) for t in _entries(self.d(state)) if t not in where)
-        return where
+    def waiting(self) -> Dict[str, Set[int]]:
+        """Every waiting task by submission (the backlog's chunks and ``ready/``)."""
+        return L.waiting(self.root)
+
+    def waiting_count(self) -> int:
+        return sum(len(v) for v in self.waiting().values())
+
+    def in_state(self, state: str) -> Dict[str, Set[int]]:
+        """The tasks ``cancelled/`` or ``withdrawn/`` holds, by submission."""
+        return L.held_in(self.root, state)
+
+    def extract(self, tasks: Iterable[str], state: str) -> Set[str]:
+        """Waiting tasks moved to ``state`` (ready, cancelled, withdrawn): single ones renamed, chunks that hold
+        some split (a chunk all of whose tasks go, and the state is not ``ready``, renamed whole). The supervisor's
+        split is held in a directory of its own (``.hold/``), which ``repair`` settles if it was cut short. The
+        tasks moved; one that was not waiting (claimed meanwhile, or mid-split in a pilot) is not."""
+        wanted: Dict[str, Set[int]] = {}
+        moved: Set[str] = set()
+        for task in tasks:
+            qid, _, i = task.rpartition("_")
+            if not i.isdigit():
+                continue
+            if state != "ready" and _move(self.d("ready") / task, self.d(state) / task):
+                moved.add(task)
+            else:
+                wanted.setdefault(qid, set()).add(int(i))
+        backlog = self.d("backlog")
+        names = [n for n in _entries(backlog) if n.rsplit(".", 1)[0] in wanted]
+        if not names:
+            return moved
+        hold = self.root / ".hold" / f"{os.getpid()}.{time.time_ns()}"
+        hold.mkdir(parents=True)
+        _write_new(hold / "state", state + "\n")
+        for name in names:
+            qid = name.rsplit(".", 1)[0]
+            every = list(L.members(L.parse_ranges(_read(backlog / name))))
+            if not any(i in wanted[qid] for i in every):
+                continue
+            whole = state != "ready" and all(i in wanted[qid] for i in every)
+            if whole and _move(backlog / name, self.d(state) / name):
+                moved.update(f"{qid}_{i}" for i in every)
+                continue
+            moved.update(L.split(backlog, name, hold, L.pick_in(wanted[qid]), lambda t: self.d(state) / t) or [])
+        shutil.rmtree(hold, ignore_errors=True)
+        return moved
 
     # -- reading pilots and claims ---------------------------------------------------------
     def write_expected(self, input_s: float) -> None:
         """``expected``: the longest of the last inputs' times (with a quarter more), or the spec's
-        per-input time before any ended; a pilot claims only what its time left covers."""
+        per-input time before any ended; a pilot claims only what its time left covers. The last inputs are
+        the journals' last lines (``done/`` is never listed)."""
         times: List[float] = []
-        done = self.d("done")
-        for name in _entries(done)[-200:]:
-            res = _read(done / name).split("\t")
+        for name in self._recent(200):
+            res = _read(self.d("done") / name).split("\t")
             if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
                 times.append(epoch(res[6]) - epoch(res[5]))
         value = max(times) * 1.25 if times else input_s
         _write_new(self.root / "expected", f"{int(math.ceil(value))}\n")
+
+    def _recent(self, n: int) -> List[str]:
+        """About the last ``n`` tasks committed: the tails of the newest journals."""
+        out: List[str] = []
+        journals = sorted(self.d("results").glob("[!.]*"), key=_mtime, reverse=True)
+        for path in journals:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * n))
+                    out += f.read().decode(errors="replace").splitlines()[1:][-n:]
+            except FileNotFoundError:
+                continue
+            if len(out) >= n:
+                break
+        return out[-n:]
+
+    def committed_tasks(self) -> Iterator[str]:
+        """Every task the journals name (a task committed once is named once, or twice when the supervisor
+        wrote the line of a pilot that stopped between its commit and its journal)."""
+        for path in sorted(self.d("results").glob("[!.]*")):
+            yield from _read(path).split()
 
     def pilots(self, state: str = "live") -> List[str]:
         return _entries(self.d(state))
@@ -188,12 +254,10 @@ class Queue:
                 info = _read(base / "info").split("\t")
                 node = info[0] if info and info[0] else ""
                 for name in _entries(base):
-                    if name.endswith(".commit"):
-                        name = name[:-len(".commit")]
                     if "_" not in name or "." in name:
                         continue
-                    fields = (_read(base / name) or _read(base / f"{name}.commit")).rstrip("\n").split("\t")
-                    if len(fields) >= 9:   # the result line, written just before the commit's rename
+                    fields = _read(base / name).rstrip("\n").split("\t")
+                    if len(fields) >= 9:   # the result line, written just before the commit's link
                         fields = [fields[1], fields[3], fields[4], fields[5]]
                     fields += [""] * (4 - len(fields))
                     yield Claim(name, pilot, fields[0] or name, fields[1], fields[2] or node, fields[3])
@@ -261,20 +325,26 @@ class Queue:
             return False
 
     def release(self) -> List[str]:
-        """Every claim of a fenced pilot back in ``ready/`` (none counts as an attempt); the pilot to ``ended/``."""
+        """Every claim of a fenced pilot back in ``ready/`` (none counts as an attempt), its splits cut short
+        settled; the pilot to ``ended/``. A claim that committed after all stays committed (its journal line
+        written here, in case the pilot stopped before it)."""
         returned: List[str] = []
         for pilot in self.pilots("fenced"):
             base = self.d("fenced") / pilot
-            for name in _entries(base):
-                task = name[:-len(".commit")] if name.endswith(".commit") else name
-                if "_" not in task or "." in task or (self.d("done") / task).exists():
+            L.settle(self.d("backlog"), base)
+            for task in _entries(base):
+                if "_" not in task or "." in task:
                     continue
-                token = _read(base / name)
+                if (self.d("done") / task).exists():
+                    with open(self.d("results") / pilot, "a") as journal:
+                        journal.write(task + "\n")
+                    continue
+                token = _read(base / task)
                 try:   # the token moves first: a claim that is gone (it committed after all) keeps its outputs
                     if (self.d("cancel") / task).exists():
-                        os.replace(base / name, self.d("cancelled") / task)
+                        os.replace(base / task, self.d("cancelled") / task)
                     else:
-                        os.replace(base / name, self.d("ready") / task)
+                        os.replace(base / task, self.d("ready") / task)
                         returned.append(task)
                 except FileNotFoundError:
                     continue
@@ -289,18 +359,15 @@ class Queue:
                 pass
         return returned
 
-    def withdraw(self, task: str) -> bool:
-        """A waiting task out of the queue for good (False: a pilot holds it, or it ended)."""
+    def withdraw(self, tasks: Iterable[str]) -> Set[str]:
+        """Waiting tasks out of the queue for good (those not waiting are held by a pilot, or ended); which."""
         self.make()
-        try:
-            os.rename(self.d("ready") / task, self.d("withdrawn") / task)
-            return True
-        except FileNotFoundError:
-            return False
+        return self.extract(tasks, "withdrawn")
 
     def hint(self, near: Dict[str, str]) -> int:
         """``near/<node>/<task>`` made for each waiting task -> node, and removed for every other (claimed,
-        or no longer cached there); how many hints there are now."""
+        or no longer cached there); each hinted task taken out of its backlog chunk into ``ready/``, where
+        that node's pilot claims it by name. How many hints there are now."""
         base = self.d("near")
         base.mkdir(exist_ok=True)
         for node in _entries(base):
@@ -315,14 +382,17 @@ class Queue:
             path = base / node / task
             if not path.exists():
                 path.touch()
+        if near:
+            self.extract(near, "ready")
         return len(near)
 
-    def cancel(self, task: str) -> None:
-        """A waiting task cancelled at once; a running one asked to stop (its pilot watches ``cancel/``)."""
-        try:
-            os.rename(self.d("ready") / task, self.d("cancelled") / task)
-        except FileNotFoundError:
-            if not (self.d("done") / task).exists():
+    def cancel(self, tasks: Iterable[str]) -> None:
+        """Waiting tasks cancelled at once; the others, unless committed, asked to stop (a pilot watches
+        ``cancel/``; a task in a pilot's split meanwhile is claimed with the mark already there)."""
+        tasks = list(tasks)
+        gone = self.extract(tasks, "cancelled")
+        for task in tasks:
+            if task not in gone and not (self.d("done") / task).exists():
                 (self.d("cancel") / task).touch()
 
     def view(self) -> Dict[str, Any]:
@@ -338,8 +408,9 @@ class Queue:
                 "running" if held.get(pilot) else "idle")
             pilots.append({"pilot": pilot, "node": info[0], "slots": int(info[1] or 0), "state": state,
                            "inputs": held.get(pilot, 0), "ends": _local_time(info[3]) if info[3] else None})
-        return {"pilots": pilots, "waiting": len(_entries(self.d("ready"))), "running": sum(held.values()),
-                "done": len(_entries(self.d("done"))), "fenced": len(self.pilots("ended")) + len(self.pilots("fenced")),
+        return {"pilots": pilots, "waiting": self.waiting_count(), "running": sum(held.values()),
+                "done": len(set(self.committed_tasks())),
+                "fenced": len(self.pilots("ended")) + len(self.pilots("fenced")),
                 "paused": self.d("paused").exists(), "stopped": self.d("stop").exists()}
 
     def beat_changed(self, pilot: str, now: float) -> float:
@@ -362,6 +433,21 @@ class Queue:
         if cid and "/" not in cid and cid not in (".", ".."):
             for outputs in self.locations():
                 shutil.rmtree(Path(outputs) / CLAIMS_DIR / cid, ignore_errors=True)
+
+
+def _move(src: Path, dest: Path) -> bool:
+    try:
+        os.rename(src, dest)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def move_tree(src: Path, dest: Path) -> Optional[str]:
@@ -395,104 +481,3 @@ def move_tree(src: Path, dest: Path) -> Optional[str]:
     except OSError as exc:
         return f"{src}: {exc.strerror}"
     return None
-
-
-
-@dataclass(frozen=True)
-class Held:
-    """What the pilots hold so far, for the forecast: core-seconds held (running pilots until now), and the
-    slots of the pilots running now. Read from the pilots' own files only (never the per-input results: a
-    forecast is made every round)."""
-
-    core_s: float
-    live_slots: int
-
-
-def held(queue: Path, run_dir: Path, chains: int, now: float) -> Held:
-    """The pilots' core-seconds: ended ones from their own record, live ones from their start until ``now``."""
-    q = Queue(queue)
-    core_s = 0.0
-    for p in (run_dir / "pilots").glob("*/pilot.tsv"):
-        own = _read(p).split("\t")
-        if len(own) >= 4 and _float(own[2]) is not None and _float(own[3]) is not None:
-            core_s += (float(own[3]) - float(own[2])) * _int(own[1]) * chains
-    slots = 0
-    for pilot in q.pilots("live"):
-        info = _read(q.d("live") / pilot / "info").split("\t")
-        if len(info) >= 3 and _float(info[2]) is not None and not (run_dir / "pilots" / pilot / "pilot.tsv").exists():
-            slots += _int(info[1])
-            core_s += max(0.0, now - float(info[2])) * _int(info[1]) * chains
-    return Held(core_s, slots)
-
-
-def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
-    """The pilots' figures for the report: payload copies, inputs run, the core-seconds they held and how
-    much of it was idle (before the first input, starved between inputs, the drain tail), and the inputs'
-    CPU time against the pilots' own from the accounting."""
-    q = Queue(queue)
-    claims: Dict[str, List[Tuple[float, float, Optional[float]]]] = {}
-    for name in _entries(q.d("done")):
-        r = _read(q.d("done") / name).rstrip("\n").split("\t")
-        if len(r) >= 10 and r[5] and r[6]:
-            claims.setdefault(r[2], []).append((epoch(r[5]), epoch(r[6]), _seconds(r[9])))
-    acct = {line.split("\t")[0]: line.split("\t") for line in _read(queue / "pilots.tsv").splitlines()}
-    out: Dict[str, Any] = {"pilots": 0, "payload_copies": 0, "inputs_run": sum(len(v) for v in claims.values()),
-                           "core_s_held": 0.0, "core_s_busy": 0.0, "idle_core_s": {"start": 0.0, "starved": 0.0,
-                                                                                    "drain_tail": 0.0},
-                           "input_cpu_s": 0.0, "pilots_cpu_s": 0.0, "pilots_by_state": {}}
-    pilots = sorted(p for p in (run_dir / "pilots").glob("*") if p.is_dir()) if (run_dir / "pilots").is_dir() else []
-    for p in pilots:
-        out["pilots"] += 1
-        copies = _read(p / "payload-copies").strip()
-        out["payload_copies"] += int(copies) if copies.isdigit() else 0
-        own = _read(p / "pilot.tsv").split("\t")
-        if len(own) < 4:   # still running (or it ended without its record): held from its start until now
-            own = _read(q.d("live") / p.name / "info").rstrip("\n").split("\t")[:3] + [f"{time.time():.3f}"]
-        mine = sorted(claims.get(p.name, []))
-        cpus = _int(own[1]) * chains if len(own) > 1 else 0
-        start = _float(own[2]) if len(own) > 2 else None
-        end = _float(own[3]) if len(own) > 3 else None
-        a = acct.get(p.name)
-        if a and len(a) >= 7:
-            state = a[1]
-            out["pilots_by_state"][state] = out["pilots_by_state"].get(state, 0) + 1
-            out["pilots_cpu_s"] += _float(a[5]) or 0.0
-        if start is None or end is None or not cpus:
-            continue
-        held = (end - start) * cpus
-        busy = sum((e - s) for s, e, _c in mine) * chains
-        out["core_s_held"] += held
-        out["core_s_busy"] += busy
-        out["input_cpu_s"] += sum(c or 0.0 for _s, _e, c in mine)
-        head = ((mine[0][0] - start) if mine else (end - start)) * cpus
-        tail = ((end - max(e for _s, e, _c in mine)) * cpus) if mine else 0.0
-        out["idle_core_s"]["start"] += max(0.0, head)
-        out["idle_core_s"]["drain_tail"] += max(0.0, tail)
-        out["idle_core_s"]["starved"] += max(0.0, held - busy - max(0.0, head) - max(0.0, tail))
-    out["idle_core_s"] = {k: round(v, 1) for k, v in out["idle_core_s"].items()}
-    for k in ("core_s_held", "core_s_busy", "input_cpu_s", "pilots_cpu_s"):
-        out[k] = round(out[k], 1)
-    out["idle_share"] = round(1 - out["core_s_busy"] / out["core_s_held"], 3) if out["core_s_held"] else None
-    return out
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return 0
-
-
-def _float(text: str) -> Optional[float]:
-    try:
-        return epoch(text)
-    except ValueError:
-        return None
-
-
-def _seconds(text: str) -> Optional[float]:
-    """The pilot's ``user+system`` seconds -> their sum (None when the timer said nothing)."""
-    try:
-        return sum(epoch(x) for x in text.split("+")) if text else None
-    except ValueError:
-        return None

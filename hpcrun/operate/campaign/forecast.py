@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from hpcrun.backends.late.queue import Held, held
+from hpcrun.backends.late.figures import Held, held
 from hpcrun.backends.scheduler.base import TERMINAL
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family

@@ -144,11 +144,10 @@ def _withdraw_waiting(plan_dir: Path, db: Optional[str], manifest: Manifest, num
     moved = 0
     with open_plan_store(plan_dir, db) as store:
         campaign = store.get_campaign(manifest.campaign)
-        for a in store.active_submissions(campaign.id):
-            task = a.slurm_id or ""
-            if task.startswith("L") and sched.q.withdraw(task):
-                moved += store.record_move(campaign.id, a.id, (
-                    f"withdrawn from the queue before any pilot claimed it: runs under generation {number}"))
+        late = {a.slurm_id: a for a in store.active_submissions(campaign.id) if (a.slurm_id or "").startswith("L")}
+        for task in sorted(sched.q.withdraw(late)):
+            moved += store.record_move(campaign.id, late[task].id, (
+                f"withdrawn from the queue before any pilot claimed it: runs under generation {number}"))
         if moved:
             store.audit(campaign.id, "plan", f"{moved} input(s) waiting in the queue, claimed by no pilot, "
                                              f"withdrawn to run under generation {number}")

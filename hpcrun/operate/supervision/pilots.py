@@ -11,7 +11,6 @@ import datetime as dt
 from typing import Any, Dict, List, Optional
 
 from hpcrun.backends.late.pilots import FAILING_MAX, Pilots
-from hpcrun.backends.late.queue import _entries
 from hpcrun.backends.scheduler.base import Scheduler, SubmitUncertain, Unreachable
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
@@ -36,7 +35,8 @@ def hint(manifest: Manifest, scheds: List[Scheduler]) -> int:
     made = 0
     for sched in scheds:
         if isinstance(sched, Pilots) and manifest.locality:
-            made += sched.q.hint(near_tasks(manifest, _entries(sched.q.d("ready"))))
+            waiting = [f"{qid}_{i}" for qid, idx in sched.q.waiting().items() for i in idx]
+            made += sched.q.hint(near_tasks(manifest, waiting))
     return made
 
 

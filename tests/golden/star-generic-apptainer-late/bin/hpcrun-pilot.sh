@@ -32,7 +32,6 @@ export HPCRUN_PILOT_RUNDIR="$HPCRUN_PLAN_DIR/run/pilots/$HPCRUN_PILOT_ID"
 export HPCRUN_RUNDIR=$HPCRUN_PILOT_RUNDIR
 Q=/plans/star-generic-apptainer-late/queue
 ME="$Q/live/$HPCRUN_PILOT_ID"
-NEAR="$Q/near/${HPCRUN_NODE%%.*}"   # locality hints are named by the short node name (the cache index's)
 slots=3
 idle_s=300
 beat_s=10
@@ -44,7 +43,8 @@ ends=$(( started + 86400 ))
 
 log() { TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T pilot[%s]: %s\n' -1 "$HPCRUN_PILOT_ID" "$*" >&2; }
 [ ! -e "$Q/stop" ] || { log "the campaign is done: nothing to claim"; exit 0; }
-mkdir -p "$HPCRUN_PILOT_RUNDIR/claims" "$Q/live" "$Q/done"
+command -v python3 > /dev/null || { log "python3 is not on this node's PATH: the pilot's agent cannot run"; exit 3; }
+mkdir -p "$HPCRUN_PILOT_RUNDIR/claims" "$Q/live" "$Q/done" "$Q/results"
 mkdir -- "$ME" || { log "cannot make $ME"; exit 3; }
 printf '%s\t%s\t%s\t%s\n' "$HPCRUN_NODE" "$slots" "$started" "$ends" > "$ME/info"
 touch "$ME/beat"
@@ -92,7 +92,6 @@ launch_in_batch() {
 }
 
 DB_PID=""
-SLOT_PIDS=()
 # ---- one database server for every input this pilot runs: the payload copied once ----------
 export HPCRUN_PILOT_DB_PORT=$(( 20000 + HPCRUN_JOB_ID % 10000 ))
 export HPCRUN_DB_PORT=$HPCRUN_PILOT_DB_PORT HPCRUN_DB_HOST=localhost
@@ -128,244 +127,58 @@ stop_db() {
   DB_PID=""
 }
 
-timer=()
-[ ! -x /usr/bin/time ] || timer=(/usr/bin/time -f '%U %S %M' -o)
-own_group=()   # each claim's script in a process group of its own, signalled as a whole
-! command -v setsid > /dev/null || own_group=(setsid)
-
-# shellcheck disable=SC2329  # called below
-signal_claim() {
-  # $1 the claim's process (the timer, or the script itself), $2 the signal. The script leads a process group
-  # of its own (setsid), so TERM and KILL reach its chains too, which would otherwise write on; USR1 (the time
-  # limit's warning) is the script's alone.
-  local kids=() k
-  if [ "${#timer[@]}" -gt 0 ]; then mapfile -t kids < <(pgrep -P "$1" 2>/dev/null); else kids=("$1"); fi
-  for k in "${kids[@]}"; do
-    if [ "$2" != USR1 ] && [ "${#own_group[@]}" -gt 0 ]; then kill "-$2" -- "-$k" 2>/dev/null && continue; fi
-    kill "-$2" "$k" 2>/dev/null || true
-  done
-}
-
-# shellcheck disable=SC2329  # called below
-claim() {
-  # the next task into $task: first one whose inputs this node's cache holds (locality hints, near/<node>/),
-  # then a few of the waiting ones tried from a random place (the slots of every pilot look at once),
-  # leaving those hinted to another node's pilot until this slot idled steal_s; the first rename that
-  # succeeds wins. No process is started but the rename.
-  local near waiting k n tries=0 hinted
-  for near in "$NEAR"/*_*; do
-    [ -e "$near" ] || break
-    task=${near##*/}
-    [ ! -e "$Q/ready/$task" ] || ! mv -- "$Q/ready/$task" "$ME/$task" 2>/dev/null || return 0
-  done
-  waiting=("$Q"/ready/*_*)
-  n=${#waiting[@]}
-  [ -e "${waiting[0]}" ] || return 1
-  k=$(( RANDOM % n ))
-  while [ "$tries" -lt 6 ] && [ "$tries" -lt "$n" ]; do
-    task=${waiting[(k + tries) % n]##*/}
-    tries=$((tries + 1))
-    if [ "$1" -lt "$steal_s" ]; then
-      hinted=("$Q"/near/*/"$task")
-      [ ! -e "${hinted[0]}" ] || continue
-    fi
-    mv -- "$Q/ready/$task" "$ME/$task" 2>/dev/null && return 0
-  done
-  return 1
-}
-
-# shellcheck disable=SC2329  # called below
-commit() {
-  # $1 task, $2 claim id, $3 the result line. The commit is one link(2) into done/, from this pilot's
-  # directory: a fenced pilot's directory was renamed away, so however long it stalled, its link finds
-  # nothing; and a result already there is never replaced (the first commit stands). No output is moved
-  # here: the claim's outputs wait in its own directory, and the supervisor places the committed claim's.
-  if { printf '%s\n' "$3" > "$ME/$1" && ln -T -- "$ME/$1" "$Q/done/$1"; } 2>/dev/null; then
-    rm -f -- "$ME/$1"
-    return 0
-  fi
-  # fenced (the claim is gone from here), or another claim's result is there already (this one goes)
-  [ ! -e "$Q/done/$1" ] || rm -f -- "$ME/$1" 2>/dev/null
-  log "claim $2 of $1 was taken from this pilot: its result is dropped, its outputs never placed"
-  return 1
-}
-
-# shellcheck disable=SC2329  # called below
-run_claim() {
-  # $1 task, $2 slot, $3 the slot's claim number: the plan's array script for that task, timed, limited
-  local task=$1 slot=$2 qid=${1%_*} idx=${1##*_} script limit cid t0 t1 rc=0 state cpu="" rss="" pid watch line u sy
-  cid="$HPCRUN_PILOT_ID.$slot.$3"
-  if ! IFS=$'\t' read -r script limit _ < "$Q/arrays/$qid"; then
-    log "no descriptor for $task: returned"
-    mv -- "$ME/$task" "$Q/ready/$task" 2>/dev/null
-    sleep 5   # not claimed again at once by this slot
-    return 0
-  fi
-  # the task names the first cluster's script; this cluster's copy is in clusters/<name>/ of its plan (or generation)
-  if [ -n "$seat_dir" ] && [[ "$script" == */jobs/* ]] && [ -e "${script%/jobs/*}/${seat_dir}jobs/${script##*/jobs/}" ]; then
-    script="${script%/jobs/*}/${seat_dir}jobs/${script##*/jobs/}"
-  fi
-  t0=${EPOCHREALTIME/[!0-9]/.}   # the locale's decimal point (a comma in de_DE) made a dot
-  printf '%s\t%s\t%s\t%s\n' "$cid" "$slot" "$HPCRUN_NODE" "$t0" > "$ME/$task" 2>/dev/null || return 0
-  HPCRUN_CLAIM_ID=$cid HPCRUN_CLAIM_INDEX=$idx "${timer[@]}" ${timer[0]:+"$ME/.$task.time"} \
-    "${own_group[@]}" bash "$script" > "$HPCRUN_PILOT_RUNDIR/claims/$cid.log" 2>&1 &
-  pid=$!
-  printf '%s\n' "$pid" > "$ME/.$task.pid"
-  # the input's own time limit, as its array task would have it: the pre-timeout signal, then the end
-  (
-    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
-    sleep "$(( limit > claim_before ? limit - claim_before : limit ))" & sp=$!
-    wait "$sp"
-    signal_claim "$pid" USR1
-    sleep "$claim_before" & sp=$!
-    wait "$sp"
-    : > "$ME/.$task.timeout"
-    signal_claim "$pid" KILL
-    kill -KILL "$pid" 2>/dev/null
-  ) &
-  watch=$!
-rc=0
-wait "$pid" || rc=$?
-while kill -0 "$pid" 2>/dev/null; do
-  rc=0
-  wait "$pid" || rc=$?
-done
-  kill "$watch" 2>/dev/null
-  wait "$watch" 2>/dev/null
-  t1=${EPOCHREALTIME/[!0-9]/.}
-  if [ -e "$ME/.$task.cancelled" ]; then state=CANCELLED
-  elif [ -e "$ME/.$task.timeout" ]; then state=TIMEOUT
-  elif [ "$rc" -eq 0 ]; then state=COMPLETED
-  else state=FAILED
-  fi
-  if [ -s "$ME/.$task.time" ]; then   # the timer's last line: user and system seconds, maximum RSS in KiB
-    while read -r line; do read -r u sy rss <<< "$line"; done < "$ME/.$task.time"
-    u=${u/,/.} sy=${sy/,/.}
-    if [[ "$u" =~ ^[0-9.]+$ && "$sy" =~ ^[0-9.]+$ ]]; then cpu="$u+$sy"; else cpu=""; rss=""; fi
-  fi
-  rm -f -- "$ME/.$task.pid" "$ME/.$task.time" "$ME/.$task.timeout" "$ME/.$task.cancelled"
-  printf -v line '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$task" "$cid" "$HPCRUN_PILOT_ID" \
-    "$slot" "$HPCRUN_NODE" "$t0" "$t1" "$rc" "$state" "$cpu" "$rss"
-  commit "$task" "$cid" "$line" || true
-  log "slot $slot: $task ($cid) $state, exit $rc"
-}
-
-# shellcheck disable=SC2329  # run in the background below
-slot_loop() {
-  # one slot: claim, run, commit, until the campaign is done, the pilot drains or is fenced, or nothing
-  # came to claim for idle_s while the whole pilot had nothing running
-  local slot=$1 n=0 idle_since=$SECONDS nap=0 task expected left held stop_at until naps=(0.2 0.5 1 2 5)
-  # on TERM: its claim's timer and script too, if any (their result would be dropped)
-  trap '[ -z "${watch:-}" ] || kill "$watch" 2>/dev/null; [ -z "${pid:-}" ] || signal_claim "$pid" TERM; exit 143' TERM
-  trap ':' USR1   # the drain is the pilot's (a handler, not ignored: the claims' scripts trap USR1 themselves)
-  # the slots start a tenth of a second apart: their inputs then start (and end) spread out, not all at
-  # once on a node whose CPUs they share
-  [ "$slot" -eq 0 ] || sleep "$(( slot / 10 )).$(( slot % 10 ))"
-  while :; do
-    [ -d "$ME" ] || return 0
-    [ ! -e "$Q/stop" ] || return 0
-    [ ! -e "$ME/draining" ] || return 0
-    if [ ! -e "$Q/paused" ]; then
-      read -r expected 2>/dev/null < "$Q/expected" || expected=28800
-      stop_at=$(( ends - drain_s ))
-      # a maintenance window of this cluster (the supervisor writes its start): every input ends before it
-      if read -r until 2>/dev/null < "$ME/until" && [[ "$until" =~ ^[0-9]+$ ]] && [ "$until" -lt "$stop_at" ]; then
-        stop_at=$until
-      fi
-      left=$(( stop_at - EPOCHSECONDS ))
-      if [ "${expected:-0}" -gt "$left" ]; then
-        log "slot $slot: $left s left before the drain or the cluster's maintenance, an input takes about ${expected} s: claiming nothing more"
-        return 0
-      fi
-      if claim $(( SECONDS - idle_since )); then
-        run_claim "$task" "$slot" "$n"
-        n=$((n + 1))
-        idle_since=$SECONDS
-        nap=0
-        continue
-      fi
-    fi
-    if [ $(( SECONDS - idle_since )) -ge "$idle_s" ]; then
-      held=("$ME"/*_*)
-      [ -e "${held[0]}" ] || { log "slot $slot: nothing to claim for ${idle_s} s: released"; return 0; }
-    fi
-    sleep "${naps[nap]}"   # the queue looked at soon after a miss, then less and less often
-    [ "$nap" -ge 4 ] || nap=$((nap + 1))
-  done
-}
-
-# shellcheck disable=SC2329  # trap handler: the scheduler's drain signal (--signal=B:USR1@drain_s)
+AGENT_PID=""
+# shellcheck disable=SC2329  # trap handler: the scheduler's drain signal (--signal=B:USR1@drain_s), passed on
 on_drain() {
-  touch "$ME/draining" 2>/dev/null
-  log "drain signal: claiming nothing more; running inputs finish"
+  [ -z "$AGENT_PID" ] || kill -USR1 "$AGENT_PID" 2>/dev/null
 }
 # shellcheck disable=SC2329  # trap handler
 on_exit() {
   trap - EXIT
-  trap '' TERM
-  [ -z "${BEAT_PID:-}" ] || kill "$BEAT_PID" 2>/dev/null
-  # the slots first: once they are gone nothing claims, so what this pilot holds is known and stays so
-  local pid f
-  for pid in "${SLOT_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${SLOT_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  # inputs still running: their results would be dropped, so they stop (TERM, KILL after 15 s) before
-  # their claims go back, lest one write on while its input runs again elsewhere
-  local pids=() waited=0
-  for f in "$ME"/.*.pid "$Q/fenced/$HPCRUN_PILOT_ID"/.*.pid "$Q/ended/$HPCRUN_PILOT_ID"/.*.pid; do
-    [ -e "$f" ] || continue
-    read -r pid < "$f" && pids+=("$pid") && signal_claim "$pid" TERM
-  done
-  while [ "${#pids[@]}" -gt 0 ] && kill -0 "${pids[@]}" 2>/dev/null && [ "$waited" -lt 150 ]; do
-    sleep 0.1; waited=$((waited + 1))
-  done
-  for pid in "${pids[@]}"; do signal_claim "$pid" KILL; kill -KILL "$pid" 2>/dev/null; done
+  trap '' TERM USR1
+  local pid pids=() waited=0 f line
+  if [ -n "$AGENT_PID" ]; then   # the agent stops its inputs and hands its claims back itself
+    kill -TERM "$AGENT_PID" 2>/dev/null
+    wait "$AGENT_PID" 2>/dev/null
+  fi
+  # an agent that could not (killed): its inputs' scripts stopped here, each leads a process group of its own
+  if [ -d "$ME" ]; then
+    for f in "$ME"/*_*; do
+      [ -e "$f" ] || continue
+      IFS=$'\t' read -r -a line < "$f" || true
+      pid=${line[4]:-}
+      [[ "$pid" =~ ^[0-9]+$ ]] || continue
+      pids+=("$pid")
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+    done
+    while [ "${#pids[@]}" -gt 0 ] && kill -0 "${pids[@]}" 2>/dev/null && [ "$waited" -lt 150 ]; do
+      sleep 0.1; waited=$((waited + 1))
+    done
+    for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
+    if compgen -G "$ME/*_*" > /dev/null || compgen -G "$ME/.take.*" > /dev/null || compgen -G "$ME/.rest.*" > /dev/null; then
+      mv -T -- "$ME" "$Q/fenced/$HPCRUN_PILOT_ID" 2>/dev/null && log "its claims handed back to the queue"
+    else
+      rm -rf -- "$ME"
+    fi
+  fi
   stop_db
   printf '%s\t%s\t%s\t%s\n' "$HPCRUN_NODE" "$slots" "$started" "$EPOCHSECONDS" > "$HPCRUN_PILOT_RUNDIR/pilot.tsv"
-  # its directory leaves live/ as a whole: to fenced/ when it holds claims (the supervisor returns them, none
-  # counted as an attempt), removed when it holds none (a fenced pilot's is already gone)
-  held=("$ME"/*_*)
-  if [ -e "${held[0]}" ]; then
-    mv -T -- "$ME" "$Q/fenced/$HPCRUN_PILOT_ID" 2>/dev/null && log "its ${#held[@]} claim(s) handed back to the queue"
-  elif [ -d "$ME" ]; then
-    rm -rf -- "$ME"
-  fi
-  log "pilot ends"
 }
 trap on_drain USR1
 trap on_exit EXIT
 trap 'log "pilot cancelled (SIGTERM): its claims return to the queue"; exit 143' TERM
 
-# ---- the lease: renewed every beat_s seconds; operators' cancels of running inputs carried out ----
-(
-  trap 'exit 0' TERM
-  while [ -d "$ME" ]; do
-    touch "$ME/beat" 2>/dev/null || break
-    for c in "$Q"/cancel/*; do
-      [ -e "$c" ] || break
-      t=${c##*/}
-      if [ -e "$ME/$t" ] && [ -e "$ME/.$t.pid" ]; then
-        : > "$ME/.$t.cancelled"
-        read -r p < "$ME/.$t.pid" && signal_claim "$p" TERM
-      fi
-    done
-    sleep "$beat_s" & wait $!
-  done
-  # fenced: the claims here were returned to the queue; the pilot stops, its slots first, then their claims'
-  # scripts (each in a process group of its own, which a TERM to this group would not reach)
-  kill -TERM $$ 2>/dev/null
-) &
-BEAT_PID=$!
-
-for ((s = 0; s < slots; s++)); do
-  slot_loop "$s" &
-  SLOT_PIDS+=($!)
-done
-for pid in "${SLOT_PIDS[@]}"; do
+# ---- the agent: one process claims, runs, times and commits every input of this pilot (3 at once) ----
+python3 "$HPCRUN_PLAN_DIR/${seat_dir}bin/hpcrun-pilot.py" --queue "$Q" --pilot "$HPCRUN_PILOT_ID" --node "$HPCRUN_NODE" \
+  --rundir "$HPCRUN_PILOT_RUNDIR" --slots "$slots" --ends "$ends" --idle-s "$idle_s" --beat-s "$beat_s" \
+  --drain-s "$drain_s" --claim-before "$claim_before" --steal-s "$steal_s" --input-s 28800 \
+  --seat-dir "$seat_dir" --bb-root "${BB:-}" &
+AGENT_PID=$!
 rc=0
-wait "$pid" || rc=$?
-while kill -0 "$pid" 2>/dev/null; do
+wait "$AGENT_PID" || rc=$?
+while kill -0 "$AGENT_PID" 2>/dev/null; do
   rc=0
-  wait "$pid" || rc=$?
+  wait "$AGENT_PID" || rc=$?
 done
-done
+AGENT_PID=""
 exit 0

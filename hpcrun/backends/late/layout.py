@@ -1,0 +1,204 @@
+"""The queue's protocol, written once: the moves a pilot and the supervisor make on the queue's files.
+
+Standard library only: the plan ships this file beside the pilot's agent (``bin/hpcrun_late_layout.py``), so
+a compute node runs the same rules as the supervisor without hpcrun installed. Every move is a rename(2) or
+a link(2) on the shared filesystem (atomic there, no server).
+
+The backlog keeps waiting tasks as ranges, not as a file each: ``backlog/<qid>.<k>`` holds task numbers of
+submission ``qid`` (``0-1953,2001``), at most CHUNKS files a submission, so a claim costs the same few
+metadata operations whatever is pending, and an enqueue writes CHUNKS files whatever its size. A claim
+*splits* a chunk: renamed whole into the claimant's own directory (``.take.<chunk>``, no one else can take it
+there), the rest written beside it (``.rest.<chunk>``), the taken tasks renamed out of it, the rest renamed
+back into the backlog. A claimant that stops anywhere in between leaves a state ``settle`` completes (the
+supervisor's, for a fenced pilot): the whole chunk back while ``.take`` is there, else the tasks taken and
+the rest, each once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
+CHUNKS = 64            # backlog files a submission is cut into: a small multiple of a pilot's slots
+TAKE, REST = ".take.", ".rest."
+
+
+def entries(path: Path) -> List[str]:
+    """A directory's names but its hidden ones (temporary files, a split in progress)."""
+    try:
+        return [n for n in os.listdir(path) if not n.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def read(path: Path) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return ""
+
+
+def write_new(path: Path, text: str) -> None:
+    """A file that appears whole (written under a temporary name, renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# -- ranges: ``0-99,105`` ------------------------------------------------------------------------------
+def parse_ranges(text: str) -> List[Tuple[int, int]]:
+    out: List[Tuple[int, int]] = []
+    for part in text.strip().split(","):
+        lo, _, hi = part.strip().partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.append((int(lo), int(hi or lo)))
+    return out
+
+
+def format_ranges(ranges: Iterable[Tuple[int, int]]) -> str:
+    return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def to_ranges(indices: Iterable[int]) -> List[Tuple[int, int]]:
+    """Sorted task numbers -> runs of consecutive ones."""
+    out: List[Tuple[int, int]] = []
+    for i in sorted(set(indices)):
+        if out and out[-1][1] == i - 1:
+            out[-1] = (out[-1][0], i)
+        else:
+            out.append((i, i))
+    return out
+
+
+def members(ranges: Iterable[Tuple[int, int]]) -> Iterator[int]:
+    for lo, hi in ranges:
+        yield from range(lo, hi + 1)
+
+
+def chunks(indices: Sequence[int], n: int = CHUNKS) -> List[str]:
+    """A submission's task numbers cut into at most ``n`` range texts of about equal size."""
+    ordered = sorted(set(indices))
+    size = max(1, -(-len(ordered) // n))
+    return [format_ranges(to_ranges(ordered[k:k + size])) for k in range(0, len(ordered), size)]
+
+
+def first(ranges: List[Tuple[int, int]]) -> Tuple[int, List[Tuple[int, int]]]:
+    """The first task number of a chunk, and what is left of it."""
+    lo, hi = ranges[0]
+    return lo, ([(lo + 1, hi)] if lo < hi else []) + ranges[1:]
+
+
+# -- splitting a chunk -----------------------------------------------------------------------------------
+def split(backlog: Path, name: str, hold: Path, pick: Callable[[List[Tuple[int, int]]],
+          Tuple[List[int], List[Tuple[int, int]]]], dest: Callable[[str], Path]) -> Optional[List[str]]:
+    """Chunk ``name`` taken from ``backlog`` into ``hold`` (a directory only its owner writes), the tasks
+    ``pick`` chooses renamed to ``dest(task)``, the rest put back under the same name. The tasks moved, or
+    None when the chunk was not there (taken by another, or gone). Each step leaves what ``settle`` completes."""
+    take, rest = hold / (TAKE + name), hold / (REST + name)
+    try:
+        os.rename(backlog / name, take)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    qid = name.rsplit(".", 1)[0]
+    chosen, left = pick(parse_ranges(read(take)))
+    tasks = [f"{qid}_{i}" for i in chosen]
+    if left:
+        with open(rest, "w") as f:
+            f.write(format_ranges(left) + "\n")
+    for task in tasks:          # the tasks exist only as files now: the chunk is still whole in .take
+        with open(hold / task, "w"):
+            pass
+    os.unlink(take)             # from here the tasks and the rest are each in one place
+    return finish(backlog, hold, name, tasks, dest)
+
+
+def finish(backlog: Path, hold: Path, name: str, tasks: Sequence[str], dest: Callable[[str], Path]) -> List[str]:
+    moved = []
+    for task in tasks:
+        if hold / task != dest(task):
+            try:
+                os.rename(hold / task, dest(task))
+            except FileNotFoundError:
+                continue
+        moved.append(task)
+    try:
+        os.rename(hold / (REST + name), backlog / name)
+    except FileNotFoundError:
+        pass
+    return moved
+
+
+def settle(backlog: Path, hold: Path) -> int:
+    """Splits cut short in ``hold`` completed: a chunk still whole goes back (its task files, made before the
+    chunk was let go, are dropped), else its rest goes back (its tasks, left in ``hold``, are the caller's to
+    move). How many chunks."""
+    names = os.listdir(hold) if hold.is_dir() else []
+    settled = 0
+    for n in names:
+        if n.startswith(TAKE):
+            chunk = n[len(TAKE):]
+            qid = chunk.rsplit(".", 1)[0]
+            for task in (f"{qid}_{i}" for i in members(parse_ranges(read(hold / n)))):
+                if task in names:
+                    os.unlink(hold / task)
+            try:
+                os.unlink(hold / (REST + chunk))
+            except FileNotFoundError:
+                pass
+            os.rename(hold / n, backlog / chunk)
+            settled += 1
+        elif n.startswith(REST) and (TAKE + n[len(REST):]) not in names:
+            os.rename(hold / n, backlog / n[len(REST):])
+            settled += 1
+    return settled
+
+
+def waiting(root: Path) -> Dict[str, Set[int]]:
+    """Every waiting task by submission: the backlog's chunks and ``ready/``'s single tasks."""
+    out: Dict[str, Set[int]] = {}
+    for name in entries(root / "backlog"):
+        out.setdefault(name.rsplit(".", 1)[0], set()).update(members(parse_ranges(read(root / "backlog" / name))))
+    for task in entries(root / "ready"):
+        qid, _, i = task.rpartition("_")
+        if i.isdigit():
+            out.setdefault(qid, set()).add(int(i))
+    return out
+
+
+def held_in(root: Path, state: str) -> Dict[str, Set[int]]:
+    """Tasks a state directory holds, as single files (``<qid>_<i>``) or range files (``<qid>.<k>``)."""
+    out: Dict[str, Set[int]] = {}
+    for name in entries(root / state):
+        qid, _, i = name.rpartition("_")
+        if i.isdigit() and "." not in name:
+            out.setdefault(qid, set()).add(int(i))
+        elif "." in name:
+            out.setdefault(name.rsplit(".", 1)[0], set()).update(members(parse_ranges(read(root / state / name))))
+    return out
+
+
+def pick_first(ranges: List[Tuple[int, int]]) -> Tuple[List[int], List[Tuple[int, int]]]:
+    if not ranges:
+        return [], []
+    i, left = first(ranges)
+    return [i], left
+
+
+def pick_in(wanted: Set[int]) -> Callable[[List[Tuple[int, int]]], Tuple[List[int], List[Tuple[int, int]]]]:
+    def pick(ranges: List[Tuple[int, int]]) -> Tuple[List[int], List[Tuple[int, int]]]:
+        every = list(members(ranges))
+        chosen = [i for i in every if i in wanted]
+        return chosen, to_ranges(i for i in every if i not in wanted)
+    return pick
+
+
+def shuffled(names: List[str]) -> List[str]:
+    """Names tried from a random place (every pilot's slots look at once)."""
+    if not names:
+        return names
+    k = random.randrange(len(names))
+    return names[k:] + names[:k]

@@ -1,0 +1,198 @@
+"""The bounded queue (issue 54, parts 1-2): the backlog's chunks, a claim's split cut short anywhere, enqueue in
+O(submissions), withdrawal and cancel of waiting tasks, and a claim whose cost does not grow with the backlog.
+
+Every "once" here is counted by walking the queue's files (each task's name or range, wherever it lies), not
+from what the functions under test return.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hpcrun.backends.late import layout as L
+from hpcrun.backends.late.agent import Agent
+from hpcrun.backends.late.queue import Queue
+
+
+def _where(root: Path) -> Counter:
+    """task -> how many places hold it: backlog chunks, ready/, withdrawn/, cancelled/, pilots' directories and
+    splits in progress (a ``.take`` stands for its whole chunk; the task files and rest made beside it do not)."""
+    seen: Counter = Counter()
+    for dirpath, _dirs, files in os.walk(root):
+        d = Path(dirpath)
+        if d.name in ("arrays", "results", "done", "near", "cancel") or d.parent.name == "near":
+            continue
+        takes = {n[len(L.TAKE):]: _chunk(d / n, n[len(L.TAKE):]) for n in files if n.startswith(L.TAKE)}
+        covered = set().union(*takes.values()) if takes else set()
+        for name in files:
+            if name.startswith(L.TAKE):
+                seen.update(takes[name[len(L.TAKE):]])
+            elif name.startswith(L.REST):
+                if name[len(L.REST):] not in takes:
+                    seen.update(_chunk(d / name, name[len(L.REST):]))
+            elif "_" in name and "." not in name:
+                seen.update([] if name in covered else [name])
+            elif "." in name and not name.startswith("."):
+                seen.update(_chunk(d / name, name))
+    return +seen
+
+
+def _chunk(path: Path, name: str) -> set:
+    qid = name.rsplit(".", 1)[0]
+    return {f"{qid}_{i}" for i in L.members(L.parse_ranges(L.read(path)))}
+
+
+def _queue(tmp_path: Path, n: int) -> Queue:
+    q = Queue(tmp_path / "queue")
+    q.enqueue("L1", "script.sh", list(range(n)), 60, "tag")
+    return q
+
+
+def test_an_enqueue_writes_a_bounded_number_of_chunks_whatever_its_size(tmp_path):
+    q = _queue(tmp_path, 100_000)
+    assert len(os.listdir(q.d("backlog"))) == L.CHUNKS
+    assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(100_000)})
+    assert q.submission("L1")[3] == list(range(100_000))
+    assert L.read(q.d("arrays") / "L1").split("\t")[3] == "0-99999"   # ranges, not 10^5 numbers
+
+
+class Cut(Exception):
+    """The claimant stopped here."""
+
+
+def _cut_after(monkeypatch, stop_after: int) -> None:
+    """The split's renames, unlinks and file creations each count a step; the claimant stops after the
+    ``stop_after``-th (its file operations done, nothing after)."""
+    calls = {"n": 0}
+
+    def step(real):
+        def wrapped(*a, **k):
+            out = real(*a, **k)
+            calls["n"] += 1
+            if calls["n"] > stop_after:
+                if hasattr(out, "close"):
+                    out.close()
+                raise Cut()
+            return out
+        return wrapped
+    monkeypatch.setattr(L.os, "rename", step(os.rename))
+    monkeypatch.setattr(L.os, "unlink", step(os.unlink))
+    monkeypatch.setattr(L, "open", step(open), raising=False)
+
+
+@pytest.mark.parametrize("stop_after", range(7))
+def test_a_claims_split_cut_short_anywhere_is_settled_with_every_task_once(tmp_path, monkeypatch, stop_after):
+    """The split stopped after each of its steps in turn (rename in, chunk read, rest made, task made, chunk let
+    go, rest back), the claimant's directory then renamed away as the supervisor fences a pilot: every task stays in
+    exactly one place, and release leaves no split behind."""
+    q = _queue(tmp_path, 1000)   # chunks of 16: a split leaves a rest
+    me = q.d("live") / "p1"
+    me.mkdir(parents=True)
+    name = sorted(os.listdir(q.d("backlog")))[0]
+    _cut_after(monkeypatch, stop_after)
+    try:
+        got = L.split(q.d("backlog"), name, me, L.pick_first, lambda t: me / t)
+        assert stop_after >= 6 and got == ["L1_0"]   # the split has six steps: the last one completes it
+    except Cut:
+        assert stop_after < 6
+    monkeypatch.undo()
+    every = Counter({f"L1_{i}": 1 for i in range(1000)})
+    assert _where(q.root) == every
+    assert q.fence("p1")
+    q.release()
+    assert _where(q.root) == every
+    assert not [n for n in os.listdir(q.d("ended") / "p1") if n.startswith((L.TAKE, L.REST))]
+
+
+def test_withdraw_and_cancel_take_waiting_tasks_only_and_each_once(tmp_path):
+    q = _queue(tmp_path, 1000)
+    me = q.d("live") / "p1"
+    me.mkdir()
+    claimed = L.split(q.d("backlog"), sorted(os.listdir(q.d("backlog")))[0], me, L.pick_first, lambda t: me / t)
+    assert claimed == ["L1_0"]
+    gone = q.withdraw([f"L1_{i}" for i in range(0, 1000, 3)])
+    assert "L1_0" not in gone and len(gone) == len(range(3, 1000, 3))
+    cancelled = {"L1_1", "L1_0"}
+    q.cancel(cancelled)
+    assert (q.d("cancel") / "L1_0").exists() and (q.d("cancelled") / "L1_1").exists()
+    assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(1000)})
+    assert q.in_state("withdrawn")["L1"] == {int(t.split("_")[1]) for t in gone}
+    before = len(os.listdir(q.d("withdrawn")))
+    whole = q.withdraw([f"L1_{i}" for i in range(1000)])   # the rest: whole chunks move as they are
+    assert len(os.listdir(q.d("backlog"))) == 0 and len(whole) == 1000 - len(gone) - 2
+    assert len(os.listdir(q.d("withdrawn"))) - before <= L.CHUNKS
+    assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(1000)})
+
+
+def test_an_enqueue_cut_short_is_published_once_by_repair(tmp_path, monkeypatch):
+    q = Queue(tmp_path / "queue")
+    real = os.rename
+    n = {"k": 0}
+
+    def rename(a, b):
+        if "/backlog/." in str(a):
+            n["k"] += 1
+            if n["k"] > 5:
+                raise KeyboardInterrupt()   # the submitting process killed after five chunks
+        real(a, b)
+
+    monkeypatch.setattr("hpcrun.backends.late.queue.os.rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        q.enqueue("L7", "s.sh", list(range(640)), 60, "tag")
+    monkeypatch.setattr("hpcrun.backends.late.queue.os.rename", real)
+    me = q.d("live") / "p"
+    me.mkdir()
+    L.split(q.d("backlog"), sorted(L.entries(q.d("backlog")))[0], me, L.pick_first, lambda t: me / t)
+    assert q.repair() == 1 and q.repair() == 0
+    assert _where(q.root) == Counter({f"L7_{i}": 1 for i in range(640)})
+
+
+def _agent(q: Queue, tmp_path: Path) -> Agent:
+    (q.d("live") / "p9").mkdir(parents=True, exist_ok=True)
+    return Agent(q.root, "p9", "n1.example.org", 1, 1e12, 60, 10, 0, 5, 0, 1, "", tmp_path / "run")
+
+
+def _ops_per_claim(q: Queue, tmp_path: Path, monkeypatch, claims: int = 20) -> Counter:
+    counts: Counter = Counter()
+    for fn in ("rename", "link", "unlink", "listdir", "stat", "utime", "mkdir", "open", "replace", "scandir"):
+        real = getattr(os, fn)
+
+        def counted(*a, _real=real, _fn=fn, **k):
+            counts[_fn] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(os, fn, counted)
+    real_open = open
+
+    def opened(*a, **k):
+        counts["open"] += 1
+        return real_open(*a, **k)
+    monkeypatch.setattr("builtins.open", opened)
+    agent = _agent(q, tmp_path)
+    try:
+        for _ in range(claims):
+            assert agent._claim() is not None
+    finally:
+        monkeypatch.undo()
+    return counts
+
+
+def test_a_claim_costs_the_same_metadata_operations_at_a_million_waiting_as_at_a_hundred(tmp_path, monkeypatch):
+    """Counted in the agent's own claims: every rename, link, unlink, listing, stat and open. A hundred waiting
+    tasks make chunks of one or two (a claim writes no rest: a little cheaper)."""
+    small = _ops_per_claim(_queue(tmp_path / "s", 100), tmp_path / "s", monkeypatch)
+    mid = _ops_per_claim(_queue(tmp_path / "m", 10_000), tmp_path / "m", monkeypatch)
+    big = _ops_per_claim(_queue(tmp_path / "b", 1_000_000), tmp_path / "b", monkeypatch)
+    assert big == mid and sum(small.values()) <= sum(big.values()) <= sum(small.values()) + 20, (small, big)
+    assert sum(big.values()) / 20 <= 10, big
+
+
+def test_the_agent_takes_its_nodes_hints_first_by_its_short_name(tmp_path):
+    q = _queue(tmp_path, 50)
+    q.hint({"L1_42": "n1"})
+    assert (q.d("ready") / "L1_42").exists()
+    assert _agent(q, tmp_path)._claim() == "L1_42"
+    assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(50)})
