@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -158,12 +159,16 @@ def _agent(q: Queue, tmp_path: Path) -> Agent:
 
 def _ops_per_claim(q: Queue, tmp_path: Path, monkeypatch, claims: int = 20) -> Counter:
     counts: Counter = Counter()
+    listed: List[int] = []
     for fn in ("rename", "link", "unlink", "listdir", "stat", "utime", "mkdir", "open", "replace", "scandir"):
         real = getattr(os, fn)
 
         def counted(*a, _real=real, _fn=fn, **k):
             counts[_fn] += 1
-            return _real(*a, **k)
+            out = _real(*a, **k)
+            if _fn == "listdir":   # how many names a listing returned: a readdir costs by its entries too
+                listed.append(len(out))
+            return out
         monkeypatch.setattr(os, fn, counted)
     real_open = open
 
@@ -177,6 +182,7 @@ def _ops_per_claim(q: Queue, tmp_path: Path, monkeypatch, claims: int = 20) -> C
             assert agent._claim() is not None
     finally:
         monkeypatch.undo()
+    counts["most names listed"] = max(listed, default=0)
     return counts
 
 
@@ -186,6 +192,8 @@ def test_a_claim_costs_the_same_metadata_operations_at_a_million_waiting_as_at_a
     small = _ops_per_claim(_queue(tmp_path / "s", 100), tmp_path / "s", monkeypatch)
     mid = _ops_per_claim(_queue(tmp_path / "m", 10_000), tmp_path / "m", monkeypatch)
     big = _ops_per_claim(_queue(tmp_path / "b", 1_000_000), tmp_path / "b", monkeypatch)
+    assert big["most names listed"] <= L.CHUNKS, big
+    big.pop("most names listed"), mid.pop("most names listed"), small.pop("most names listed")
     assert big == mid and sum(small.values()) <= sum(big.values()) <= sum(small.values()) + 20, (small, big)
     assert sum(big.values()) / 20 <= 10, big
 
@@ -196,3 +204,39 @@ def test_the_agent_takes_its_nodes_hints_first_by_its_short_name(tmp_path):
     assert (q.d("ready") / "L1_42").exists()
     assert _agent(q, tmp_path)._claim() == "L1_42"
     assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(50)})
+
+
+def test_the_shipped_agent_and_protocol_import_the_standard_library_alone():
+    """A compute node runs them without hpcrun: every import is the standard library's, or the protocol's copy."""
+    import ast
+    import sys
+
+    import hpcrun.backends.late.agent as agent_mod
+    for mod in (agent_mod, L):
+        tree = ast.parse(Path(mod.__file__).read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or name in ("hpcrun.backends.late", "hpcrun_late_layout") \
+                    or top == "__future__", (mod.__name__, name)
+
+
+def test_a_late_plan_is_one_submission_whatever_the_sites_array_size(tmp_path):
+    """1,500 inputs on a site whose MaxArraySize is 1001: array mode cuts two arrays, a late-bound plan one queue
+    submission (the backlog then stays at its bounded number of chunks)."""
+    import yaml
+
+    from hpcrun.plan.load import load_plan
+
+    from .test_late_binding import COPY, _spec
+    data = _spec(tmp_path, 1500, COPY)
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(data))
+    late = load_plan(tmp_path / "campaign.yaml")
+    data["jobs"]["binding"] = "array"
+    data["jobs"].pop("pilot")
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(data))
+    early = load_plan(tmp_path / "campaign.yaml")
+    assert early.profile.max_array_size == 1001 and len(early.scripts) == 2
+    assert len(late.scripts) == 1 and len(late.scripts[0].jobs) == 1500

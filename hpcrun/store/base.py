@@ -8,7 +8,7 @@ import hashlib
 import os
 import socket
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from sqlalchemy import DateTime, TypeDecorator, bindparam, insert
 from sqlalchemy.engine import Connection, Engine
@@ -94,6 +94,9 @@ class StoreBase:
         self.engine = engine
         self.location = location
         self.fences: Dict[str, Lease] = {}   # leases this store's writes must still hold (fence.py)
+        # the manifests whose inputs this process registered already (operate's register is idempotent, but at
+        # 10^5 inputs it reads the whole job list: a supervisor does it once, not every round)
+        self.registered: Set[Tuple[str, ...]] = set()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.late.figures import _seconds
 from hpcrun.backends.late.queue import (
@@ -51,6 +51,7 @@ from hpcrun.backends.scheduler.base import (
 )
 
 FAILING_MAX = 3
+READ_AGAIN_S = 2.0   # a queue question this soon after a reading of the same submissions is answered from it
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class Pilots(Scheduler):
         self.config = config
         self.q = Queue(Path(config.queue))
         self.failing = False    # its pilots were failing at their start at the last round (said once a turn)
+        # the last reading of the queue (when, its submissions, its records): the poll's queue question reuses it
+        self._last_read: Optional[Tuple[float, Set[str], Dict[str, Record]]] = None
         # the real scheduler's words (a wrapper of any registered kind, not a kind of its own)
         self.name = inner.name                          # type: ignore[misc]
         self.accounting = True                          # type: ignore[misc]  # the queue keeps every task's record
@@ -178,6 +181,8 @@ class Pilots(Scheduler):
             out.update(self.inner.records(others, since, names=names, known=known, in_flight=in_flight))
         if not ours:
             return out
+        mine: Dict[str, Record] = {}
+        self._last_read = (time.monotonic(), ours, mine)
         claims = {c.task: c for c in self.q.claims()}
         held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
         waiting, cancelled = self.q.waiting(), self.q.in_state("cancelled")
@@ -193,11 +198,21 @@ class Pilots(Scheduler):
                     continue
                 rec = self._task_record(task, tag, claims.get(task), held, outputs, i, ask)
                 if rec is not None:
-                    out[task] = rec
+                    mine[task] = rec
+        out.update(mine)
         return out
 
     def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str, outputs: str, i: int,
                      ask: Mapping[str, Collection[int]]) -> Optional[Record]:
+        """A task's record: held (RUNNING), waiting (PENDING), cancelled while waiting, or committed (read from
+        ``done/``, the one file read: the others come from this reading's listings)."""
+        if claim is not None:
+            return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
+                          _local_time(claim.start) if claim.start else None, None)
+        if i in ask["waiting"]:
+            return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
+        if i in ask["cancelled"]:
+            return Record(task, task, tag, "CANCELLED", "0:0", "", None, None, None, "", None, None)
         res = self.q.committed(task, outputs)
         if res is not None:
             # task claim pilot slot node start end rc state cpu_s maxrss_kb placed, why it failed after
@@ -206,13 +221,6 @@ class Pilots(Scheduler):
             return Record(task, claim_id, tag, state, f"{rc or 0}:0", reason, elapsed,
                           _seconds(cpu), self.config.chains, node, _local_time(start), _local_time(end),
                           int(rss) * 1024 if rss else None)
-        if claim is not None:
-            return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
-                          _local_time(claim.start) if claim.start else None, None)
-        if i in ask["waiting"]:
-            return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
-        if i in ask["cancelled"]:
-            return Record(task, task, tag, "CANCELLED", "0:0", "", None, None, None, "", None, None)
         return None
 
     def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
@@ -225,7 +233,10 @@ class Pilots(Scheduler):
         tags = set(names)
         wanted = [qid for qid in (self._all_qids() if tags else ours)
                   if (desc := self.q.descriptor(qid)) is not None and (not tags or desc[2] in tags)]
-        for rec in self.records(wanted, "").values():   # the pilots' claims read once for all of them
+        last = self._last_read
+        recs = last[2] if last and time.monotonic() - last[0] < READ_AGAIN_S and set(wanted) <= last[1] else \
+            self.records(wanted, "")
+        for rec in recs.values():   # the queue read once a poll: the accounting's answer and the queue's are one
             rows.append(Queued(rec.job_id, rec.job_id.rsplit("_", 1)[0], rec.name, rec.state, rec.reason,
                                rec.raw_id))
         return rows

@@ -100,8 +100,12 @@ def register(store: StateStore, manifest: Manifest) -> Campaign:
                                                    f"added, {moved['rerun']} to run again, {moved['withdrawn']} "
                                                    f"withdrawn, {len(held)} left in jobs in flight")
         return store.get_campaign(campaign.name)
+    key = (manifest.campaign, str(number), manifest.spec_digest, manifest.profile_digest, str(manifest.total_jobs))
+    if key in store.registered:
+        return campaign
     store.record_generation(campaign.id, gen)
     store.add_inputs(campaign.id, plan_inputs(manifest), generation=number, remap=False)
+    store.registered.add(key)
     return campaign
 
 

@@ -109,7 +109,9 @@ def scripts_of(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], bu
 def _array_scripts(campaign: Campaign, profile: SiteProfile, jobs: Sequence[Job], buffer: BufferChoice,
                    notes: List[str]) -> List[ScriptPlan]:
     throttle = campaign.jobs.throttle or profile.array_throttle
-    size = profile.max_array_size
+    # late binding: the queue's submissions are not the scheduler's arrays (its MaxArraySize does not apply), and
+    # one submission of the whole campaign keeps the queue's backlog at its bounded number of chunks
+    size = max(1, len(jobs)) if campaign.jobs.binding == "late" else profile.max_array_size
     scripts = []
     for c in range(math.ceil(len(jobs) / size)):
         chunk = jobs[c * size:(c + 1) * size]   # a tuple, or a view of streamed jobs
