@@ -45,11 +45,11 @@ def _late(inputs: int, work: str, extra: Optional[Dict[str, str]] = None) -> Opt
         return json.loads(text) if rc == 0 and text else None
 
 
-def _scale(inputs: int, window: float) -> Optional[dict]:
+def _scale(inputs: int, window: float, interval: str) -> Optional[dict]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         rc = run_cluster_test("tests/cluster/test_late_binding.py", "at_scale",
                               {"HPCRUN_LATE_SCALE": str(inputs), "HPCRUN_LATE_WINDOW": str(window),
-                               "HPCRUN_LATE_RESULT": out.name})
+                               "HPCRUN_LATE_RESULT": out.name, "HPCRUN_LATE_INTERVAL": interval})
         text = Path(out.name).read_text()
         return json.loads(text) if rc == 0 and text else None
 
@@ -68,6 +68,7 @@ def main() -> int:
     ap.add_argument("--cases", default="short,dispatch,limit,faults,scale")
     ap.add_argument("--scale", default="2000,100000,1000000", help="the scale case's sizes (the first: the baseline)")
     ap.add_argument("--window", type=float, default=120.0, help="the scale case's window, seconds")
+    ap.add_argument("--interval", default="", help="the scale case's poll interval (default: the site's)")
     args = ap.parse_args()
     cases = args.cases.split(",")
     rows = []
@@ -109,7 +110,7 @@ def main() -> int:
     if "scale" in cases:
         base = None
         for size in [int(s) for s in args.scale.split(",")]:
-            s = _scale(size, args.window)
+            s = _scale(size, args.window, args.interval)
             if not s:
                 rows.append((f"scale: {size:,} no-op inputs", "FAILED" + goal("scale", False)))
                 continue

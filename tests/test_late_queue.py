@@ -240,3 +240,76 @@ def test_a_late_plan_is_one_submission_whatever_the_sites_array_size(tmp_path):
     early = load_plan(tmp_path / "campaign.yaml")
     assert early.profile.max_array_size == 1001 and len(early.scripts) == 2
     assert len(late.scripts) == 1 and len(late.scripts[0].jobs) == 1500
+
+
+def test_a_withdrawal_racing_a_pilots_split_never_takes_the_task_the_pilot_claimed(tmp_path, monkeypatch):
+    """The supervisor glanced at a chunk (every task wanted), then a pilot split it (claiming its first task and
+    putting the rest back) before the supervisor took it: the withdrawal names only what it moved, the pilot's
+    task stays the pilot's, and every task is in one place."""
+    q = _queue(tmp_path, 1000)
+    me = q.d("live") / "p1"
+    me.mkdir()
+    real_take = L.take
+    raced: List[str] = []
+
+    def take(backlog, name, hold):
+        if not raced and hold.parent.name == ".hold":   # the supervisor's take: a pilot splits the chunk first
+            raced.extend(L.cut(backlog, name, me, real_take(backlog, name, me), L.pick_first, lambda t: me / t))
+        return real_take(backlog, name, hold)
+
+    monkeypatch.setattr(L, "take", take)
+    gone = q.withdraw([f"L1_{i}" for i in range(1000)])
+    monkeypatch.undo()
+    assert raced and raced[0] not in gone and (me / raced[0]).exists(), (raced, len(gone))
+    assert len(gone) == 999
+    assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(1000)})
+
+
+def test_every_task_has_a_record_while_its_chunk_is_in_a_split(tmp_path):
+    """A pilot holds a chunk mid-split (renamed out of the backlog): the supervisor's reading still finds each of
+    its tasks waiting, none missing (a task missing from a reading would be called LOST and run again)."""
+    from .test_late_binding import COPY, _enqueue, _pilots, _plan, _spec
+    plan = _plan(tmp_path, _spec(tmp_path, 200, COPY))
+    qid = _enqueue(plan, 200)
+    q = Queue(plan / "queue")
+    me = q.d("live") / "p1"
+    me.mkdir(parents=True)
+    name = sorted(L.entries(q.d("backlog")))[0]
+    assert L.take(q.d("backlog"), name, me)
+    (q.d(".hold") / "x").mkdir(parents=True)   # and the supervisor's own split of another, cut short
+    other = sorted(L.entries(q.d("backlog")))[0]
+    assert L.take(q.d("backlog"), other, q.d(".hold") / "x")
+    records = _pilots(plan).records([qid], "", in_flight={f"{qid}_{i}" for i in range(200)})
+    assert len(records) == 200 and {r.state for r in records.values()} == {"PENDING"}
+
+
+def test_a_job_reads_its_rows_where_the_index_says_not_by_a_scan(tmp_path):
+    """tasks.idx gives each job the byte offset of its rows: the job script's task_rows reads them there (a row
+    planted at the head of tasks.tsv for the same job, which a scan would find, is not read), and falls back to
+    the scan when the index is absent."""
+    import subprocess
+
+    from .test_late_binding import COPY, _plan, _spec
+    data = _spec(tmp_path, 7, COPY)
+    data["jobs"]["files_per_job"] = 2
+    plan = _plan(tmp_path, data)
+    tasks, index = plan / "tasks.tsv", plan / "tasks.idx"
+    rows = tasks.read_text()
+    script = next((plan / "jobs").glob("*")).read_text()
+    start = script.index("task_rows() {")
+    fn = script[start:script.index("\n}\n", start) + 3]
+    want = {}
+    for line in rows.splitlines():
+        want.setdefault(int(line.split("\t")[0]), []).append(line)
+    planted = "\t".join([str(max(want)), "fake"] + ["x"] * 7) + "\n"
+    tasks.write_text(planted + rows)   # every offset moves by the planted row's bytes
+    index.write_text("".join(f"{int(o) + len(planted):020d}\n" for o in index.read_text().split()))
+
+    def read(i: int) -> List[str]:
+        out = subprocess.run(["bash", "-c", fn + f'\ntask_rows {i}'], env={"HPCRUN_PLAN_DIR": str(plan),
+                             "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+        return out.stdout.splitlines()
+    for i, lines in want.items():
+        assert read(i) == lines, (i, read(i))
+    index.unlink()
+    assert read(max(want)) == [planted.rstrip("\n")] + want[max(want)]   # the scan finds the planted row too

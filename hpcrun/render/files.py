@@ -12,6 +12,7 @@ from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (
     BODY_PATH,
+    TASKS_INDEX,
     TASKS_PATH,
     RenderedFile,
     common_context,
@@ -23,6 +24,7 @@ from hpcrun.render.scripts import (
     script_path,
     shared_body,
     tasks_chunks,
+    tasks_index_chunks,
     template_dirs,
 )
 
@@ -45,6 +47,7 @@ def iter_rendered(plan: Plan, plan_dir: str, tasks: bool = True) -> Iterator[Ren
                 yield f
     if tasks:
         yield RenderedFile(TASKS_PATH, "", chunks=tasks_chunks(plan), digest=False)
+        yield RenderedFile(TASKS_INDEX, "", chunks=tasks_index_chunks(plan), digest=False)
 
 
 def _agent_files(own: str) -> Iterator[RenderedFile]:

@@ -27,7 +27,7 @@ from hpcrun.plan.job.pilots import PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.files import iter_rendered, render_all
 from hpcrun.render.manifest import manifest_head, manifest_text, write_manifest
-from hpcrun.render.scripts import TASKS_PATH, RenderedFile, task_rows
+from hpcrun.render.scripts import TASKS_INDEX, TASKS_PATH, RenderedFile, task_rows_indexed
 from hpcrun.render.treediff import diff_trees, tree_files
 
 MANIFEST = "manifest.json"
@@ -128,9 +128,16 @@ def _write_files(plan: Plan, plan_dir: str, tmp: Path) -> Tuple[List[RenderedFil
 
 
 def _write_jobs(plan: Plan, head: Dict[str, Any], tmp: Path) -> None:
-    """The manifest and the task table from one pass over the jobs."""
-    with open(tmp / MANIFEST, "w", encoding="utf-8") as out, open(tmp / TASKS_PATH, "w", encoding="utf-8") as tasks:
-        write_manifest(out, plan, head, lambda jobs: tasks.write(task_rows(jobs)))
+    """The manifest, the task table and its index from one pass over the jobs."""
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as out, open(tmp / TASKS_PATH, "w", encoding="utf-8") as tasks, \
+            open(tmp / TASKS_INDEX, "w", encoding="ascii") as index:
+        offset = [0]
+
+        def write(jobs: Any) -> None:
+            rows, lines, offset[0] = task_rows_indexed(jobs, offset[0])
+            tasks.write(rows)
+            index.write(lines)
+        write_manifest(out, plan, head, write)
         if not plan.jobs:
             tasks.write("\n")
 
@@ -198,6 +205,7 @@ def _write_plan(plan: Plan, out_dir: Path, want_diff: bool, force: bool) -> Writ
         data = manifest_head(plan, plan_dir, digests)
         _write_jobs(plan, data, tmp)
         files.append(RenderedFile(TASKS_PATH, "", False))
+        files.append(RenderedFile(TASKS_INDEX, "", False))
         previous = (out_dir / MANIFEST).is_file()
         diff = _diff_dirs(out_dir, tmp) if want_diff and previous else None
         _swap_in(out_dir, tmp, old)

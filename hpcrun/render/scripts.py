@@ -115,6 +115,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     sched = scheduler_for(plan.scheduler)
     prefix = plan.container.prefix
     return {
+        "tasks_base": plan.succession.first_index, "index_width": INDEX_WIDTH,
         "chain_env": sorted(c.chain.env.items()),
         "version": __version__, "campaign": c.name, "spec_file": comment(plan.spec_file),
         "profile_name": plan.profile.name, "plan_dir": plan_dir, "node_key": node_key(c.name, plan_dir),
@@ -338,6 +339,8 @@ def render_finalize(env: jinja2.Environment, plan: Plan, common: Dict[str, Any],
 
 
 TASKS_PATH = "tasks.tsv"
+TASKS_INDEX = "tasks.idx"   # a fixed-width line a job: the byte offset of its first row in tasks.tsv
+INDEX_WIDTH = 20            # digits of an offset (the line is one more, its newline)
 
 
 def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
@@ -347,6 +350,29 @@ def tasks_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
         yield task_rows(jobs[start:start + per_chunk])
     if not jobs:
         yield "\n"
+
+
+def tasks_index_chunks(plan: Plan, per_chunk: int = 2000) -> Iterator[str]:
+    """tasks.idx for tasks.tsv as tasks_chunks writes it."""
+    offset = 0
+    jobs = plan.jobs
+    for start in range(0, len(jobs), per_chunk):
+        _rows, index, offset = task_rows_indexed(jobs[start:start + per_chunk], offset)
+        yield index
+
+
+def task_rows_indexed(jobs: Iterable[Job], offset: int) -> Tuple[str, str, int]:
+    """The rows of these jobs, the index lines of their offsets (the first at ``offset`` bytes into tasks.tsv),
+    and the offset after them: a job finds its rows with two reads at known places, whatever the plan's size
+    (a scan of tasks.tsv cost every job O(jobs))."""
+    rows: List[str] = []
+    index: List[str] = []
+    for job in jobs:
+        text = task_rows((job,))
+        index.append(f"{offset:0{INDEX_WIDTH}d}\n")
+        rows.append(text)
+        offset += len(text.encode("utf-8"))
+    return "".join(rows), "".join(index), offset
 
 
 def task_rows(jobs: Iterable[Job]) -> str:

@@ -4,7 +4,7 @@ Standard library only; the plan ships it as ``bin/hpcrun-pilot.py`` beside ``bin
 queue's protocol, layout.py), and the pilot's batch script (templates/pilot.sh.j2) runs it once the node's
 database server is up. One loop holds every slot: a claim is a few renames and no process, an input is one
 child (its array script, in a session of its own so a signal reaches its chains), its time limit a deadline
-in the loop, its CPU time and peak memory from ``os.wait4``. Why one process: docs/decisions/late-binding-agent.md.
+in the loop, its CPU time and peak memory from ``os.wait4``. Why one process: docs/decisions/backends.md.
 
 Rules kept from the protocol (hpcrun/backends/late/queue.py): a claim is a task file in the pilot's own
 directory ``live/<pilot>/``; the commit is one link(2) of it into ``done/``, then its name appended to the
@@ -175,8 +175,8 @@ class Agent:
     def _limits(self, now: float) -> None:
         """Each input's own time limit, as its array task would have it: the warning signal, then the end."""
         for r in self.running.values():
-            if now >= r.kill_at and r.state != "TIMEOUT":
-                r.state = "TIMEOUT"
+            if now >= r.kill_at:
+                r.state, r.kill_at, r.warn_at = "TIMEOUT", float("inf"), float("inf")
                 _signal(r.proc, signal.SIGKILL)
             elif now >= r.warn_at:
                 r.warn_at = float("inf")
@@ -198,6 +198,8 @@ class Agent:
             self.draining = True
             return
         for slot in free:
+            if self.stopping:
+                return
             task = self._claim()
             if task is None:
                 self.next_look = time.monotonic() + NAPS[self.nap]
@@ -206,6 +208,8 @@ class Agent:
             self.nap = 0
             self.idle_since = time.monotonic()
             self._start(task, slot)
+            if slot not in self.running:   # not started (no descriptor, cancelled): look again later
+                return
         self.next_look = time.monotonic() + 0.05
 
     def _claim(self) -> Optional[str]:
@@ -238,6 +242,10 @@ class Agent:
         if desc is None:
             self.log(f"no descriptor for {task}: returned")
             _rename(self.me / task, self.queue / "ready" / task)
+            self.next_look = time.monotonic() + 5   # not claimed again at once
+            return
+        if (self.queue / "cancel" / task).exists():   # cancelled while it was in a split: never started
+            _rename(self.me / task, self.queue / "cancelled" / task)
             return
         script, limit = desc
         t0 = time.time()
@@ -247,8 +255,9 @@ class Agent:
                                     env=env, start_new_session=True)
         try:
             L.write_new(self.me / task, f"{cid}\t{slot}\t{self.node}\t{t0:.6f}\t{proc.pid}\n")
-        except OSError:
+        except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
             self.stopping = "fenced: its claims were returned to the queue"
+            _signal(proc, signal.SIGKILL)
         # the input's own time limit as its array task would have it: the pre-timeout signal, then the end
         warn = time.monotonic() + (limit - self.claim_before if limit > self.claim_before else limit)
         self.running[slot] = Running(task, cid, slot, proc, t0, warn, warn + self.claim_before)

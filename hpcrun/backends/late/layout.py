@@ -98,13 +98,26 @@ def split(backlog: Path, name: str, hold: Path, pick: Callable[[List[Tuple[int, 
     """Chunk ``name`` taken from ``backlog`` into ``hold`` (a directory only its owner writes), the tasks
     ``pick`` chooses renamed to ``dest(task)``, the rest put back under the same name. The tasks moved, or
     None when the chunk was not there (taken by another, or gone). Each step leaves what ``settle`` completes."""
-    take, rest = hold / (TAKE + name), hold / (REST + name)
+    ranges = take(backlog, name, hold)
+    return None if ranges is None else cut(backlog, name, hold, ranges, pick, dest)
+
+
+def take(backlog: Path, name: str, hold: Path) -> Optional[List[Tuple[int, int]]]:
+    """A chunk renamed whole into ``hold`` (``.take.<name>``) and read there, where no one else changes it."""
     try:
-        os.rename(backlog / name, take)
+        os.rename(backlog / name, hold / (TAKE + name))
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return parse_ranges(read(hold / (TAKE + name)))
+
+
+def cut(backlog: Path, name: str, hold: Path, ranges: List[Tuple[int, int]], pick: Callable[
+        [List[Tuple[int, int]]], Tuple[List[int], List[Tuple[int, int]]]], dest: Callable[[str], Path]) -> List[str]:
+    """The rest of a chunk taken (``take``) written beside it, the chosen tasks made, the chunk let go, then
+    the tasks moved and the rest put back into the backlog."""
     qid = name.rsplit(".", 1)[0]
-    chosen, left = pick(parse_ranges(read(take)))
+    take_path, rest = hold / (TAKE + name), hold / (REST + name)
+    chosen, left = pick(ranges)
     tasks = [f"{qid}_{i}" for i in chosen]
     if left:
         with open(rest, "w") as f:
@@ -112,8 +125,34 @@ def split(backlog: Path, name: str, hold: Path, pick: Callable[[List[Tuple[int, 
     for task in tasks:          # the tasks exist only as files now: the chunk is still whole in .take
         with open(hold / task, "w"):
             pass
-    os.unlink(take)             # from here the tasks and the rest are each in one place
+    os.unlink(take_path)        # from here the tasks and the rest are each in one place
     return finish(backlog, hold, name, tasks, dest)
+
+
+def in_splits(directory: Path, tasks_too: bool = False) -> Dict[str, Set[int]]:
+    """The tasks a split in progress holds in ``directory`` (a pilot's, or the supervisor's hold): a ``.take``
+    stands for its whole chunk, else its ``.rest`` counts, and (``tasks_too``: a hold, whose task files are on
+    their way out) its task files not covered by a ``.take``."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    out: Dict[str, Set[int]] = {}
+    whole: Set[str] = set()
+    for n in names:
+        if n.startswith(TAKE):
+            qid = n[len(TAKE):].rsplit(".", 1)[0]
+            tasks = set(members(parse_ranges(read(directory / n))))
+            out.setdefault(qid, set()).update(tasks)
+            whole.update(f"{qid}_{i}" for i in tasks)
+    for n in names:
+        if n.startswith(REST) and (TAKE + n[len(REST):]) not in names:
+            out.setdefault(n[len(REST):].rsplit(".", 1)[0], set()).update(members(parse_ranges(read(directory / n))))
+        elif tasks_too and "_" in n and "." not in n and n not in whole:
+            qid, _, i = n.rpartition("_")
+            if i.isdigit():
+                out.setdefault(qid, set()).add(int(i))
+    return out
 
 
 def finish(backlog: Path, hold: Path, name: str, tasks: Sequence[str], dest: Callable[[str], Path]) -> List[str]:
@@ -158,8 +197,13 @@ def settle(backlog: Path, hold: Path) -> int:
 
 
 def waiting(root: Path) -> Dict[str, Set[int]]:
-    """Every waiting task by submission: the backlog's chunks and ``ready/``'s single tasks."""
+    """Every waiting task by submission: the backlog's chunks, ``ready/``'s single tasks, and the chunks in a
+    split (a pilot's, or the supervisor's: between two places, still waiting)."""
     out: Dict[str, Set[int]] = {}
+    splits = [(root / s / p, False) for s in ("live", "fenced") for p in entries(root / s)]
+    for d, tasks_too in splits + [(root / ".hold" / h, True) for h in _all(root / ".hold")]:
+        for qid, tasks in in_splits(d, tasks_too).items():
+            out.setdefault(qid, set()).update(tasks)
     for name in entries(root / "backlog"):
         out.setdefault(name.rsplit(".", 1)[0], set()).update(members(parse_ranges(read(root / "backlog" / name))))
     for task in entries(root / "ready"):
@@ -167,6 +211,13 @@ def waiting(root: Path) -> Dict[str, Set[int]]:
         if i.isdigit():
             out.setdefault(qid, set()).add(int(i))
     return out
+
+
+def _all(path: Path) -> List[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def held_in(root: Path, state: str) -> Dict[str, Set[int]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from hpcrun.backends.late.config import PilotConfig
 from hpcrun.backends.late.figures import _seconds
 from hpcrun.backends.late.queue import (
     Claim,
@@ -52,40 +53,6 @@ from hpcrun.backends.scheduler.base import (
 
 FAILING_MAX = 3
 READ_AGAIN_S = 2.0   # a queue question this soon after a reading of the same submissions is answered from it
-
-
-@dataclass(frozen=True)
-class PilotConfig:
-    """What the manifest says of the pilots (``pilots`` table)."""
-
-    queue: str                 # the queue directory (absolute, on the shared filesystem)
-    script: str                # the pilot's batch script
-    name: str                  # the pilots' job name
-    slots: int                 # inputs a pilot runs at once
-    max_pilots: int            # pilots at once (nodes the campaign may use)
-    max_queued: Optional[int]  # the site's and campaign's cap on queued jobs
-    lease_s: float             # a pilot silent this long is fenced
-    input_s: float             # each input's expected time before any has run
-    input_limit_s: int         # each input's time limit (a retry may change it)
-    walltime_s: int            # each pilot's
-    chains: int = 1            # CPUs of each input (its chains)
-    seats: Tuple[PilotSeat, ...] = ()       # the clusters pilots go to (one, unnamed, on one cluster)
-    move_after_s: Optional[float] = None    # site.move_pending_after: pilots pending this long are handed off
-    outputs: str = ""          # the outputs location the claims' outputs are placed in (this generation's)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PilotConfig:
-        seats = tuple(PilotSeat.from_dict(s) for s in d.get("seats") or ()) or (
-            PilotSeat(None, str(d["script"]), int(d["max_pilots"]), d.get("max_queued")),)
-        return cls(str(d["queue"]), str(d["script"]), str(d["name"]), int(d["slots"]), int(d["max_pilots"]),
-                   d.get("max_queued"), float(d.get("lease_s", 120)), float(d.get("input_s", 600)),
-                   int(d.get("input_limit_s", 600)), int(d.get("walltime_s", 3600)), int(d.get("chains", 1)),
-                   seats, d.get("move_after_s"), str(d.get("outputs") or ""))
-
-    @property
-    def several(self) -> bool:
-        return len(self.seats) > 1
-
 
 
 class Pilots(Scheduler):
@@ -185,13 +152,14 @@ class Pilots(Scheduler):
         self._last_read = (time.monotonic(), ours, mine)
         claims = {c.task: c for c in self.q.claims()}
         held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
-        waiting, cancelled = self.q.waiting(), self.q.in_state("cancelled")
+        waiting, cancelled, withdrawn = self.q.waiting(), self.q.in_state("cancelled"), self.q.in_state("withdrawn")
         for qid in ours:
             desc = self.q.submission(qid)
             if desc is None:
                 continue
             _script, _limit, tag, indices, outputs = desc
-            ask = {"waiting": waiting.get(qid, set()), "cancelled": cancelled.get(qid, set())}
+            ask = {"waiting": waiting.get(qid, set()), "cancelled": cancelled.get(qid, set()),
+                   "withdrawn": withdrawn.get(qid, set())}
             for i in indices:
                 task = f"{qid}_{i}"
                 if in_flight is not None and task not in in_flight:   # its end is recorded: nothing new
@@ -221,7 +189,12 @@ class Pilots(Scheduler):
             return Record(task, claim_id, tag, state, f"{rc or 0}:0", reason, elapsed,
                           _seconds(cpu), self.config.chains, node, _local_time(start), _local_time(end),
                           int(rss) * 1024 if rss else None)
-        return None
+        if i in ask.get("withdrawn", ()):   # a new generation took it: its input runs there
+            return None
+        # in none of the places this reading looked, one after the other: moved between two of them meanwhile
+        # (a chunk split and put back between the look at the backlog and the look at the pilots). A task is
+        # always in one place, so it waits: never LOST, which would run it a second time
+        return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
 
     def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
               expand: bool = True, ended: bool = False) -> List[Queued]:

@@ -121,7 +121,7 @@ class Queue:
     def _publish(self, qid: str) -> None:
         stage = self.d("backlog") / f".{qid}"
         for name in _entries(stage):
-            os.rename(stage / name, self.d("backlog") / name)
+            _move(stage / name, self.d("backlog") / name)   # gone: published meanwhile (repair beside enqueue)
         (self.d("arrays") / f".{qid}.complete").touch()
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -180,6 +180,7 @@ class Queue:
         some split (a chunk all of whose tasks go, and the state is not ``ready``, renamed whole). The supervisor's
         split is held in a directory of its own (``.hold/``), which ``repair`` settles if it was cut short. The
         tasks moved; one that was not waiting (claimed meanwhile, or mid-split in a pilot) is not."""
+        self.make()
         wanted: Dict[str, Set[int]] = {}
         moved: Set[str] = set()
         for task in tasks:
@@ -199,15 +200,22 @@ class Queue:
         _write_new(hold / "state", state + "\n")
         for name in names:
             qid = name.rsplit(".", 1)[0]
-            every = list(L.members(L.parse_ranges(_read(backlog / name))))
-            if not any(i in wanted[qid] for i in every):
+            if not any(i in wanted[qid] for i in L.members(L.parse_ranges(_read(backlog / name)))):
+                continue   # a glance first: most chunks hold none of them, and stay where they are
+            ranges = L.take(backlog, name, hold)   # read again where no one else changes it
+            if ranges is None:
                 continue
-            whole = state != "ready" and all(i in wanted[qid] for i in every)
-            if whole and _move(backlog / name, self.d(state) / name):
+            every = list(L.members(ranges))
+            if state != "ready" and all(i in wanted[qid] for i in every):   # the whole chunk goes as it is
+                os.rename(hold / (L.TAKE + name), self.d(state) / name)
                 moved.update(f"{qid}_{i}" for i in every)
                 continue
-            moved.update(L.split(backlog, name, hold, L.pick_in(wanted[qid]), lambda t: self.d(state) / t) or [])
-        shutil.rmtree(hold, ignore_errors=True)
+            moved.update(L.cut(backlog, name, hold, ranges, L.pick_in(wanted[qid]), lambda t: self.d(state) / t))
+        try:   # a task that could not be moved stays in the hold: repair settles it, never deleted
+            os.unlink(hold / "state")
+            os.rmdir(hold)
+        except OSError:
+            pass
         return moved
 
     # -- reading pilots and claims ---------------------------------------------------------

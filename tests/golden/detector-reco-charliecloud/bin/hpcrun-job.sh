@@ -41,6 +41,20 @@ HPCRUN_STEMS=()
 HPCRUN_OUTPUT_NAMES=()
 HPCRUN_CHECKSUMS=()
 HPCRUN_SIZES=()
+# shellcheck disable=SC2329  # called below
+task_rows() {
+  # $1 a job index: its rows of tasks.tsv, read where tasks.idx says they start (two reads, whatever the plan's
+  # size), or, without the index or where it does not agree, found by a scan
+  local off="" rows
+  off=$(tail -c +$(( ($1 - 0) * 21 + 1 )) "$HPCRUN_PLAN_DIR/tasks.idx" 2>/dev/null \
+        | head -c 20) || true
+  if [[ "$off" =~ ^[0-9]+$ ]]; then
+    rows=$(tail -c +$(( 10#$off + 1 )) "$HPCRUN_PLAN_DIR/tasks.tsv" | awk -F '\t' -v i="$1" '$1 == i { print; next } { exit }') || true
+    if [ -n "$rows" ]; then printf '%s\n' "$rows"; return 0; fi
+  fi
+  awk -F '\t' -v i="$1" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv"
+}
+HPCRUN_TASK_ROWS=$(task_rows "$HPCRUN_JOB_INDEX") || true
 while IFS=$'\t' read -r _index name chains path events stem output checksum size; do
   HPCRUN_JOB=$name
   HPCRUN_CHAINS_PER_NODE=$chains
@@ -50,7 +64,7 @@ while IFS=$'\t' read -r _index name chains path events stem output checksum size
   HPCRUN_OUTPUT_NAMES+=("$output")
   HPCRUN_CHECKSUMS+=("$checksum")
   HPCRUN_SIZES+=("$size")
-done < <(awk -F '\t' -v i="$HPCRUN_JOB_INDEX" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv")
+done <<< "$HPCRUN_TASK_ROWS"
 [ -n "$HPCRUN_JOB" ] || { log "no task $HPCRUN_JOB_INDEX in $HPCRUN_PLAN_DIR/tasks.tsv"; exit "$EXIT_SETUP"; }
 export HPCRUN_JOB HPCRUN_CHAINS_PER_NODE
 export HPCRUN_NCHAINS=$(( HPCRUN_NODES * HPCRUN_CHAINS_PER_NODE ))
@@ -61,7 +75,7 @@ export HPCRUN_OUTDIR="${DW_JOB_STRIPED%/}"/out
 export HPCRUN_DB_PORT=$(( 20000 + ${HPCRUN_JOB_ID:-0} % 10000 ))
 export HPCRUN_DB_HOST=localhost
 mkdir -p "$HPCRUN_RUNDIR"
-awk -F '\t' -v i="$HPCRUN_JOB_INDEX" '$1 == i' "$HPCRUN_PLAN_DIR/tasks.tsv" > "$HPCRUN_RUNDIR/inputs.tsv"
+printf '%s\n' "$HPCRUN_TASK_ROWS" > "$HPCRUN_RUNDIR/inputs.tsv"
 HPCRUN_GENERATION=1
 log "job $HPCRUN_JOB: ${#HPCRUN_INPUTS[@]} input(s), $HPCRUN_NCHAINS chain(s) on $HPCRUN_NODES node(s), release ${HPCRUN_RELEASE:-(none)}, generation $HPCRUN_GENERATION"
 
