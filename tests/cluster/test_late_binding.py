@@ -252,9 +252,17 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
             regenerated = True
             log.append(f"{now()} generation 2 planned (release late-2)")
         if slowed is None and crashed and ages and 113 <= min(ages) and max(ages) <= 130:
-            ready = sorted((c.plan / "queue" / "ready").iterdir())
-            if ready:   # a waiting input that will outlast the pilot that claims it, whichever it is
-                slowed = ready[0].name
+            from hpcrun.backends.late.queue import Queue
+            q = Queue(c.plan / "queue")
+            waiting = sorted(f"{qid}_{i}" for qid, idx in q.waiting().items() for i in idx)
+            # a waiting input that will outlast the pilot that claims it, whichever it is: taken out of its
+            # chunk into ready/ (as a locality hint is), which a pilot claims before any chunk
+            got = sorted(q.extract(waiting[:1], "ready")) if waiting else []
+            if got:
+                slowed = got[0]
+                for made in (q.d("ready"), q.root / ".hold"):   # made as root here: the test user's again
+                    if made.exists():
+                        slurm_cluster.chown(made)
                 slurm_cluster.write(markers / f"r{int(slowed.rsplit('_', 1)[1]):05d}.dat.slow", "once\n")
                 log.append(f"{now()} input {slowed} made to outlast its pilot's walltime")
         time.sleep(1)
