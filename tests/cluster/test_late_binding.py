@@ -157,6 +157,24 @@ SLOW_CHAIN = ('m="$0/$(basename "$1").slow"; if [ -e "$m" ]; then rm -f "$m"; sl
               '&& printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$4"')
 
 
+def _input_of(plan: Path, task: str):
+    """The input a queue task runs: its submission's script, that script's first job in the manifest, the
+    job's row in the task table beside the script (or the plan's)."""
+    qid, _, i = task.rpartition("_")
+    script = _read_or_empty(plan / "queue" / "arrays" / qid).split("\t")[0]
+    scripts = json.loads((plan / "manifest.json").read_text())["scripts"]
+    entry = next((s for s in scripts if script and s.get("path") == os.path.relpath(script, plan)), None)
+    if entry is None:
+        return None
+    job = str(entry["jobs"][0] + int(i))
+    for tasks in (Path(script).parent.parent / "tasks.tsv", plan / "tasks.tsv"):
+        for line in _read_or_empty(tasks).splitlines():
+            fields = line.split("\t")
+            if fields[0] == job:
+                return fields[3]
+    return None
+
+
 def _pilots_running(cluster, name: str) -> list:
     """(raw job id, node, array task id) of each running pilot: a pilot's directory is named by the first,
     scancel takes the last (Slurm 22.05 calls an array task's raw id an invalid job id)."""
@@ -255,16 +273,26 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
             from hpcrun.backends.late.queue import Queue
             q = Queue(c.plan / "queue")
             waiting = sorted(f"{qid}_{i}" for qid, idx in q.waiting().items() for i in idx)
-            # a waiting input that will outlast the pilot that claims it, whichever it is: taken out of its
-            # chunk into ready/ (as a locality hint is), which a pilot claims before any chunk
-            got = sorted(q.extract(waiting[:1], "ready")) if waiting else []
-            if got:
-                slowed = got[0]
+            # a waiting input that will outlast the pilot that claims it, whichever it is: one hinted to a node
+            # whose (old) pilot takes its hints first, or one nobody's hint, taken out of its chunk into ready/
+            # (as a hint is), which a pilot claims before any chunk
+            nodes = {_read_or_empty(d / "info").split("\t")[0].split(".")[0] for d in q.d("live").iterdir()}
+            hinted = {t.name: n.name for n in q.d("near").iterdir() for t in n.iterdir()} \
+                if q.d("near").is_dir() else {}
+            pick = [t for t in waiting if hinted.get(t) in nodes] or [t for t in waiting if t not in hinted]
+            source = _input_of(c.plan, pick[0]) if pick else None
+            if source:   # marked first, then put where the next claim takes it
+                slurm_cluster.write(markers / f"{os.path.basename(source)}.slow", "once\n")
+                got = [pick[0]] if (q.d("ready") / pick[0]).exists() else sorted(q.extract(pick[:1], "ready"))
                 for made in (q.d("ready"), q.root / ".hold"):   # made as root here: the test user's again
                     if made.exists():
                         slurm_cluster.chown(made)
-                slurm_cluster.write(markers / f"r{int(slowed.rsplit('_', 1)[1]):05d}.dat.slow", "once\n")
-                log.append(f"{now()} input {slowed} made to outlast its pilot's walltime")
+                slowed = got[0] if got else None
+                if slowed:
+                    log.append(f"{now()} input {slowed} ({os.path.basename(source)}) made to outlast its pilot's "
+                               "walltime")
+                else:
+                    (markers / f"{os.path.basename(source)}.slow").unlink(missing_ok=True)
         time.sleep(1)
     out = sup.stdout.read()
     log.append(f"{now()} supervisor ended {sup.returncode}")
