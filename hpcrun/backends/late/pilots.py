@@ -17,16 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from hpcrun.backends.late.changes import Changes, claim_record, commit_record, read_changes, waiting_record
 from hpcrun.backends.late.config import PilotConfig
-from hpcrun.backends.late.figures import _seconds
 from hpcrun.backends.late.queue import (
     Claim,
     Queue,
     _entries,
-    _local_time,
     _read,
     _write_new,
-    epoch,
 )
 from hpcrun.backends.late.seats import (
     PilotSeat,
@@ -175,26 +173,38 @@ class Pilots(Scheduler):
         """A task's record: held (RUNNING), waiting (PENDING), cancelled while waiting, or committed (read from
         ``done/``, the one file read: the others come from this reading's listings)."""
         if claim is not None:
-            return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
-                          _local_time(claim.start) if claim.start else None, None)
+            return claim_record(task, tag, claim)
         if i in ask["waiting"]:
-            return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
+            return waiting_record(task, tag, held)
         if i in ask["cancelled"]:
-            return Record(task, task, tag, "CANCELLED", "0:0", "", None, None, None, "", None, None)
+            return waiting_record(task, tag, "", "CANCELLED")
         res = self.q.committed(task, outputs)
         if res is not None:
-            # task claim pilot slot node start end rc state cpu_s maxrss_kb placed, why it failed after
-            _t, claim_id, _pilot, _slot, node, start, end, rc, state, cpu, rss, _placed, reason = res
-            elapsed = epoch(end) - epoch(start) if start and end else None
-            return Record(task, claim_id, tag, state, f"{rc or 0}:0", reason, elapsed,
-                          _seconds(cpu), self.config.chains, node, _local_time(start), _local_time(end),
-                          int(rss) * 1024 if rss else None)
+            return commit_record(task, tag, res, self.config.chains)
         if i in ask.get("withdrawn", ()):   # a new generation took it: its input runs there
             return None
         # in none of the places this reading looked, one after the other: moved between two of them meanwhile
         # (a chunk split and put back between the look at the backlog and the look at the pilots). A task is
         # always in one place, so it waits: never LOST, which would run it a second time
-        return Record(task, task, tag, "PENDING", "0:0", held, None, None, None, "", None, None)
+        return waiting_record(task, tag, held)
+
+    def changes(self, running: Collection[str], reader: str) -> Changes:
+        """What changed in the queue since ``reader`` (a state store) last recorded it (changes.py): a poll
+        of 10^6 waiting tasks reads the claims, the journals' new lines and the new cancels, not the tasks.
+        ``running``: the tasks the store has running."""
+        described: Dict[str, Optional[Tuple[str, str]]] = {}
+
+        def describe(qid: str) -> Optional[Tuple[str, str]]:
+            if qid not in described:
+                desc = self.q.submission(qid)
+                described[qid] = (desc[2], desc[4]) if desc else None
+            return described[qid]
+        held = _read(self.q.root / "held").strip() or "None"
+        return read_changes(self.q, running, reader, describe, held, self.config.chains)
+
+    def held(self) -> str:
+        """Why no pilot starts ("" when nothing holds them): the reason of every waiting task."""
+        return _read(self.q.root / "held").strip()
 
     def queue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = (), user: Optional[str] = None,
               expand: bool = True, ended: bool = False) -> List[Queued]:

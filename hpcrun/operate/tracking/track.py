@@ -51,6 +51,7 @@ from hpcrun.operate.plandir import (
 from hpcrun.operate.results import IN_FLIGHT, JobRow, StatusReport, outcome_of  # noqa: F401  (re-exported)
 from hpcrun.operate.submission.finalize import finalize_summary
 from hpcrun.operate.tracking import budget, outages
+from hpcrun.operate.tracking.changed import follows_changes, observe_changes
 from hpcrun.operate.tracking.clusterview import cluster_figures
 from hpcrun.operate.tracking.inflight import after_recording, in_flight
 from hpcrun.operate.tracking.lookup import Found, index_of, match
@@ -422,12 +423,19 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     poller.note_outages(known_outages, dt.datetime.now(dt.timezone.utc))
     fin = _finalize_in_flight(store, campaign.id) if manifest.finalize else None
     extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
-    changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
+    late = follows_changes(poller)   # late binding: the queue says what changed (no list of what is in flight)
+    if late:
+        changes, ended, acct_s, advance = observe_changes(poller, store, campaign.id, extra)
+    else:
+        changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
     recorded = set(store.record_transitions(campaign.id, changes))
     observed = len(recorded)
-    after_recording(store, campaign.id, active, changes, observed)
+    if not late:
+        after_recording(store, campaign.id, active, changes, observed)
     ended = [(a, raw) for a, raw in ended if a.id in recorded]   # not those another poller recorded first
     provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
+    if late:
+        advance()   # recorded: the queue's cursor moves past what was read
     if fin is not None:
         observe_finalize(poller, store, fin)
     report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting, bool(manifest.export))

@@ -52,21 +52,44 @@ class Observations(StoreBase):
                 out.setdefault(int(sid), []).append((int(iid), path))
         return out
 
-    def active_submissions(self, campaign_id: int) -> List[ActiveSubmission]:
-        """The latest submission of every job in flight (inputs submitted or running), for a status poll,
-        in the order they were made.
+    def active_submissions(self, campaign_id: int, states: Sequence[str] = ("submitted", "running")
+                           ) -> List[ActiveSubmission]:
+        """The latest submission of every job in flight (inputs submitted or running; ``states``: only
+        those), for a status poll, in the order they were made.
 
         Read with the driver's own cursor: at 10^5 jobs in flight SQLAlchemy's rows and the UTC type's
         conversion of each timestamp cost more than the query (one submit time per array: converted once).
         One row per input, not grouped (grouping and ordering in SQL cost twice the join): the inputs of
         one submission are one plan job's, with its index and name, so the first row of each is kept."""
-        t, s = schema.input_file, schema.submission
-        query = (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, type_coerce(s.c.submitted_at, NullType()),
-                        t.c.job_index, t.c.job_name, s.c.cluster)
-                 .select_from(t.join(s, t.c.last_submission_id == s.c.id))
-                 .where(t.c.campaign_id == campaign_id, t.c.state.in_(("submitted", "running"))))
+        t = schema.input_file
         with self._read() as conn:
-            rows = self._raw_rows(conn, query)
+            rows = self._raw_rows(conn, self._latest().where(t.c.campaign_id == campaign_id, t.c.state.in_(states)))
+        return self._as_active(rows)
+
+    def submissions_of(self, campaign_id: int, tasks: Sequence[Tuple[str, int]]) -> List[ActiveSubmission]:
+        """The latest submission of each (job id, array index) named, in flight or ended (a poll that reads
+        only what changed looks these up; an older attempt's is not returned: no input names it)."""
+        s = schema.submission
+        by_job: Dict[str, List[int]] = {}
+        for job_id, index in tasks:
+            by_job.setdefault(job_id, []).append(int(index))
+        rows: List[Any] = []
+        with self._read() as conn:
+            for job_id, indices in by_job.items():
+                for chunk in _id_chunks(sorted(set(indices))):
+                    rows += self._raw_rows(conn, self._latest().where(
+                        s.c.campaign_id == campaign_id, s.c.job_id == job_id, _id_in(s.c.array_index, chunk)))
+        return self._as_active(rows)
+
+    @staticmethod
+    def _latest() -> Any:
+        t, s = schema.input_file, schema.submission
+        return (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state, type_coerce(s.c.submitted_at, NullType()),
+                       t.c.job_index, t.c.job_name, s.c.cluster)
+                .select_from(t.join(s, t.c.last_submission_id == s.c.id)))
+
+    @staticmethod
+    def _as_active(rows: Sequence[Any]) -> List[ActiveSubmission]:
         first: Dict[int, Any] = {}
         for r in rows:
             first.setdefault(r[0], r)

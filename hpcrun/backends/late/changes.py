@@ -1,0 +1,173 @@
+"""What changed in the queue since a poll last recorded it: a round of a late-bound campaign reads only that.
+
+A poll must not cost what the campaign holds (10^6 waiting inputs): waiting tasks are not looked at, they
+wait as the store knows them. What changes a task's recorded state is one of four things, each read here:
+
+1. a claim (``live/`` and ``fenced/``: as many as the slots) of a task the store does not have running;
+2. a commit: the journals' lines (``results/<pilot>``), read from the cursor on;
+3. a cancel of a waiting task: an entry of ``cancelled/`` not seen before;
+4. a task the store has running that is no longer claimed: committed (its line may lag), cancelled, or
+   back to waiting (returned after its pilot was fenced, never lost).
+
+The cursor (each journal's offset, the ``cancelled/`` entries seen) is kept per state store in
+``queue/seen/``. The poll moves it on only after it recorded what it read, and only past lines whose tasks
+the store knows: a submission recorded after its tasks' commits (a crash between the queue and the store)
+is read again at the next poll. A cursor lost or never written reads everything once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Dict, List, Optional, Set, Tuple
+
+from hpcrun.backends.late import layout as L
+from hpcrun.backends.late.figures import _seconds
+from hpcrun.backends.late.queue import Claim, Queue, _local_time, epoch
+from hpcrun.backends.scheduler.base import Record
+
+Described = Callable[[str], Optional[Tuple[str, str]]]   # submission -> (its tag, its outputs location)
+
+
+def claim_record(task: str, tag: str, claim: Claim) -> Record:
+    """A held task: running where its pilot is."""
+    return Record(task, claim.claim_id, tag, "RUNNING", "0:0", "", None, None, None, claim.node,
+                  _local_time(claim.start) if claim.start else None, None)
+
+
+def waiting_record(task: str, tag: str, held: str, state: str = "PENDING") -> Record:
+    """A task no pilot holds: waiting (``held``: why no pilot starts), or cancelled before a claim (it ran for
+    0 s: its record is complete, as accounting's is of a job cancelled while pending)."""
+    if state == "PENDING":
+        return Record(task, task, tag, state, "0:0", held, None, None, None, "", None, None)
+    return Record(task, task, tag, state, "0:0", "", 0.0, 0.0, None, "", None, None)
+
+
+def commit_record(task: str, tag: str, res: List[str], chains: int) -> Record:
+    """A committed task from its result (``Queue.committed``: the outputs placed first)."""
+    # task claim pilot slot node start end rc state cpu_s maxrss_kb placed, why it failed after
+    _t, claim_id, _pilot, _slot, node, start, end, rc, state, cpu, rss, _placed, reason = res
+    elapsed = epoch(end) - epoch(start) if start and end else None
+    return Record(task, claim_id, tag, state, f"{rc or 0}:0", reason, elapsed, _seconds(cpu), chains, node,
+                  _local_time(start), _local_time(end), int(rss) * 1024 if rss else None)
+
+
+@dataclass
+class Cursor:
+    """How far one state store's polls have recorded the queue."""
+
+    journals: Dict[str, int] = field(default_factory=dict)   # journal -> bytes recorded
+    cancelled: Set[str] = field(default_factory=set)          # cancelled/ entries recorded
+
+    @staticmethod
+    def path(q: Queue, reader: str) -> str:
+        return str(q.root / "seen" / hashlib.sha256(reader.encode()).hexdigest()[:16])
+
+    @classmethod
+    def load(cls, q: Queue, reader: str) -> Cursor:
+        try:
+            with open(cls.path(q, reader)) as f:
+                data = json.load(f)
+            return cls({str(k): int(v) for k, v in data["journals"].items()}, set(data["cancelled"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return cls()   # none yet, or unreadable: everything is read once
+
+    def save(self, q: Queue, reader: str) -> None:
+        """Written whole (a reader sees the old cursor or the new); a plan directory this user cannot write
+        keeps the old one (the next poll reads a little more)."""
+        path = self.path(q, reader)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "w") as f:
+                json.dump({"journals": self.journals, "cancelled": sorted(self.cancelled)}, f)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass
+
+
+@dataclass
+class Changes:
+    """The records of the tasks whose state may have changed, and how to move the cursor past them."""
+
+    records: Dict[str, Record]
+    cursor: Cursor
+    reader: str
+    q: Queue
+    lines: Dict[str, List[Tuple[List[str], int]]] = field(default_factory=dict)   # journal -> (tasks, end) per line
+    entries: Dict[str, Set[str]] = field(default_factory=dict)   # new cancelled/ entry -> its tasks
+
+    def advance(self, unknown: Collection[str]) -> None:
+        """The cursor past what was read, after the poll recorded it; not past a line or an entry naming a
+        task the store does not know (``unknown``), which is read again next time."""
+        for name, lines in self.lines.items():
+            for tasks, end in lines:
+                if any(t in unknown for t in tasks):
+                    break
+                self.cursor.journals[name] = end
+        self.cursor.cancelled |= {e for e, tasks in self.entries.items() if not tasks & set(unknown)}
+        self.cursor.cancelled &= set(L.entries(self.q.d("cancelled"))) | set(self.entries)
+        self.cursor.save(self.q, self.reader)
+
+
+def read_changes(q: Queue, running: Collection[str], reader: str, describe: Described, held: str,
+                 chains: int) -> Changes:
+    """What changed since ``reader``'s cursor (``running``: the tasks the store has running)."""
+    cur = Cursor.load(q, reader)
+    out = Changes({}, cur, reader, q)
+    claims = {c.task: c for c in q.claims()}
+    for task, claim in claims.items():
+        if task not in running and (d := describe(task.rpartition("_")[0])):
+            out.records[task] = claim_record(task, d[0], claim)
+    for name in L.entries(q.d("results")):
+        out.lines[name] = _tail(q, name, cur.journals.get(name, 0))
+        for tasks, _end in out.lines[name]:
+            for task in tasks:
+                _committed(q, task, describe, chains, out.records)
+    for name in set(L.entries(q.d("cancelled"))) - cur.cancelled:
+        held_there = out.entries[name] = _held_by(q, name)
+        for task in held_there:
+            if (d := describe(task.rpartition("_")[0])) and task not in out.records:
+                out.records[task] = waiting_record(task, d[0], "", "CANCELLED")
+    for task in running:
+        if task in claims or task in out.records or not (d := describe(task.rpartition("_")[0])):
+            continue
+        if not _committed(q, task, describe, chains, out.records):
+            cancelled = (q.d("cancelled") / task).exists()
+            out.records[task] = waiting_record(task, d[0], held, "CANCELLED" if cancelled else "PENDING")
+    return out
+
+
+def _committed(q: Queue, task: str, describe: Described, chains: int, into: Dict[str, Record]) -> bool:
+    d = describe(task.rpartition("_")[0])
+    res = q.committed(task, d[1]) if d else None
+    if d is None or res is None:
+        return False
+    into[task] = commit_record(task, d[0], res, chains)
+    return True
+
+
+def _tail(q: Queue, name: str, offset: int) -> List[Tuple[List[str], int]]:
+    """The whole lines of a journal from ``offset`` on, each with its tasks and the offset after it (a line
+    a pilot is still writing waits for the next poll)."""
+    try:
+        with open(q.d("results") / name, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return []
+    out: List[Tuple[List[str], int]] = []
+    pos = 0
+    while (nl := data.find(b"\n", pos)) >= 0:
+        out.append((data[pos:nl].decode(errors="replace").split(), offset + nl + 1))
+        pos = nl + 1
+    return out
+
+
+def _held_by(q: Queue, name: str) -> Set[str]:
+    """The tasks one entry of ``cancelled/`` holds (a task file, or a chunk of ranges)."""
+    if "." not in name:
+        return {name} if name.rpartition("_")[2].isdigit() else set()
+    qid = name.rsplit(".", 1)[0]
+    return {f"{qid}_{i}" for i in L.members(L.parse_ranges(L.read(q.d("cancelled") / name)))}
