@@ -103,6 +103,7 @@ def test_a_claims_split_cut_short_anywhere_is_settled_with_every_task_once(tmp_p
     monkeypatch.undo()
     every = Counter({f"L1_{i}": 1 for i in range(1000)})
     assert _where(q.root) == every
+    assert q.waiting_count() == sum(map(len, q.waiting().values()))   # counted from the ranges, each task once
     assert q.fence("p1")
     q.release()
     assert _where(q.root) == every
@@ -281,6 +282,7 @@ def test_every_task_has_a_record_while_its_chunk_is_in_a_split(tmp_path):
     assert L.take(q.d("backlog"), other, q.d(".hold") / "x")
     records = _pilots(plan).records([qid], "", in_flight={f"{qid}_{i}" for i in range(200)})
     assert len(records) == 200 and {r.state for r in records.values()} == {"PENDING"}
+    assert q.waiting_count() == 200
 
 
 def test_a_job_reads_its_rows_where_the_index_says_not_by_a_scan(tmp_path):

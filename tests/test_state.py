@@ -608,7 +608,7 @@ def test_version_2_store_migrates_to_the_current_version(tmp_path):
                                                     created_at=dt.datetime.now(dt.timezone.utc)))
     engine.dispose()
     with _open(tmp_path) as store:
-        assert store.schema_version() == len(schema.MIGRATIONS) == 10
+        assert store.schema_version() == len(schema.MIGRATIONS) == 11
         c = store.get_campaign("old")
         assert store.add_finalize_round(c.id, "old.finalize", "ok").round == 1
         assert store.take_lease(c.id, "supervisor").epoch == 1 and store.pause(c.id) is None
@@ -618,6 +618,8 @@ def test_version_2_store_migrates_to_the_current_version(tmp_path):
     assert "adjust" in {c["name"] for c in found.get_columns("hpcrun_input")}
     assert {"failure_class", "changes", "cluster", "cancel_requested_by"} <= {
         c["name"] for c in found.get_columns("hpcrun_submission")}
+    assert {"ix_hpcrun_input_state_job", "ix_hpcrun_input_state_submission"} <= {
+        i["name"] for i in found.get_indexes("hpcrun_input")}
 
 
 def _policy(max_attempts: int, cancelled: bool = False, total: int = 10):
@@ -724,3 +726,28 @@ def test_sqlite_submit_lock_waits_names_the_holder_and_dies_with_it(tmp_path):
     finally:
         if proc.is_alive():
             proc.kill()
+
+
+def test_counts_are_read_once_a_round_unless_this_process_changes_inputs(tmp_path):
+    """Within ``one_round`` the counts per state are asked of the database once, and again after a write that
+    may change inputs (a claim), not after one that cannot (a lease, the campaign's row); outside, every time."""
+    from sqlalchemy import event
+
+    with StateStore.open(f"sqlite:///{tmp_path / 'x.db'}", mount_table=LOCAL_ONLY) as store:
+        c = store.register_campaign("m", SPEC, PROFILE)
+        store.add_inputs(c.id, [NewInput(f"/d/f{i}", job_index=i, job_name=f"j{i}") for i in range(4)])
+        asked: List[str] = []
+        event.listen(store.engine, "before_cursor_execute",
+                     lambda *a: asked.append(a[2]) if "count(" in a[2].lower() and "group by" in a[2].lower()
+                     else None)
+        with store.one_round():
+            assert store.job_counts(c.id)["pending"] == 4 and store.counts_by_state(c.id)["pending"] == 4
+            store.take_lease(c.id, "submit")
+            store.register_campaign("m", SPEC, PROFILE)
+            assert store.job_counts(c.id)["pending"] == 4 and store.counts_by_state(c.id)["pending"] == 4
+            assert len(asked) == 2
+            store.claim_jobs(c.id, [0, 1])
+            assert store.job_counts(c.id)["submitted"] == 2 and len(asked) == 3
+        store.job_counts(c.id)
+        store.job_counts(c.id)
+        assert len(asked) == 5

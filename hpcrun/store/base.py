@@ -97,6 +97,7 @@ class StoreBase:
         # the manifests whose inputs this process registered already (operate's register is idempotent, but at
         # 10^5 inputs it reads the whole job list: a supervisor does it once, not every round)
         self.registered: Set[Tuple[str, ...]] = set()
+        self.memo: Optional[Dict[Tuple[str, int], Dict[str, int]]] = None   # counts kept within a round (queries.py)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -122,7 +123,11 @@ class StoreBase:
             raise StateStoreError(f"{self.location}: {exc.orig}{hint}") from exc
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self, inputs: bool = True) -> Iterator[Connection]:
+        """One write transaction (``inputs``: it may change inputs or submissions, so counts kept within a
+        round are read again; a lease, the campaign's row or an audit line does not)."""
+        if self.memo and inputs:
+            self.memo = {}
         with self._guard(), self.engine.begin() as conn:
             for lease in self.fences.values():
                 check_fence(conn, lease, self.location)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from sqlalchemy import BigInteger, bindparam, case, cast, func, insert, select, update
@@ -44,7 +45,7 @@ class Queries(StoreBase):
         c, g = schema.campaign, schema.generation
         for _ in range(2):
             try:
-                with self._write() as conn:
+                with self._write(inputs=False) as conn:
                     row = conn.execute(select(c).where(c.c.name == name)).first()
                     if row is None:
                         conn.execute(insert(c).values(name=name, spec_digest=spec_digest,
@@ -150,18 +151,35 @@ class Queries(StoreBase):
         t = schema.input_file
         query = (select(t.c.state, func.count()).where(t.c.campaign_id == campaign_id, t.c.withdrawn_in.is_(None))
                  .group_by(t.c.state))
-        with self._read() as conn:
-            found = {state: int(n) for state, n in conn.execute(query)}
-        return {state: found.get(state, 0) for state in INPUT_STATES}
+        return self._counted("inputs", campaign_id, query)
 
     def job_counts(self, campaign_id: int) -> Dict[str, int]:
         """Plan jobs per state, every state present (a job's inputs share one state)."""
         t = schema.input_file
         query = (select(t.c.state, func.count(t.c.job_index.distinct()))
                  .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None)).group_by(t.c.state))
-        with self._read() as conn:
-            found = {state: int(n) for state, n in conn.execute(query)}
-        return {state: found.get(state, 0) for state in INPUT_STATES}
+        return self._counted("jobs", campaign_id, query)
+
+    @contextmanager
+    def one_round(self) -> Iterator[None]:
+        """Counts per state read once and kept until this process writes (or the round ends): a supervisor's
+        round asks them several times, and at 10^6 inputs each asking reads an index of 10^6 entries. Another
+        process's write meanwhile is seen at the next round, as if the counts had been read a moment earlier."""
+        self.memo = {}
+        try:
+            yield
+        finally:
+            self.memo = None
+
+    def _counted(self, what: str, campaign_id: int, query: Any) -> Dict[str, int]:
+        kept = self.memo.get((what, campaign_id)) if self.memo is not None else None
+        if kept is None:
+            with self._read() as conn:
+                found = {state: int(n) for state, n in conn.execute(query)}
+            kept = {state: found.get(state, 0) for state in INPUT_STATES}
+            if self.memo is not None:
+                self.memo[(what, campaign_id)] = kept
+        return dict(kept)
 
     def cluster_counts(self, campaign_id: int) -> Dict[Optional[str], Dict[str, int]]:
         """Plan jobs per state on each cluster (of their latest submission; never submitted: None)."""

@@ -200,10 +200,8 @@ def waiting(root: Path) -> Dict[str, Set[int]]:
     """Every waiting task by submission: the backlog's chunks, ``ready/``'s single tasks, and the chunks in a
     split (a pilot's, or the supervisor's: between two places, still waiting)."""
     out: Dict[str, Set[int]] = {}
-    splits = [(root / s / p, False) for s in ("live", "fenced") for p in entries(root / s)]
-    for d, tasks_too in splits + [(root / ".hold" / h, True) for h in _all(root / ".hold")]:
-        for qid, tasks in in_splits(d, tasks_too).items():
-            out.setdefault(qid, set()).update(tasks)
+    for qid, tasks in _in_all_splits(root):
+        out.setdefault(qid, set()).update(tasks)
     for name in entries(root / "backlog"):
         out.setdefault(name.rsplit(".", 1)[0], set()).update(members(parse_ranges(read(root / "backlog" / name))))
     for task in entries(root / "ready"):
@@ -211,6 +209,22 @@ def waiting(root: Path) -> Dict[str, Set[int]]:
         if i.isdigit():
             out.setdefault(qid, set()).add(int(i))
     return out
+
+
+def waiting_count(root: Path) -> int:
+    """How many tasks wait, counted from the backlog's ranges without listing their members (a round at 10^6
+    waiting asks this): the chunks, ``ready/`` and the splits in progress (small, counted by their tasks)."""
+    backlog = root / "backlog"
+    count = sum(hi - lo + 1 for name in entries(backlog) for lo, hi in parse_ranges(read(backlog / name)))
+    count += sum(1 for task in entries(root / "ready") if task.rpartition("_")[2].isdigit())
+    return count + sum(len(tasks) for qid, tasks in _in_all_splits(root))
+
+
+def _in_all_splits(root: Path) -> Iterator[Tuple[str, Set[int]]]:
+    """(submission, tasks) of every split in progress: the pilots' and the supervisor's holds."""
+    splits = [(root / s / p, False) for s in ("live", "fenced") for p in entries(root / s)]
+    for d, tasks_too in splits + [(root / ".hold" / h, True) for h in _all(root / ".hold")]:
+        yield from in_splits(d, tasks_too).items()
 
 
 def _all(path: Path) -> List[str]:

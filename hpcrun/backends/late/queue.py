@@ -169,7 +169,7 @@ class Queue:
         return L.waiting(self.root)
 
     def waiting_count(self) -> int:
-        return sum(len(v) for v in self.waiting().values())
+        return L.waiting_count(self.root)
 
     def in_state(self, state: str) -> Dict[str, Set[int]]:
         """The tasks ``cancelled/`` or ``withdrawn/`` holds, by submission."""

@@ -32,10 +32,10 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from hpcrun.backends.scheduler.base import PACE, SubmitUncertain, Unreachable
 from hpcrun.errors import HpcrunError, InputError
 from hpcrun.operate import plandir as plan_files
-from hpcrun.operate.campaign import forecast, generations
+from hpcrun.operate.campaign import generations
 from hpcrun.operate.manifest import Manifest
-from hpcrun.operate.metrics import Family, render, write_atomically
-from hpcrun.operate.outputs.exports import Exporter, export_families, exported_counts
+from hpcrun.operate.metrics import Family
+from hpcrun.operate.outputs.exports import Exporter, exported_counts
 from hpcrun.operate.plandir import (
     clusters_of,
     has_store,
@@ -53,6 +53,7 @@ from hpcrun.operate.submission.moves import move_stuck
 from hpcrun.operate.submission.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.supervision import events as campaign_events
 from hpcrun.operate.supervision import pilots as pilot_care
+from hpcrun.operate.supervision import round_metrics
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
 from hpcrun.operate.tracking.track import IN_FLIGHT, poll_store
@@ -179,6 +180,7 @@ class Supervisor:
         self._clusters(manifest)
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
         self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
+        self.forecast_kept: Tuple[float, List[Family]] = (0.0, [])   # when made, and its families
 
     def _clusters(self, manifest: Manifest) -> None:
         """The plan's clusters (late binding: the pilots of the generation planned last)."""
@@ -300,43 +302,8 @@ class Supervisor:
             self.last_change = time.monotonic()   # once per stall period, not every round
 
     def write_metrics(self, rnd: Round, beat_at: float) -> None:
-        if self.metrics_path is None:
-            return
-        fams = [Family("hpcrun_inputs", "Input files per state.").samples_from(rnd.inputs, "state"),
-                Family("hpcrun_plan_jobs", "Plan jobs per state.").samples_from(rnd.jobs, "state"),
-                Family("hpcrun_jobs_held", "Pending jobs held for a human (burst-buffer failure).").add(rnd.held),
-                Family("hpcrun_campaign_finished", "1 once every plan job and the finalize job settled.")
-                .add(int(rnd.finished)),
-                Family("hpcrun_supervisor_heartbeat_timestamp_seconds", "When the supervisor last finished a "
-                       "round (Unix time).").add(beat_at),
-                Family("hpcrun_supervisor_rounds_total", "Rounds of this supervisor.", "counter").add(rnd.number),
-                Family("hpcrun_supervisor_poll_interval_seconds", "Pause before the next round.").add(rnd.pause),
-                *generations.metric_families(generations.figures(self.store, self.campaign.id)),
-                *budget.families(rnd.spent), *pilot_care.families(rnd.pilots),
-                *forecast.families(forecast.of_store(self.store, self.campaign.id, self.manifest))]
-        if rnd.clusters:   # several clusters: each one's health and jobs
-            up = Family("hpcrun_cluster_up", "1 while the cluster answers and is not in maintenance.")
-            for name, state in rnd.clusters.items():
-                up.add(int(state == "up"), cluster=name)
-            per = Family("hpcrun_cluster_plan_jobs", "Plan jobs per state on each cluster (latest submission).")
-            for cluster, counts in self.store.cluster_counts(self.campaign.id).items():
-                for state, n in counts.items():
-                    per.add(n, cluster=cluster or "", state=state)
-            fams += [up, per]
-        seen = [o for o in self.outages if o.daemon not in outages.NOT_DAEMONS]   # this round's, after its probe
-        if seen:   # a daemon that did not answer once: 0 while it still does not
-            daemon_up = Family("hpcrun_scheduler_daemon_up", "0 while a daemon of the scheduler (controller, "
-                               "accounting) does not answer, 1 once it answers again.")
-            for o in seen:
-                daemon_up.add(int(not o.open), cluster=o.cluster or "", daemon=o.daemon)
-            fams.append(daemon_up)
-        if rnd.exports:
-            fams += export_families(rnd.exports)
-        for key, text in (("submitted", "Jobs and array tasks submitted by this supervisor."),
-                          ("requeued", "Failed plan jobs this supervisor sent back to pending."),
-                          ("parked", "Plan jobs this supervisor parked for a human.")):
-            fams.append(Family(f"hpcrun_supervisor_{key}_total", text, "counter").add(self.totals[key]))
-        write_atomically(self.metrics_path, render(fams, {"campaign": self.campaign.name}))
+        if self.metrics_path is not None:
+            round_metrics.write(self, rnd, beat_at, self.metrics_path)
 
 
 def _check_heartbeat(store: StateStore, campaign: Campaign, holder: str, take_over: bool) -> None:
@@ -455,7 +422,8 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
         while True:
             if not held.alive():
                 raise _LockLost()
-            rnd = sup.round(len(report.rounds) + 1)
+            with sup.store.one_round():   # counts read once a round, not once a question
+                rnd = sup.round(len(report.rounds) + 1)
             pause = next_interval(base, pause, rnd.changed) if report.rounds else base
             pause = sup.paced(pause)
             rnd.pause = 0.0 if rnd.finished and not follow else pause

@@ -46,7 +46,7 @@ class Control(StoreBase):
         t = schema.lease
         holder = holder or _whoami()
         self.fences.pop(purpose, None)
-        with self._write() as conn:
+        with self._write(inputs=False) as conn:
             row = conn.execute(select(t.c.epoch).where(t.c.campaign_id == campaign_id, t.c.purpose == purpose)
                                .with_for_update()).first()
             epoch = 1 if row is None else int(row.epoch) + 1
@@ -78,7 +78,7 @@ class Control(StoreBase):
     # -- the audit trail ---------------------------------------------------------------------
     def audit(self, campaign_id: int, command: str, detail: str, who: Optional[str] = None) -> None:
         """Record an operator's (or the supervisor's) state-changing action."""
-        with self._write() as conn:
+        with self._write(inputs=False) as conn:
             self._audit(conn, campaign_id, command, detail, who)
 
     @staticmethod

@@ -47,7 +47,7 @@ class Supervision(StoreBase):
              poll_interval_s: Optional[float]) -> bool:
         """Record a round; False when another supervisor has taken the row over (this one must stop)."""
         t = schema.supervisor
-        with self._write() as conn:
+        with self._write(inputs=False) as conn:
             done = conn.execute(update(t).where(t.c.campaign_id == campaign_id, t.c.holder == holder).values(
                 heartbeat_at=_now(), rounds=rounds, phase=phase, note=note[:4000],
                 poll_interval_s=poll_interval_s))
@@ -104,7 +104,7 @@ class Supervision(StoreBase):
         key = (t.c.campaign_id == campaign_id, t.c.cluster == (cluster or ""), t.c.daemon == daemon,
                t.c.ended_at.is_(None))
         now = _now()
-        with self._write() as conn:
+        with self._write(inputs=False) as conn:
             row = conn.execute(select(t.c.detail, t.c.since).where(*key)).first()
             if row is None:
                 return None

@@ -43,6 +43,7 @@ from sqlalchemy.engine import Connection
 
 from hpcrun.store.sql.coltypes import ID, NAMING, UTCDateTime
 from hpcrun.store.sql.schema_v10 import v10_columns, v10_tables
+from hpcrun.store.sql.schema_v11 import v11, v11_indexes
 
 INPUT_STATES = ("pending", "submitted", "running", "done", "failed", "parked")
 
@@ -354,6 +355,7 @@ def _current_tables(md: MetaData) -> Dict[str, Table]:
                 tables[name].append_column(column)
     Index("ix_hpcrun_input_campaign_id_job_index", tables["hpcrun_input"].c.campaign_id,
           tables["hpcrun_input"].c.job_index)
+    v11_indexes(tables["hpcrun_input"])
     return tables
 
 
@@ -446,6 +448,7 @@ MIGRATIONS: Sequence[Migration] = (
               _creates(lambda md: [_v9_outages(md)], _v9_columns())),
     Migration(10, "generations of a campaign (of each input and submission); provenance of each output",
               _creates(v10_tables, v10_columns())),
+    Migration(11, "indexes of inputs by state, then job or submission (a round at 10^6 inputs)", v11),
 )
 
 
