@@ -92,6 +92,43 @@ def test_a_cancel_and_a_claim_returned_after_a_fence_are_each_recorded(tmp_path,
     assert track.poll(plan).observed == 0
 
 
+def test_a_line_whose_commit_cannot_be_read_holds_the_cursor_and_the_others_are_recorded_once(tmp_path, no_full_read):
+    """A journal's line naming a task with no readable result (an NFS client's cached miss; a task the store has
+    no submission for) holds the cursor there: read again at every poll, while the lines before and after it
+    are recorded once."""
+    plan = _plan(tmp_path, _spec(tmp_path, 3, ["/bin/cp", "{input}", "{output}"]))
+    submit(plan)
+    _wait(_pilot(plan, "702"), 60)
+    q = Queue(plan / "queue")
+    journal = next(q.d("results").iterdir())
+    lines = journal.read_text().splitlines()
+    ghost = lines[0].rpartition("_")[0] + "_77"
+    journal.write_text("\n".join([lines[0], ghost, *lines[1:]]) + "\n")
+    with open_plan_store(plan) as store:
+        reader = store.location
+    assert track.poll(plan).observed == 3 and _states(plan) == {"done": 3}
+    assert Cursor.load(q, reader).journals[journal.name] == len(lines[0]) + 1
+    assert track.poll(plan).observed == 0 and _states(plan) == {"done": 3}
+    assert Cursor.load(q, reader).journals[journal.name] == len(lines[0]) + 1
+
+
+def test_a_committed_token_still_listed_does_not_turn_its_end_back_to_running(tmp_path, no_full_read):
+    """A pilot killed between its journal line and the unlink of its token: the end is recorded, and the token
+    still in the pilot's directory is not taken for a claim."""
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/cp", "{input}", "{output}"]))
+    submit(plan)
+    _wait(_pilot(plan, "703"), 60)
+    assert track.poll(plan).observed == 2
+    q = Queue(plan / "queue")
+    task = sorted(p.name for p in q.d("done").iterdir())[0]
+    stale = q.d("live") / "704"
+    stale.mkdir(parents=True)
+    (stale / "info").write_text("n1\t2\t0\t\n")
+    (stale / task).write_text((q.d("done") / task).read_text())
+    assert [c.task for c in q.claims(("live",))] == [task]
+    assert track.poll(plan).observed == 0 and _states(plan) == {"done": 2}
+
+
 def test_a_commit_the_store_cannot_place_yet_is_read_again_and_the_others_are_not(tmp_path):
     """A journal's line naming a task the store has no submission for (a crash between the queue and the
     store) holds the cursor there; the lines after it are read again too, and recorded once."""
@@ -111,5 +148,5 @@ def test_a_commit_the_store_cannot_place_yet_is_read_again_and_the_others_are_no
     assert Cursor.load(q, "store").journals[journal.name] == len(lines[0]) + 1
     second = read_changes(q, (), "store", describe, "", 1)
     assert set(second.records) == set(lines[1:])     # read again from the unknown line on
-    second.advance(set())
-    assert read_changes(q, (), "store", describe, "", 1).records == {}
+    second.advance(set())   # the line still names a task whose result cannot be read: held there
+    assert set(read_changes(q, (), "store", describe, "", 1).records) == set(lines[1:])

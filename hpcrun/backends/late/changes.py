@@ -80,9 +80,10 @@ class Cursor:
         path = self.path(q, reader)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path + ".tmp", "w") as f:
+            tmp = f"{path}.{os.getpid()}.tmp"   # two readers saving at once each write their own
+            with open(tmp, "w") as f:
                 json.dump({"journals": self.journals, "cancelled": sorted(self.cancelled)}, f)
-            os.replace(path + ".tmp", path)
+            os.replace(tmp, path)
         except OSError:
             pass
 
@@ -97,16 +98,19 @@ class Changes:
     q: Queue
     lines: Dict[str, List[Tuple[List[str], int]]] = field(default_factory=dict)   # journal -> (tasks, end) per line
     entries: Dict[str, Set[str]] = field(default_factory=dict)   # new cancelled/ entry -> its tasks
+    unread: Set[str] = field(default_factory=set)   # named by a line or an entry, but no record read (read again)
 
     def advance(self, unknown: Collection[str]) -> None:
         """The cursor past what was read, after the poll recorded it; not past a line or an entry naming a
-        task the store does not know (``unknown``), which is read again next time."""
+        task the store does not know or did not take (``unknown``), nor one whose record could not be read:
+        each is read again next time."""
+        unknown = set(unknown) | self.unread
         for name, lines in self.lines.items():
             for tasks, end in lines:
                 if any(t in unknown for t in tasks):
                     break
                 self.cursor.journals[name] = end
-        self.cursor.cancelled |= {e for e, tasks in self.entries.items() if not tasks & set(unknown)}
+        self.cursor.cancelled |= {e for e, tasks in self.entries.items() if not tasks & unknown}
         self.cursor.cancelled &= set(L.entries(self.q.d("cancelled"))) | set(self.entries)
         self.cursor.save(self.q, self.reader)
 
@@ -124,11 +128,14 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
         out.lines[name] = _tail(q, name, cur.journals.get(name, 0))
         for tasks, _end in out.lines[name]:
             for task in tasks:
-                _committed(q, task, describe, chains, out.records)
+                if not _committed(q, task, describe, chains, out.records):   # a line names only commits
+                    out.unread.add(task)
     for name in set(L.entries(q.d("cancelled"))) - cur.cancelled:
         held_there = out.entries[name] = _held_by(q, name)
         for task in held_there:
-            if (d := describe(task.rpartition("_")[0])) and task not in out.records:
+            if not (d := describe(task.rpartition("_")[0])):
+                out.unread.add(task)
+            elif task not in out.records:
                 out.records[task] = waiting_record(task, d[0], "", "CANCELLED")
     for task in running:
         if task in claims or task in out.records or not (d := describe(task.rpartition("_")[0])):

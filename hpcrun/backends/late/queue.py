@@ -343,8 +343,8 @@ class Queue:
             for task in _entries(base):
                 if "_" not in task or "." in task:
                     continue
-                if (self.d("done") / task).exists():
-                    with open(self.d("results") / pilot, "a") as journal:
+                if (self.d("done") / task).exists():   # a journal of its own: the stalled pilot may still append
+                    with open(self.d("results") / f"released-{pilot}", "a") as journal:
                         journal.write(task + "\n")
                     continue
                 token = _read(base / task)

@@ -14,10 +14,11 @@ import time
 from typing import Any, Callable, List, Sequence, Set, Tuple
 
 from hpcrun.backends.late.pilots import Pilots
-from hpcrun.backends.scheduler.base import AccountingUnreachable, normalize_state
+from hpcrun.backends.scheduler.base import TERMINAL, AccountingUnreachable, normalize_state
 from hpcrun.store.records import ActiveSubmission, NewStateChange
 from hpcrun.store.store import StateStore
 
+ENDED = frozenset(TERMINAL) | {"LOST"}
 Poller = Any   # hpcrun.operate.tracking.track.Poller (which imports this module)
 Observed = Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float, Callable[[], None]]
 
@@ -49,6 +50,8 @@ def observe_changes(poller: Poller, store: StateStore, campaign_id: int,
         a = by_task.get(task)
         if a is None:   # its submission is not recorded yet: read again at the next poll
             unknown.add(task)
+            continue
+        if a.last_state in ENDED and rec.state not in ENDED:   # a commit's token still listed: the end stands
             continue
         seen = poller._from_record(a, rec, now)
         if seen is None:

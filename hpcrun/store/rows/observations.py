@@ -9,7 +9,7 @@ from sqlalchemy import func, insert, select, text, type_coerce, update
 from sqlalchemy.types import NullType
 
 from hpcrun.backends.scheduler.base import INPUT_STATE_OF, normalize_state
-from hpcrun.store.base import _IN_CHUNK, StateStoreError, StoreBase, _failure_reason, _now
+from hpcrun.store.base import StateStoreError, StoreBase, _failure_reason, _now
 from hpcrun.store.records import (
     ActiveSubmission,
     FinalizeRecord,
@@ -21,6 +21,7 @@ from hpcrun.store.sql import schema
 
 # a state change's columns taken as observed (its state is normalized, its time defaults to the poll's)
 _ID_CHUNK = 20000   # ids written into one IN (...) list as literals (they are our own integers)
+SCAN_ABOVE = 50000  # more ids than this: one scan of the table beats looking each up by its key
 
 
 def _id_chunks(ids: Sequence[int]) -> Any:
@@ -44,10 +45,11 @@ class Observations(StoreBase):
         out: Dict[int, List[Tuple[int, str]]] = {}
         wanted = set(submission_ids)
         with self._read() as conn:
-            if len(wanted) > 5 * _IN_CHUNK:  # many (a poll where a whole campaign ended): one scan of the links
+            if len(wanted) > SCAN_ABOVE:  # many (a poll where a whole campaign ended): one scan of the links
                 rows: Any = (r for r in conn.execute(query) if r[0] in wanted)
-            else:
-                rows = self._rows_in(conn, query, link.c.submission_id, list(wanted))
+            else:   # a few thousand among 10^6 (a late-bound round): by the key, ids written into the statement
+                rows = [r for chunk in _id_chunks(sorted(wanted))
+                        for r in conn.execute(query.where(_id_in(link.c.submission_id, chunk)))]
             for sid, iid, path in rows:
                 out.setdefault(int(sid), []).append((int(iid), path))
         return out
@@ -67,9 +69,13 @@ class Observations(StoreBase):
         return self._as_active(rows)
 
     def submissions_of(self, campaign_id: int, tasks: Sequence[Tuple[str, int]]) -> List[ActiveSubmission]:
-        """The latest submission of each (job id, array index) named, in flight or ended (a poll that reads
-        only what changed looks these up; an older attempt's is not returned: no input names it)."""
-        s = schema.submission
+        """The submission of each (job id, array index) named, in flight or ended, with its plan job (a poll
+        that reads only what changed looks these up; an older attempt's too: the store does not let its end
+        change the inputs, which a newer submission holds)."""
+        s, t, link = schema.submission, schema.input_file, schema.submission_input
+        by_link = (select(s.c.id, s.c.job_id, s.c.array_index, s.c.last_state,
+                          type_coerce(s.c.submitted_at, NullType()), t.c.job_index, t.c.job_name, s.c.cluster)
+                   .select_from(s.join(link, link.c.submission_id == s.c.id).join(t, t.c.id == link.c.input_id)))
         by_job: Dict[str, List[int]] = {}
         for job_id, index in tasks:
             by_job.setdefault(job_id, []).append(int(index))
@@ -77,7 +83,7 @@ class Observations(StoreBase):
         with self._read() as conn:
             for job_id, indices in by_job.items():
                 for chunk in _id_chunks(sorted(set(indices))):
-                    rows += self._raw_rows(conn, self._latest().where(
+                    rows += self._raw_rows(conn, by_link.where(
                         s.c.campaign_id == campaign_id, s.c.job_id == job_id, _id_in(s.c.array_index, chunk)))
         return self._as_active(rows)
 
@@ -144,10 +150,11 @@ class Observations(StoreBase):
                 raise StateStoreError(f"{self.location}: no campaign with id {campaign_id}")
             sub_ids = sorted({c.submission_id for c in changes})
             known = select(s.c.id, s.c.last_state).where(s.c.campaign_id == campaign_id)
-            if len(sub_ids) > 5 * _IN_CHUNK:  # a whole-campaign poll: one scan beats many IN lists
+            if len(sub_ids) > SCAN_ABOVE:  # a whole-campaign poll: one scan beats many IN lists
                 rows_found: List[Any] = self._raw_rows(conn, known)
-            else:
-                rows_found = self._rows_in(conn, known, s.c.id, sub_ids)
+            else:   # by the primary key, even a few thousand among 10^6 submissions
+                rows_found = [r for chunk in _id_chunks(sub_ids) for r in self._raw_rows(conn, known.where(
+                    _id_in(s.c.id, chunk)))]
             last: Dict[int, Optional[str]] = {r[0]: r[1] for r in rows_found}
             missing = [i for i in sub_ids if i not in last]
             if missing:
