@@ -39,9 +39,9 @@ def _counted(monkeypatch) -> list:
     seen: list = []
     real = Queue.committed
 
-    def committed(self, task, outputs):
+    def committed(self, task, outputs, known=None):
         seen.append(task)
-        return real(self, task, outputs)
+        return real(self, task, outputs, known)
     monkeypatch.setattr(Queue, "committed", committed)
     return seen
 

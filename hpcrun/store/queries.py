@@ -160,6 +160,14 @@ class Queries(StoreBase):
                  .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None)).group_by(t.c.state))
         return self._counted("jobs", campaign_id, query)
 
+    def job_names(self, campaign_id: int, job_indices: Sequence[int]) -> Dict[int, str]:
+        """The names of these plan jobs (a round names the few it retried or parked; a dict of 10^6 names
+        kept for that would cost 100 MB)."""
+        t = schema.input_file
+        query = select(t.c.job_index, t.c.job_name).where(t.c.campaign_id == campaign_id)
+        with self._read() as conn:
+            return {int(j): n for j, n in self._rows_in(conn, query, t.c.job_index, sorted(set(job_indices))) if n}
+
     @contextmanager
     def one_round(self) -> Iterator[None]:
         """Counts per state read once and kept until this process writes (or the round ends): a supervisor's

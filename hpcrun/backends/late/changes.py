@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Dict, List, Optional, Set, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.late import layout as L
 from hpcrun.backends.late.figures import _seconds
@@ -120,6 +120,7 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
     """What changed since ``reader``'s cursor (``running``: the tasks the store has running)."""
     cur = Cursor.load(q, reader)
     out = Changes({}, cur, reader, q)
+    known = q.locations()   # every outputs location, read once for all the commits read
     claims = {c.task: c for c in q.claims()}
     for task, claim in claims.items():
         if task not in running and (d := describe(task.rpartition("_")[0])):
@@ -128,7 +129,7 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
         out.lines[name] = _tail(q, name, cur.journals.get(name, 0))
         for tasks, _end in out.lines[name]:
             for task in tasks:
-                if not _committed(q, task, describe, chains, out.records):   # a line names only commits
+                if not _committed(q, task, describe, chains, out.records, known):   # a line names only commits
                     out.unread.add(task)
     for name in set(L.entries(q.d("cancelled"))) - cur.cancelled:
         held_there = out.entries[name] = _held_by(q, name)
@@ -140,15 +141,16 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
     for task in running:
         if task in claims or task in out.records or not (d := describe(task.rpartition("_")[0])):
             continue
-        if not _committed(q, task, describe, chains, out.records):
+        if not _committed(q, task, describe, chains, out.records, known):
             cancelled = (q.d("cancelled") / task).exists()
             out.records[task] = waiting_record(task, d[0], held, "CANCELLED" if cancelled else "PENDING")
     return out
 
 
-def _committed(q: Queue, task: str, describe: Described, chains: int, into: Dict[str, Record]) -> bool:
+def _committed(q: Queue, task: str, describe: Described, chains: int, into: Dict[str, Record],
+               known: Sequence[str]) -> bool:
     d = describe(task.rpartition("_")[0])
-    res = q.committed(task, d[1]) if d else None
+    res = q.committed(task, d[1], known) if d else None
     if d is None or res is None:
         return False
     into[task] = commit_record(task, d[0], res, chains)

@@ -274,16 +274,18 @@ class Queue:
         text = _read(self.d("done") / task).rstrip("\n")
         return text.split("\t") if text else None
 
-    def committed(self, task: str, outputs: str) -> Optional[List[str]]:
+    def committed(self, task: str, outputs: str, known: Optional[Sequence[str]] = None) -> Optional[List[str]]:
         """A task's committed result with its outputs in place (placed now if they were not yet): the
         record's twelve fields and, thirteenth, why the input failed after its commit ("" if it did not).
-        ``outputs``: its submission's outputs location, looked at first."""
+        ``outputs``: its submission's outputs location, looked at first; ``known``: every location (read once by
+        a reader of thousands of commits; else read here)."""
         res = self.result(task)
         if res is None:
             return None
         res = (res + [""] * 12)[:12]
         if not res[11]:
-            res = self.place(task, res, [outputs] + [o for o in self.locations() if o != outputs])
+            others = self.locations() if known is None else known
+            res = self.place(task, res, [outputs] + [o for o in others if o != outputs])
         why = ""
         if res[11].startswith(UNPLACED):   # its outputs wait in the claim's directory, named in the reason
             why = f"its outputs could not be moved into place: {res[11][len(UNPLACED):]}"

@@ -171,7 +171,6 @@ class Supervisor:
         self.campaign = campaign
         self.lock_timeout = lock_timeout
         self.metrics_path = metrics_path
-        self.names = {j["index"]: j["name"] for j in manifest.jobs}
         self.policy = RetryPolicy.from_manifest(manifest)
         self.events = campaign_events.Hook.from_manifest(manifest, plan_dir)
         self.totals = {"submitted": 0, "requeued": 0, "parked": 0}
@@ -200,7 +199,6 @@ class Supervisor:
             return
         self.campaign = register(self.store, manifest)
         self.manifest, self.manifest_id = manifest, ident
-        self.names = {j["index"]: j["name"] for j in manifest.jobs}
         self.policy = RetryPolicy.from_manifest(manifest)
         self.events = campaign_events.Hook.from_manifest(manifest, self.plan_dir)
         self.exporter.adopt(manifest)
@@ -227,8 +225,8 @@ class Supervisor:
         pilot_care.hint(self.manifest, [c.sched for c in self.listed])   # the queue filled: locality hints
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
                     self.store.job_counts(self.campaign.id), observed=status.observed,
-                    submitted=sub.submitted_jobs, requeued=[self.names.get(i, f"#{i}") for i in requeued],
-                    parked=[self.names.get(i, f"#{i}") for i in parked], held=status.held,
+                    submitted=sub.submitted_jobs, requeued=self._names(requeued), parked=self._names(parked),
+                    held=status.held,
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
                     clusters={n: c["state"] for n, c in sub.clusters.items()}, spent=status.budget_held, pilots=pilots)
         self.outages = outages.probe(self.store, self.campaign.id, self.scheds, self.sched)
@@ -245,6 +243,10 @@ class Supervisor:
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
+
+    def _names(self, job_indices: List[int]) -> List[str]:
+        named = self.store.job_names(self.campaign.id, job_indices) if job_indices else {}
+        return [named.get(i, f"#{i}") for i in job_indices]
 
     def paced(self, pause: float) -> float:
         """The pause after this round, lengthened while the scheduler's commands answer slowly (a throttled
