@@ -273,5 +273,6 @@ def test_a_campaign_from_before_generations_is_generation_1(tmp_path, spec_facto
     with open_store(store_backend or plan_dir) as store:
         from hpcrun.operate.submission.submit import register
         c = register(store, manifest)
-        assert store.schema_version() == len(schema.MIGRATIONS) == 11 and [g.number for g in store.generations(c.id)] == [1]
+        assert store.schema_version() == len(schema.MIGRATIONS) == 11
+        assert [g.number for g in store.generations(c.id)] == [1]
         assert store.counts_by_state(c.id)["pending"] == 3

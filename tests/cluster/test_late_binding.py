@@ -425,9 +425,9 @@ def on_round(rnd):
     if state["last"] is not None:   # wall time (the nodes' jobs share these 2 cores) and the round's own CPU time
         state["rounds"].append(round(now - state["last"] - state["slept"], 3))
         state["cpu"].append(round(cpu() - state["cpu_at"], 3))
-    state["cpu_at"] = cpu()
     else:   # the first: registering and submitting every input
         state["first"] = round(now - state["started"], 1)
+    state["cpu_at"] = cpu()
     state["last"], state["slept"] = now, 0.0
     with open(out + ".tmp", "w") as f:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
@@ -483,7 +483,6 @@ def test_late_binding_at_scale(slurm_cluster, hpcrun_bin, example_root):
                 first = time.time()
             if first is not None and time.time() - first >= window + 20:
                 break
-        assert first is not None, "no input was committed"
     finally:
         sup.terminate()
         try:
@@ -493,6 +492,7 @@ def test_late_binding_at_scale(slurm_cluster, hpcrun_bin, example_root):
             out = sup.communicate()[0]
         slurm_cluster.run(["scancel", "-n", f"{c.name}.pilot"])
         _pilots_gone(slurm_cluster, f"{c.name}.pilot", timeout=180)
+    assert first is not None, "no input was committed; the supervisor said:\n" + out[-3000:]
     ends = []
     for journal in (queue / "results").iterdir():
         for task in journal.read_text().split():

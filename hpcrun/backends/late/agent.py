@@ -307,8 +307,10 @@ class Agent:
                 f.write(line + "\n")
             os.link(token, done)       # the commit: fails once fenced, never replaces a result
         except OSError:
-            if done.exists():
+            if done.exists():   # committed by an earlier claim: named in the journal again, so that commit is read
                 _unlink(token)
+                with open(self.queue / "results" / self.pilot, "a") as journal:
+                    journal.write(r.task + "\n")
             self.log(f"claim {r.cid} of {r.task} was taken from this pilot: its result is dropped, its outputs "
                      "never placed")
             return

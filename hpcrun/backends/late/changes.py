@@ -138,8 +138,8 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
                 out.unread.add(task)
             elif task not in out.records:
                 out.records[task] = waiting_record(task, d[0], "", "CANCELLED")
-    for task in running:
-        if task in claims or task in out.records or not (d := describe(task.rpartition("_")[0])):
+    for task in running:   # (a task a journal names committed, even if its result cannot be read yet)
+        if task in claims or task in out.records or task in out.unread or not (d := describe(task.rpartition("_")[0])):
             continue
         if not _committed(q, task, describe, chains, out.records, known):
             cancelled = (q.d("cancelled") / task).exists()

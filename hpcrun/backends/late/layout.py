@@ -213,7 +213,8 @@ def waiting(root: Path) -> Dict[str, Set[int]]:
 
 def waiting_count(root: Path) -> int:
     """How many tasks wait, counted from the backlog's ranges without listing their members (a round at 10^6
-    waiting asks this): the chunks, ``ready/`` and the splits in progress (small, counted by their tasks)."""
+    waiting asks this): the chunks, ``ready/`` and the splits in progress (small, counted by their tasks). A task
+    moving between two of them meanwhile may count twice: a figure for sizing pilots, never a task's record."""
     backlog = root / "backlog"
     count = sum(hi - lo + 1 for name in entries(backlog) for lo, hi in parse_ranges(read(backlog / name)))
     count += sum(1 for task in entries(root / "ready") if task.rpartition("_")[2].isdigit())
