@@ -84,6 +84,14 @@ def _wait(proc: subprocess.Popen, timeout: float = 60) -> str:
     return out
 
 
+def _claimed(q: Queue, n: int, timeout: float = 20) -> None:
+    """Wait until the pilots hold ``n`` claims."""
+    deadline = time.monotonic() + timeout
+    while sum(1 for _ in q.claims(("live",))) < n:
+        assert time.monotonic() < deadline, "the pilot claimed nothing"
+        time.sleep(0.1)
+
+
 def _results(plan: Path) -> Dict[str, List[str]]:
     done = plan / "queue" / "done"
     return {p.name: p.read_text().rstrip("\n").split("\t") for p in done.iterdir()} if done.exists() else {}
@@ -121,10 +129,7 @@ def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
     qid = _enqueue(plan, 2)
     q = Queue(plan / "queue")
     pilot = _pilot(plan, "601")
-    deadline = time.monotonic() + 20
-    while sum(1 for _ in q.claims(("live",))) < 2:
-        assert time.monotonic() < deadline, "the pilot claimed nothing"
-        time.sleep(0.1)
+    _claimed(q, 2)
     assert {r.state for r in _pilots(plan).records([qid], "").values()} == {"RUNNING"}
     assert q.fence("601")                       # its lease expired: the supervisor gives up on it
     logs = _wait(pilot, 30)

@@ -7,7 +7,6 @@ fell back to it would fail here, and count the commits a poll reads (``Queue.com
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from hpcrun.operate.submission.submit import submit
 from hpcrun.operate.tracking import track
 from hpcrun.store.rows.observations import Observations
 
-from .test_late_binding import _pilot, _plan, _spec, _wait
+from .test_late_binding import _claimed, _pilot, _plan, _spec, _wait
 
 pytestmark = pytest.mark.usefixtures("fake_slurm")
 
@@ -75,10 +74,7 @@ def test_a_cancel_and_a_claim_returned_after_a_fence_are_each_recorded(tmp_path,
     submit(plan)
     q = Queue(plan / "queue")
     pilot = _pilot(plan, "701")
-    deadline = time.monotonic() + 20
-    while sum(1 for _ in q.claims(("live",))) < 2:
-        assert time.monotonic() < deadline, "the pilot claimed nothing"
-        time.sleep(0.1)
+    _claimed(q, 2)
     track.poll(plan)
     assert _states(plan) == {"submitted": 3, "running": 2}
     held = sorted(c.task for c in q.claims(("live",)))
