@@ -146,3 +146,81 @@ def test_the_cursor_stops_before_a_line_naming_a_task_the_store_did_not_take(tmp
     assert set(second.records) == set(lines[1:])     # read again from the line not taken on
     second.advance(set())
     assert read_changes(q, (), "store", describe, "", 1).records == {}
+
+
+def test_a_large_late_bound_submission_is_claimed_and_enqueued_in_pieces(tmp_path, monkeypatch, no_full_read):
+    """The submitter holds one piece's records at a time (issue 54: 10^6 inputs in one claim held 2.2 GB):
+    an array above CLAIM_MAX goes as several claims, each its own submission in the queue; every input
+    is recorded once, and a pilot runs each once."""
+    from hpcrun.operate.submission import batches
+
+    monkeypatch.setattr(batches, "CLAIM_MAX", 4)
+    plan = _plan(tmp_path, _spec(tmp_path, 10, ["/bin/cp", "{input}", "{output}"]))
+    report = submit(plan)
+    assert [b.tasks for b in report.batches] == [4, 4, 2]
+    assert len({b.job_id for b in report.batches}) == 3
+    q = Queue(plan / "queue")
+    assert sorted(len(ts) for ts in q.waiting().values()) == [2, 4, 4]
+    assert _states(plan) == {"submitted": 10}
+    _wait(_pilot(plan, "710"), 60)
+    assert track.poll(plan).observed == 10
+    assert _states(plan) == {"done": 10}
+    assert len(list((tmp_path / "out").glob("*.out"))) == 10
+
+
+def test_a_throttled_slurm_array_stays_one_submission():
+    """``%N`` caps one array: cutting a throttled array in pieces would run N per piece."""
+    from hpcrun.operate.results import ScriptInfo
+    from hpcrun.operate.submission.batches import CLAIM_MAX, plan_batches
+
+    script = ScriptInfo("jobs/a.sh", "0" * 64, 0, 2 * CLAIM_MAX + 9, True, None, 1)
+    whole, _ = plan_batches([script], range(2 * CLAIM_MAX + 10), None, 5)
+    assert [b.array_spec for b in whole] == [f"0-{2 * CLAIM_MAX + 9}%5"]
+    cut, _ = plan_batches([script], range(2 * CLAIM_MAX + 10), None, None)
+    assert [b.tasks for b in cut] == [CLAIM_MAX, CLAIM_MAX, 10]
+    assert cut[1].array_spec == f"{CLAIM_MAX}-{2 * CLAIM_MAX - 1}"
+
+
+def test_the_supervisor_records_the_queue_between_its_polls(tmp_path, monkeypatch, no_full_read):
+    """Late binding: while the supervisor pauses between two polls of the scheduler, it reads the queue every
+    TICK_S and records what the pilots committed (a round then records a few seconds' ends, not an interval's),
+    and the next round counts them as changes (it does not slow down as if nothing happened)."""
+    import time
+
+    from hpcrun.operate.supervision import supervise
+
+    monkeypatch.setattr(supervise, "TICK_S", 0.2)
+    plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/cp", "{input}", "{output}"]))
+    pilots: list = []
+    seen: dict = {"slept": 0.0, "done_while_paused": 0}
+
+    def on_round(rnd):
+        if not pilots:
+            pilots.append(_pilot(plan, "720"))
+        seen.setdefault("observed", []).append(rnd.observed)
+
+    def sleep(s):   # the pause, cut short once the pilot's 4 commits are recorded (no round ran meanwhile)
+        if seen["done_while_paused"] < 4 and seen["slept"] < 60:
+            time.sleep(s)
+            seen["slept"] += s
+            seen["done_while_paused"] = _states(plan).get("done", 0)
+
+    report = supervise.run(plan, interval=30, max_rounds=2, on_round=on_round, sleep=sleep)
+    _wait(pilots[0], 60)
+    assert seen["done_while_paused"] == 4, (seen, report.rounds[-1].summary())
+    assert seen["observed"][1] >= 4, seen   # the ticks' records count as the second round's changes
+
+
+def test_a_poll_reads_a_bounded_number_of_journal_lines_and_the_next_goes_on(tmp_path, monkeypatch, no_full_read):
+    """What piled up (a first round that enqueued 10^6 inputs, a store outage) is recorded over several
+    bounded reads: none is skipped, none recorded twice."""
+    from hpcrun.backends.late import changes
+
+    monkeypatch.setattr(changes, "LINES_PER_READ", 2)
+    plan = _plan(tmp_path, _spec(tmp_path, 6, ["/bin/cp", "{input}", "{output}"]))
+    submit(plan)
+    _wait(_pilot(plan, "730"), 60)
+    journal = sum(len(p.read_text().split()) for p in (plan / "queue" / "results").iterdir())
+    assert journal == 6
+    assert [track.poll(plan).observed for _ in range(4)] == [2, 2, 2, 0]
+    assert _states(plan) == {"done": 6}

@@ -315,3 +315,13 @@ def test_a_job_reads_its_rows_where_the_index_says_not_by_a_scan(tmp_path):
         assert read(i) == lines, (i, read(i))
     index.unlink()
     assert read(max(want)) == [planted.rstrip("\n")] + want[max(want)]   # the scan finds the planted row too
+
+
+def test_a_campaign_enqueued_in_many_pieces_keeps_the_backlog_small(tmp_path):
+    """A 10^6 campaign goes as 50 submissions: the backlog a claim lists stays well under 1,000 files."""
+    q = Queue(tmp_path / "queue")
+    for k in range(50):
+        q.enqueue(f"L{k}", "script.sh", list(range(1000)), 60, "tag")
+    assert len(os.listdir(q.d("backlog"))) <= L.BACKLOG_MAX + 50 * L.MIN_CHUNKS
+    assert q.waiting_count() == 50_000
+    assert sum(len(ts) for ts in q.waiting().values()) == 50_000

@@ -115,9 +115,17 @@ class Changes:
         self.cursor.save(self.q, self.reader)
 
 
+# the journals' lines a read takes at most (a line names one task, rarely a few): a poll after a long pause
+# (a first round that enqueued 10^6 inputs, a store outage) records what piled up over several reads, each
+# bounded, and the cursor keeps the rest
+LINES_PER_READ = 2000
+
+
 def read_changes(q: Queue, running: Collection[str], reader: str, describe: Described, held: str,
-                 chains: int) -> Changes:
-    """What changed since ``reader``'s cursor (``running``: the tasks the store has running)."""
+                 chains: int, lines: Optional[int] = None) -> Changes:
+    """What changed since ``reader``'s cursor (``running``: the tasks the store has running), at most
+    ``lines`` of the journals' lines (LINES_PER_READ)."""
+    lines = LINES_PER_READ if lines is None else lines
     cur = Cursor.load(q, reader)
     out = Changes({}, cur, reader, q)
     known = q.locations()   # every outputs location, read once for all the commits read
@@ -126,7 +134,10 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
         if task not in running and (d := describe(task.rpartition("_")[0])):
             out.records[task] = claim_record(task, d[0], claim)
     for name in L.entries(q.d("results")):
-        out.lines[name] = _tail(q, name, cur.journals.get(name, 0))
+        if lines <= 0:
+            break   # the other journals' lines wait for the next read (their cursor stays)
+        out.lines[name] = _tail(q, name, cur.journals.get(name, 0))[:lines]
+        lines -= len(out.lines[name])
         for tasks, _end in out.lines[name]:
             for task in tasks:
                 if not _committed(q, task, describe, chains, out.records, known):   # a line names only commits

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 CHUNKS = 64            # backlog files a submission is cut into: a small multiple of a pilot's slots
+BACKLOG_MAX = 512      # ... while the backlog holds fewer; beyond, MIN_CHUNKS (a 10^6 campaign goes in pieces)
+MIN_CHUNKS = 4
 TAKE, REST = ".take.", ".rest."
 
 
@@ -77,6 +79,12 @@ def to_ranges(indices: Iterable[int]) -> List[Tuple[int, int]]:
 def members(ranges: Iterable[Tuple[int, int]]) -> Iterator[int]:
     for lo, hi in ranges:
         yield from range(lo, hi + 1)
+
+
+def chunk_count(in_backlog: int) -> int:
+    """How many chunks a new submission is cut into, the backlog holding ``in_backlog`` files already: the
+    backlog stays under about BACKLOG_MAX files however many pieces a large campaign is submitted in."""
+    return max(MIN_CHUNKS, min(CHUNKS, BACKLOG_MAX - in_backlog))
 
 
 def chunks(indices: Sequence[int], n: int = CHUNKS) -> List[str]:

@@ -104,14 +104,14 @@ class Queue:
     def enqueue(self, qid: str, script: str, indices: Sequence[int], walltime_s: int, tag: str,
                 outputs: str = "") -> None:
         """The submission's chunks made in a staging directory, its descriptor written, then each chunk renamed
-        into the backlog and the enqueue marked complete: at most layout.CHUNKS files whatever its size
-        (``repair`` publishes what a crash left staged). ``outputs``: the location its claims' outputs are
-        placed in (a generation may change it while earlier pilots run)."""
+        into the backlog and the enqueue marked complete: at most layout.CHUNKS files whatever its size, fewer
+        once the backlog holds many (``repair`` publishes what a crash left staged). ``outputs``: the location
+        its claims' outputs are placed in (a generation may change it while earlier pilots run)."""
         self.make()
         self.remember(outputs)   # before any claim can write under it
         stage = self.d("backlog") / f".{qid}"
         stage.mkdir(exist_ok=True)
-        for k, text in enumerate(L.chunks(indices)):
+        for k, text in enumerate(L.chunks(indices, L.chunk_count(len(_entries(self.d("backlog")))))):
             with open(stage / f"{qid}.{k}", "w") as f:
                 f.write(text + "\n")
         _write_new(self.d("arrays") / qid,

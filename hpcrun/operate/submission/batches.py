@@ -41,9 +41,16 @@ def scripts_of(manifest: Manifest, scripts: Optional[Sequence[ScriptEntry]] = No
             for s in (manifest.scripts if scripts is None else scripts)]
 
 
+# jobs in one unthrottled array submission, so in one claim: a late-bound array of 10^6 tasks is claimed,
+# enqueued and recorded in pieces, and the submitter holds one piece's records at a time (a Slurm array is
+# already cut by the site's MaxArraySize at plan time; a throttled one stays whole: ``%N`` caps one array)
+CLAIM_MAX = 20000
+
+
 def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: Optional[int],
                  throttle: Optional[int]) -> Tuple[List[Batch], int]:
-    """Group pending plan jobs by script, at most ``budget`` jobs in all; returns (batches, jobs left)."""
+    """Group pending plan jobs by script, at most ``budget`` jobs in all and CLAIM_MAX in an unthrottled array;
+    returns (batches, jobs left)."""
     batches: List[Batch] = []
     todo = sorted(pending)
     left = budget if budget is not None else len(todo)
@@ -58,8 +65,11 @@ def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: 
             continue
         if script.is_array:
             jobs = jobs[:left]
-            spec = compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
-            batches.append(Batch(script, jobs, spec))
+            step = CLAIM_MAX if throttle is None else len(jobs)
+            for k in range(0, len(jobs), step):
+                piece = jobs[k:k + step]
+                spec = compress_indices(j - script.first for j in piece) + (f"%{throttle}" if throttle else "")
+                batches.append(Batch(script, piece, spec))
             left -= len(jobs)
         else:
             for j in jobs[:left]:

@@ -215,7 +215,7 @@ class Submitter:
         return done
 
     def _array_spec(self, script: ScriptInfo, jobs: Sequence[int]) -> str:
-        throttle = self.manifest.submit.throttle
+        throttle = _throttle(self.manifest)
         return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
 
     def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
@@ -297,6 +297,11 @@ class Submitter:
         return self.settle(self.store.unresolved_claims(self.campaign.id))
 
 
+def _throttle(manifest: Manifest) -> Optional[int]:
+    """An array's ``%N`` (None for late binding: the pilots' slots cap what runs, and its arrays go in pieces)."""
+    return None if manifest.pilots else manifest.submit.throttle
+
+
 def _queue_budget(manifest: Manifest, limit: Optional[int]) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
     budget = limit
     queue = None
@@ -351,7 +356,7 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
     finalize round after the last one ended (for work retried after it)."""
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir)
-    throttle = manifest.submit.throttle
+    throttle = _throttle(manifest)
     if dry_run and not has_store(plan_dir, db):
         # nothing recorded yet: everything is outstanding, and a dry run creates no store
         budget, queue = _queue_budget(manifest, limit)
@@ -374,7 +379,7 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
     ``with_finalize`` False leaves the finalize job for a later call (the supervisor sends it once
     every plan job has settled, retries included); ``spent``: clusters whose jobs the last poll saw
     held by a spent allocation (reason -> jobs), which get nothing new."""
-    throttle = manifest.submit.throttle
+    throttle = _throttle(manifest)
     campaign = register(store, manifest)
     report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
     if dry_run:
@@ -439,7 +444,7 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
     report.left_pending = len(pending) - len(todo) + len(left)
     adjustments = store.pending_adjustments(campaign.id)
     last = store.last_clusters(campaign.id) if adjustments else {}
-    throttle = submitter.manifest.submit.throttle
+    throttle = _throttle(submitter.manifest)
     for seat in seats:
         if seat.given:
             own = {j: on_cluster(adjustments[j], last.get(j), seat.cluster.name)

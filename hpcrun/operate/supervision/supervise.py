@@ -56,7 +56,7 @@ from hpcrun.operate.supervision import pilots as pilot_care
 from hpcrun.operate.supervision import round_metrics
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
-from hpcrun.operate.tracking.track import IN_FLIGHT, poll_store
+from hpcrun.operate.tracking.track import IN_FLIGHT, poll_store, record_queue
 from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.locking.fence import Fenced, lost
 from hpcrun.store.locking.lock import Held, LockTimeout, supervisor_lock
@@ -68,6 +68,9 @@ STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead
 # six minutes of outage (a server restart, a failover) are ridden out before it gives up
 RECONNECT_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 60.0, 60.0, 60.0)
 METRICS_NAME = "metrics.prom"
+# late binding: the queue's changes are recorded this often between two polls of the scheduler (no RPC; a few
+# metadata operations), so a round records a few seconds' ends, not a poll interval's
+TICK_S = 5.0
 
 
 class SupervisorBusy(HpcrunError):
@@ -180,6 +183,7 @@ class Supervisor:
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
         self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
         self.forecast_kept: Tuple[float, List[Family]] = (0.0, [])   # when made, and its families
+        self.ticked, self.tick_changes = time.monotonic(), 0   # the queue read between rounds: when, what it recorded
 
     def _clusters(self, manifest: Manifest) -> None:
         """The plan's clusters (late binding: the pilots of the generation planned last)."""
@@ -223,8 +227,9 @@ class Supervisor:
         except (Unreachable, SubmitUncertain) as exc:   # claims settle at a later round: nothing doubled
             sub, waited = SubmitReport(self.campaign.name, self.store.location), self.wait_out(exc)
         pilot_care.hint(self.manifest, [c.sched for c in self.listed])   # the queue filled: locality hints
+        between, self.tick_changes = self.tick_changes, 0
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
-                    self.store.job_counts(self.campaign.id), observed=status.observed,
+                    self.store.job_counts(self.campaign.id), observed=status.observed + between,
                     submitted=sub.submitted_jobs, requeued=self._names(requeued), parked=self._names(parked),
                     held=status.held,
                     moved=[f"{m.job} off {m.cluster}" for m in moved],
@@ -243,6 +248,14 @@ class Supervisor:
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         return rnd
+
+    def between_rounds(self) -> None:
+        """While it pauses: exports go on, and a late-bound campaign's queue is read every TICK_S (what it
+        records counts as the next round's, which then does not slow down as if nothing changed)."""
+        self.exporter.pump()
+        if self.manifest.pilots and time.monotonic() - self.ticked >= TICK_S:
+            self.tick_changes += record_queue(self.plan_dir, self.manifest, self.store, self.campaign.id)
+            self.ticked = time.monotonic()
 
     def _names(self, job_indices: List[int]) -> List[str]:
         named = self.store.job_names(self.campaign.id, job_indices) if job_indices else {}
@@ -448,7 +461,8 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
             if last:
                 report.outcome = "once" if once else "stopped" if stop.asked else "rounds"
                 return
-            stop.sleep(rnd.pause, sleep, sup.exporter.pump)
+            sup.ticked = time.monotonic()
+            stop.sleep(rnd.pause, sleep, sup.between_rounds)
             if stop.asked:   # stopped while waiting: no new round, say so in the heartbeat
                 sup.store.beat(sup.campaign.id, holder, rounds=rnd.number, phase="stopped", note=rnd.summary(),
                                poll_interval_s=rnd.pause)

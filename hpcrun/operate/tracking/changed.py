@@ -15,6 +15,7 @@ from typing import Any, Callable, List, Sequence, Set, Tuple
 
 from hpcrun.backends.late.pilots import Pilots
 from hpcrun.backends.scheduler.base import TERMINAL, AccountingUnreachable, normalize_state
+from hpcrun.operate.outputs import provenance
 from hpcrun.store.records import ActiveSubmission, NewStateChange
 from hpcrun.store.store import StateStore
 
@@ -78,3 +79,15 @@ def _finalize_records(poller: Poller, extra: Sequence[Tuple[str, dt.datetime]]) 
     except AccountingUnreachable as exc:
         poller.down[(poller.first.name, exc.daemon)] = exc.words()
         poller.catching_up.add(poller.first.name or None)
+
+
+def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> int:
+    """Between two polls of the scheduler: what the queue says changed, recorded (no scheduler command, a
+    few metadata operations when nothing changed). A supervisor does this every few seconds, so that each
+    read records a few seconds' worth of ends rather than a poll interval's. How many changes."""
+    changes, ended, _s, advance = observe_changes(poller, store, campaign_id, ())
+    recorded = set(store.record_transitions(campaign_id, changes))
+    ended = [(a, raw) for a, raw in ended if a.id in recorded]
+    provenance.record_outcomes(store, campaign_id, poller.job_dir, poller.qa_outcomes(ended), ended)
+    advance()
+    return len(recorded)

@@ -51,7 +51,7 @@ from hpcrun.operate.plandir import (
 from hpcrun.operate.results import IN_FLIGHT, JobRow, StatusReport, outcome_of  # noqa: F401  (re-exported)
 from hpcrun.operate.submission.finalize import finalize_summary
 from hpcrun.operate.tracking import budget, outages
-from hpcrun.operate.tracking.changed import follows_changes, observe_changes
+from hpcrun.operate.tracking.changed import follows_changes, observe_changes, record_changes
 from hpcrun.operate.tracking.clusterview import cluster_figures
 from hpcrun.operate.tracking.inflight import after_recording, in_flight
 from hpcrun.operate.tracking.lookup import Found, index_of, match
@@ -451,6 +451,16 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     report.generations = generation_figures(store, campaign.id)
     report.budget_held = {poller.label(c): r for c, r in spent.items()}
     return report
+
+
+def record_queue(plan_dir: Path, manifest: Manifest, store: StateStore, campaign_id: int) -> int:
+    """Late binding between two polls: the queue's changes recorded (changed.record_changes); 0 for a
+    campaign of the scheduler's jobs, whose changes only a poll sees."""
+    poller = Poller(plan_dir, store, manifest)
+    if not follows_changes(poller):
+        return 0
+    with bulk():
+        return record_changes(poller, store, campaign_id)
 
 
 def held_for_a_human(pending_reason: str) -> bool:
