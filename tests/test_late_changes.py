@@ -88,10 +88,10 @@ def test_a_cancel_and_a_claim_returned_after_a_fence_are_each_recorded(tmp_path,
     assert track.poll(plan).observed == 0
 
 
-def test_a_line_whose_commit_cannot_be_read_holds_the_cursor_and_the_others_are_recorded_once(tmp_path, no_full_read):
+def test_a_line_whose_commit_cannot_be_read_is_held_and_the_others_are_recorded_once(tmp_path, no_full_read):
     """A journal's line naming a task with no readable result (an NFS client's cached miss; a task the store has
-    no submission for) holds the cursor there: read again at every poll, while the lines before and after it
-    are recorded once."""
+    no submission for) is held: read again at every poll, while the lines before and after it are recorded
+    once and the cursor moves past them."""
     plan = _plan(tmp_path, _spec(tmp_path, 3, ["/bin/cp", "{input}", "{output}"]))
     submit(plan)
     _wait(_pilot(plan, "702"), 60)
@@ -103,9 +103,11 @@ def test_a_line_whose_commit_cannot_be_read_holds_the_cursor_and_the_others_are_
     with open_plan_store(plan) as store:
         reader = store.location
     assert track.poll(plan).observed == 3 and _states(plan) == {"done": 3}
-    assert Cursor.load(q, reader).journals[journal.name] == len(lines[0]) + 1
+    held = [(journal.name, len(lines[0]) + 1, len(lines[0]) + len(ghost) + 2)]
+    cursor = Cursor.load(q, reader)
+    assert cursor.held == held and cursor.journals[journal.name] == journal.stat().st_size
     assert track.poll(plan).observed == 0 and _states(plan) == {"done": 3}
-    assert Cursor.load(q, reader).journals[journal.name] == len(lines[0]) + 1
+    assert Cursor.load(q, reader).held == held
 
 
 def test_a_committed_token_still_listed_does_not_turn_its_end_back_to_running(tmp_path, no_full_read):
@@ -125,10 +127,10 @@ def test_a_committed_token_still_listed_does_not_turn_its_end_back_to_running(tm
     assert track.poll(plan).observed == 0 and _states(plan) == {"done": 2}
 
 
-def test_the_cursor_stops_before_a_line_naming_a_task_the_store_did_not_take(tmp_path):
-    """``advance`` moves the cursor past the lines recorded, and stops before the first line whose task the
-    store did not know or take (a submission recorded after its commit): that line and those after it are read
-    again, and once all are taken nothing is read again."""
+def test_a_line_naming_a_task_the_store_did_not_take_is_read_again_alone(tmp_path):
+    """``advance`` moves the cursor past the lines read, and holds a line whose task the store did not know or
+    take (a submission recorded after its commit): that line alone is read again, and once it is taken nothing
+    is read again."""
     plan = _plan(tmp_path, _spec(tmp_path, 3, ["/bin/cp", "{input}", "{output}"]))
     submit(plan)
     _wait(_pilot(plan, "702"), 60)
@@ -141,21 +143,50 @@ def test_the_cursor_stops_before_a_line_naming_a_task_the_store_did_not_take(tmp
     first = read_changes(q, (), "store", describe, "", 1)
     assert set(first.records) == set(lines)
     first.advance({lines[1]})
-    assert Cursor.load(q, "store").journals[journal.name] == len(lines[0]) + 1
+    assert Cursor.load(q, "store").journals[journal.name] == journal.stat().st_size
     second = read_changes(q, (), "store", describe, "", 1)
-    assert set(second.records) == set(lines[1:])     # read again from the line not taken on
+    assert set(second.records) == {lines[1]}     # the line not taken, alone
     second.advance(set())
     assert read_changes(q, (), "store", describe, "", 1).records == {}
+    assert Cursor.load(q, "store").held == []
 
 
-def test_a_large_late_bound_submission_is_claimed_and_enqueued_in_pieces(tmp_path, monkeypatch, no_full_read):
+def test_a_held_line_starves_no_journal_and_every_line_is_read_within_bounded_reads(tmp_path):
+    """With a read bounded to a few lines: a journal whose first line can never be read (its task unknown for
+    good) and a busier journal listed first hold up no other line; each line is read, and recorded, once."""
+    q = Queue(tmp_path / "queue")
+    q.make()
+    for task in [f"L1_{i}" for i in range(12)]:
+        (q.d("done") / task).write_text("\t".join([task, "c", "p", "0", "n1", "1.0", "2.0", "0", "COMPLETED",
+                                                   "0.1", "100", "placed"]) + "\n")
+    (q.d("results") / "a").write_text("L1_99\n" + "".join(f"L1_{i}\n" for i in range(8)))   # L1_99: never readable
+    (q.d("results") / "b").write_text("".join(f"L1_{i}\n" for i in range(8, 12)))
+
+    def describe(qid):
+        return ("tag", str(tmp_path / "out"))
+    first = read_changes(q, (), "store", describe, "", 1, lines=4)
+    assert {"L1_0", "L1_8"} <= set(first.records), first.records   # each journal its share, whatever the order
+    assert sum(len(got) for got in first.lines.values()) == 4
+    seen: list = []
+    for _ in range(10):
+        got = read_changes(q, (), "store", describe, "", 1, lines=3)
+        seen += sorted(got.records)
+        got.advance(set())
+    assert sorted(seen) == sorted(f"L1_{i}" for i in range(12)), seen   # each once
+    assert Cursor.load(q, "store").held == [("a", 0, 6)]
+
+
+@pytest.mark.parametrize("throttle", [None, 3])
+def test_a_large_late_bound_submission_is_claimed_and_enqueued_in_pieces(tmp_path, monkeypatch, no_full_read,
+                                                                         throttle):
     """The submitter holds one piece's records at a time (issue 54: 10^6 inputs in one claim held 2.2 GB):
-    an array above CLAIM_MAX goes as several claims, each its own submission in the queue; every input
-    is recorded once, and a pilot runs each once."""
+    an array above CLAIM_MAX goes as several claims, each its own submission in the queue, with a throttle
+    too (it means nothing to pilots); every input is recorded once, and a pilot runs each once."""
     from hpcrun.operate.submission import batches
 
     monkeypatch.setattr(batches, "CLAIM_MAX", 4)
-    plan = _plan(tmp_path, _spec(tmp_path, 10, ["/bin/cp", "{input}", "{output}"]))
+    extra = {"jobs__throttle": throttle} if throttle else {}
+    plan = _plan(tmp_path, _spec(tmp_path, 10, ["/bin/cp", "{input}", "{output}"], **extra))
     report = submit(plan)
     assert [b.tasks for b in report.batches] == [4, 4, 2]
     assert len({b.job_id for b in report.batches}) == 3
@@ -224,3 +255,32 @@ def test_a_poll_reads_a_bounded_number_of_journal_lines_and_the_next_goes_on(tmp
     assert journal == 6
     assert [track.poll(plan).observed for _ in range(4)] == [2, 2, 2, 0]
     assert _states(plan) == {"done": 6}
+
+
+def test_a_full_read_between_polls_is_followed_at_once_by_the_next(tmp_path, monkeypatch, no_full_read):
+    """What piled up is caught up at a read a second, not a read every TICK_S: a read that took as many lines
+    as it could is followed by another at the next second of the pause."""
+    import time
+
+    from hpcrun.backends.late import changes
+    from hpcrun.operate.supervision import supervise
+
+    monkeypatch.setattr(supervise, "TICK_S", 4.0)
+    monkeypatch.setattr(changes, "LINES_PER_READ", 1)
+    plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/cp", "{input}", "{output}"]))
+    pilots: list = []
+    seen: dict = {"slept": 0, "done": 0}
+
+    def on_round(rnd):
+        if not pilots:
+            pilots.append(_pilot(plan, "740"))
+
+    def sleep(s):
+        if seen["done"] < 4 and seen["slept"] < 40:
+            time.sleep(s)
+            seen["slept"] += 1
+            seen["done"] = _states(plan).get("done", 0)
+
+    supervise.run(plan, interval=60, max_rounds=2, on_round=on_round, sleep=sleep)
+    _wait(pilots[0], 60)
+    assert seen["done"] == 4 and seen["slept"] <= 9, seen   # reads at 4, 5, 6, 7 s (not 4, 8, 12, 16)

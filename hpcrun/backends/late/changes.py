@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -29,6 +30,17 @@ from hpcrun.backends.late.queue import Claim, Queue, _local_time, epoch
 from hpcrun.backends.scheduler.base import Record
 
 Described = Callable[[str], Optional[Tuple[str, str]]]   # submission -> (its tag, its outputs location)
+BLOCK = 1 << 16
+
+
+@dataclass
+class Line:
+    """One line of a journal: where it is, and the committed tasks it names."""
+
+    journal: str
+    start: int
+    end: int
+    tasks: List[str]
 
 
 def claim_record(task: str, tag: str, claim: Claim) -> Record:
@@ -58,8 +70,9 @@ def commit_record(task: str, tag: str, res: List[str], chains: int) -> Record:
 class Cursor:
     """How far one state store's polls have recorded the queue."""
 
-    journals: Dict[str, int] = field(default_factory=dict)   # journal -> bytes recorded
+    journals: Dict[str, int] = field(default_factory=dict)   # journal -> bytes read
     cancelled: Set[str] = field(default_factory=set)          # cancelled/ entries recorded
+    held: List[Tuple[str, int, int]] = field(default_factory=list)   # lines read but not recorded: (journal, from, to)
 
     @staticmethod
     def path(q: Queue, reader: str) -> str:
@@ -70,7 +83,8 @@ class Cursor:
         try:
             with open(cls.path(q, reader)) as f:
                 data = json.load(f)
-            return cls({str(k): int(v) for k, v in data["journals"].items()}, set(data["cancelled"]))
+            return cls({str(k): int(v) for k, v in data["journals"].items()}, set(data["cancelled"]),
+                       [(str(n), int(a), int(b)) for n, a, b in data.get("held", [])])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls()   # none yet, or unreadable: everything is read once
 
@@ -80,9 +94,9 @@ class Cursor:
         path = self.path(q, reader)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"   # two readers saving at once each write their own
+            tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"   # two readers (two login nodes) write their own
             with open(tmp, "w") as f:
-                json.dump({"journals": self.journals, "cancelled": sorted(self.cancelled)}, f)
+                json.dump({"journals": self.journals, "cancelled": sorted(self.cancelled), "held": self.held}, f)
             os.replace(tmp, path)
         except OSError:
             pass
@@ -96,29 +110,36 @@ class Changes:
     cursor: Cursor
     reader: str
     q: Queue
-    lines: Dict[str, List[Tuple[List[str], int]]] = field(default_factory=dict)   # journal -> (tasks, end) per line
+    lines: Dict[str, List[Line]] = field(default_factory=dict)   # journal -> its new lines read
+    again: List[Line] = field(default_factory=list)   # the lines held before, read again
+    stuck: List[Tuple[str, int, int]] = field(default_factory=list)   # ... or that could not be read again: kept
+    full: bool = False   # the read took as many new lines as it could: more may wait
     entries: Dict[str, Set[str]] = field(default_factory=dict)   # new cancelled/ entry -> its tasks
     unread: Set[str] = field(default_factory=set)   # named by a line or an entry, but no record read (read again)
 
-    def advance(self, unknown: Collection[str]) -> None:
-        """The cursor past what was read, after the poll recorded it; not past a line or an entry naming a
-        task the store does not know or did not take (``unknown``), nor one whose record could not be read:
-        each is read again next time."""
+    def advance(self, unknown: Collection[str]) -> bool:
+        """The cursor past what was read, after the poll recorded it. A line or an entry naming a task the
+        store does not know or did not take (``unknown``), or one whose record could not be read, is held:
+        read again at every poll until it is recorded (the lines after it are not held up). Whether more new
+        lines may wait (the read was full)."""
         unknown = set(unknown) | self.unread
+        held = [line for line in self.again if any(t in unknown for t in line.tasks)]
         for name, lines in self.lines.items():
-            for tasks, end in lines:
-                if any(t in unknown for t in tasks):
-                    break
-                self.cursor.journals[name] = end
+            for line in lines:
+                if any(t in unknown for t in line.tasks):
+                    held.append(line)
+                self.cursor.journals[name] = line.end
+        self.cursor.held = [(line.journal, line.start, line.end) for line in held] + self.stuck
         self.cursor.cancelled |= {e for e, tasks in self.entries.items() if not tasks & unknown}
         self.cursor.cancelled &= set(L.entries(self.q.d("cancelled"))) | set(self.entries)
         self.cursor.save(self.q, self.reader)
+        return self.full
 
 
-# the journals' lines a read takes at most (a line names one task, rarely a few): a poll after a long pause
-# (a first round that enqueued 10^6 inputs, a store outage) records what piled up over several reads, each
-# bounded, and the cursor keeps the rest
-LINES_PER_READ = 2000
+# the journals' new lines a read takes at most (a line names one task, rarely a few), shared among the
+# journals: a poll after a long pause (a first round that enqueued 10^6 inputs, a store outage) records what
+# piled up over several reads, each bounded, and the cursor keeps the rest
+LINES_PER_READ = 1000
 
 
 def read_changes(q: Queue, running: Collection[str], reader: str, describe: Described, held: str,
@@ -133,15 +154,18 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
     for task, claim in claims.items():
         if task not in running and (d := describe(task.rpartition("_")[0])):
             out.records[task] = claim_record(task, d[0], claim)
-    for name in L.entries(q.d("results")):
-        if lines <= 0:
-            break   # the other journals' lines wait for the next read (their cursor stays)
-        out.lines[name] = _tail(q, name, cur.journals.get(name, 0))[:lines]
-        lines -= len(out.lines[name])
-        for tasks, _end in out.lines[name]:
-            for task in tasks:
-                if not _committed(q, task, describe, chains, out.records, known):   # a line names only commits
-                    out.unread.add(task)
+    for name, start, end in cur.held:
+        got = _tail(q, name, start, 1)
+        if got and got[0].end == end:
+            out.again.append(got[0])
+        else:
+            out.stuck.append((name, start, end))
+    out.lines = _new_lines(q, cur, lines)
+    out.full = sum(len(got) for got in out.lines.values()) >= lines
+    for line in out.again + [line for got in out.lines.values() for line in got]:
+        for task in line.tasks:
+            if not _committed(q, task, describe, chains, out.records, known):   # a line names only commits
+                out.unread.add(task)
     for name in set(L.entries(q.d("cancelled"))) - cur.cancelled:
         held_there = out.entries[name] = _held_by(q, name)
         for task in held_there:
@@ -168,20 +192,38 @@ def _committed(q: Queue, task: str, describe: Described, chains: int, into: Dict
     return True
 
 
-def _tail(q: Queue, name: str, offset: int) -> List[Tuple[List[str], int]]:
-    """The whole lines of a journal from ``offset`` on, each with its tasks and the offset after it (a line
-    a pilot is still writing waits for the next poll)."""
+def _new_lines(q: Queue, cur: Cursor, budget: int) -> Dict[str, List[Line]]:
+    """At most ``budget`` new lines: each journal its share first, then what is left to those with more (no
+    journal is starved by a busier one)."""
+    names = L.entries(q.d("results"))
+    share = max(1, budget // max(1, len(names)))
+    out = {name: _tail(q, name, cur.journals.get(name, 0), share) for name in names}
+    left = budget - sum(len(got) for got in out.values())
+    for name, got in out.items():
+        if left > 0 and len(got) == share:
+            more = _tail(q, name, got[-1].end, left)
+            got += more
+            left -= len(more)
+    return out
+
+
+def _tail(q: Queue, name: str, offset: int, most: int) -> List[Line]:
+    """At most ``most`` whole lines of a journal from ``offset`` on, read in blocks (a journal of 10^5 lines is
+    not read whole to take a thousand); a line a pilot is still writing waits for the next poll."""
+    out: List[Line] = []
     try:
         with open(q.d("results") / name, "rb") as f:
             f.seek(offset)
-            data = f.read()
+            rest = b""
+            while len(out) < most and (block := f.read(BLOCK)):
+                data, pos = rest + block, 0
+                while len(out) < most and (nl := data.find(b"\n", pos)) >= 0:
+                    start = offset + pos
+                    out.append(Line(name, start, start + nl - pos + 1, data[pos:nl].decode(errors="replace").split()))
+                    pos = nl + 1
+                offset, rest = offset + pos, data[pos:]
     except OSError:
-        return []
-    out: List[Tuple[List[str], int]] = []
-    pos = 0
-    while (nl := data.find(b"\n", pos)) >= 0:
-        out.append((data[pos:nl].decode(errors="replace").split(), offset + nl + 1))
-        pos = nl + 1
+        return out
     return out
 
 

@@ -196,8 +196,7 @@ class Pilots(Scheduler):
 
         def describe(qid: str) -> Optional[Tuple[str, str]]:
             if qid not in described:
-                desc = self.q.submission(qid)
-                described[qid] = (desc[2], desc[4]) if desc else None
+                described[qid] = self.q.tag_and_outputs(qid)
             return described[qid]
         held = _read(self.q.root / "held").strip() or "None"
         return read_changes(self.q, running, reader, describe, held, self.config.chains)

@@ -129,6 +129,13 @@ class Queue:
         desc = self.submission(qid)
         return None if desc is None else desc[:4]
 
+    def tag_and_outputs(self, qid: str) -> Optional[Tuple[str, str]]:
+        """A submission's tag and outputs location (a poll asks it of each one changed: indices not expanded)."""
+        fields = _read(self.d("arrays") / qid).rstrip("\n").split("\t")
+        if len(fields) < 4:
+            return None
+        return fields[2], (fields[4] if len(fields) > 4 else "")
+
     def submission(self, qid: str) -> Optional[Tuple[str, int, str, List[int], str]]:
         """A submission's descriptor, read once: script, per-input limit, tag, indices, and the outputs
         location its claims are placed in ("": not recorded)."""

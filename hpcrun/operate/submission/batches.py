@@ -66,8 +66,8 @@ def plan_batches(scripts: Sequence[ScriptInfo], pending: Sequence[int], budget: 
         if script.is_array:
             jobs = jobs[:left]
             step = CLAIM_MAX if throttle is None else len(jobs)
-            for k in range(0, len(jobs), step):
-                piece = jobs[k:k + step]
+            for at in range(0, len(jobs), step):
+                piece = jobs[at:at + step]
                 spec = compress_indices(j - script.first for j in piece) + (f"%{throttle}" if throttle else "")
                 batches.append(Batch(script, piece, spec))
             left -= len(jobs)

@@ -9,7 +9,8 @@ accounting records and records the job it finds, or returns the claim to pending
 scheduler never got it. Nothing is submitted twice and nothing is lost.
 
 Job arrays go out as one array submission of the pending task ids (``%N`` throttled) per
-array script, so a retry resubmits exactly the failed tasks of the same script.
+array script, so a retry resubmits exactly the failed tasks of the same script; an unthrottled
+array above CLAIM_MAX tasks (a late-bound plan's 10^6) goes in pieces, one claim each.
 """
 
 from __future__ import annotations

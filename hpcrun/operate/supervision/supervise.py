@@ -250,12 +250,19 @@ class Supervisor:
         return rnd
 
     def between_rounds(self) -> None:
-        """While it pauses: exports go on, and a late-bound campaign's queue is read every TICK_S (what it
-        records counts as the next round's, which then does not slow down as if nothing changed)."""
+        """While it pauses: exports go on, and a late-bound campaign's queue is read every TICK_S, at once
+        again while a read was full (what piled up is caught up at a thousand lines a second). What it records
+        counts as the next round's, which then does not slow down as if nothing changed. A queue that cannot be
+        read now (a filesystem's hiccup) is left to the next round."""
         self.exporter.pump()
-        if self.manifest.pilots and time.monotonic() - self.ticked >= TICK_S:
-            self.tick_changes += record_queue(self.plan_dir, self.manifest, self.store, self.campaign.id)
-            self.ticked = time.monotonic()
+        if not self.manifest.pilots or time.monotonic() - self.ticked < TICK_S:
+            return
+        try:
+            recorded, full = record_queue(self.plan_dir, self.manifest, self.store, self.campaign.id)
+        except OSError:
+            recorded, full = 0, False
+        self.tick_changes += recorded
+        self.ticked = 0.0 if full else time.monotonic()
 
     def _names(self, job_indices: List[int]) -> List[str]:
         named = self.store.job_names(self.campaign.id, job_indices) if job_indices else {}

@@ -21,7 +21,7 @@ from hpcrun.store.store import StateStore
 
 ENDED = frozenset(TERMINAL) | {"LOST"}
 Poller = Any   # hpcrun.operate.tracking.track.Poller (which imports this module)
-Observed = Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float, Callable[[], None]]
+Observed = Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float, Callable[[], bool]]
 
 
 def follows_changes(poller: Poller) -> bool:
@@ -81,13 +81,13 @@ def _finalize_records(poller: Poller, extra: Sequence[Tuple[str, dt.datetime]]) 
         poller.catching_up.add(poller.first.name or None)
 
 
-def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> int:
+def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> Tuple[int, bool]:
     """Between two polls of the scheduler: what the queue says changed, recorded (no scheduler command, a
     few metadata operations when nothing changed). A supervisor does this every few seconds, so that each
-    read records a few seconds' worth of ends rather than a poll interval's. How many changes."""
+    read records a few seconds' worth of ends rather than a poll interval's. How many changes, and whether
+    more lines wait (the read was full)."""
     changes, ended, _s, advance = observe_changes(poller, store, campaign_id, ())
     recorded = set(store.record_transitions(campaign_id, changes))
     ended = [(a, raw) for a, raw in ended if a.id in recorded]
     provenance.record_outcomes(store, campaign_id, poller.job_dir, poller.qa_outcomes(ended), ended)
-    advance()
-    return len(recorded)
+    return len(recorded), advance()
