@@ -16,8 +16,10 @@ faults    200 inputs of 6 s from an XRootD origin through the nodes' caches, 3 p
 scale     no-op inputs at 2,000, 100,000 and 1,000,000 (--scale), each for a window of --window seconds
           from its first output: outputs per second in the window, metadata operations per input (the
           agents' own count), the largest directory a pilot or the supervisor lists, the supervisor's
-          longest round and peak memory. Goals: the rate at every size within 10% of the smallest's, no
-          listed directory above 1,000 entries, rounds under 1 s and the supervisor under 300 MB.
+          longest round and read of the queue between rounds (wall and CPU) and peak memory. Goals: the
+          rate at every size within 10% of the smallest's, no listed directory above 1,000 entries, rounds
+          and reads under 1 s of CPU (the emulated nodes share this machine's cores: wall time measures
+          their load) and the supervisor under 300 MB.
 
 Each case prints the test's own JSON figures; a table follows. The exit status is 1 when a case failed or
 missed its goal (each goal is in the table). Needs root (jobs run as the test user; root resets the RPC
@@ -116,9 +118,11 @@ def main() -> int:
                 continue
             base = base or s["outputs_per_s"]
             ratio = s["outputs_per_s"] / base
-            # a round not measured (none ended after the first within the window) is a goal missed, not met
-            met = ratio >= 0.9 and s["largest_listed_dir"] <= 1000 and s["round_s_max"] is not None \
-                and s["round_s_max"] < 1 and (s.get("tick_s_max") or 0) < 1 \
+            # a round not measured (none ended after the first within the window) is a goal missed, not met. A
+            # round's time is its CPU time: the 3 emulated nodes' 24 slots share this machine's 2 cores with the
+            # supervisor, so its wall time here measures their load (a login node does not run them); both print
+            met = ratio >= 0.9 and s["largest_listed_dir"] <= 1000 and s.get("round_cpu_s_max") is not None \
+                and s["round_cpu_s_max"] < 1 and (s.get("tick_cpu_s_max") or 0) < 1 \
                 and s["supervisor_maxrss_mb"] is not None and s["supervisor_maxrss_mb"] < 300
             rows.append((f"scale: {size:,} no-op inputs", (
                 f"{s['outputs_per_s']} outputs/s in {s['window_s']:.0f} s ({ratio:.2f} of the first size), "
@@ -127,7 +131,7 @@ def main() -> int:
                 f"(first: {s.get('first_round_s')} s), {s.get('ticks')} queue reads between rounds, longest "
                 f"{s.get('tick_s_max')} s (CPU {s.get('tick_cpu_s_max')} s), "
                 f"supervisor {s['supervisor_maxrss_mb']} MB, "
-                f"planned in {s['planned_s']} s; goal: rate >= 0.9, dir <= 1000, round and read < 1 s, < 300 MB"
+                f"planned in {s['planned_s']} s; goal: rate >= 0.9, dir <= 1000, round and read < 1 s of CPU, < 300 MB"
                 + goal("scale", met))))
     print()
     for what, value in rows:

@@ -62,9 +62,11 @@ def test_a_poll_records_each_commit_once_and_then_reads_nothing_again(tmp_path, 
     assert report.observed == 6 and len(read) == 6
     assert len(list((tmp_path / "out").glob("*.out"))) == 6   # placed by the poll that read the commits
     read.clear()
+    (cursor,) = (plan / "queue" / "seen").iterdir()
+    inode = cursor.stat().st_ino
     again = track.poll(plan)
     assert again.observed == 0 and read == [], "a second poll read the same commits again"
-    assert list((plan / "queue" / "seen").iterdir()), "no cursor kept"
+    assert cursor.stat().st_ino == inode, "a poll that moved nothing rewrote the cursor"
 
 
 def test_a_cancel_and_a_claim_returned_after_a_fence_are_each_recorded(tmp_path, no_full_read):

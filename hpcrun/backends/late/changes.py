@@ -121,7 +121,9 @@ class Changes:
         """The cursor past what was read, after the poll recorded it. A line or an entry naming a task the
         store does not know or did not take (``unknown``), or one whose record could not be read, is held:
         read again at every poll until it is recorded (the lines after it are not held up). Whether more new
-        lines may wait (the read was full)."""
+        lines may wait (the read was full). Written only when it moved (a read every second of a quiet
+        campaign writes nothing on the shared filesystem)."""
+        before = (dict(self.cursor.journals), set(self.cursor.cancelled), list(self.cursor.held))
         unknown = set(unknown) | self.unread
         held = [line for line in self.again if any(t in unknown for t in line.tasks)]
         for name, lines in self.lines.items():
@@ -132,14 +134,15 @@ class Changes:
         self.cursor.held = [(line.journal, line.start, line.end) for line in held] + self.stuck
         self.cursor.cancelled |= {e for e, tasks in self.entries.items() if not tasks & unknown}
         self.cursor.cancelled &= set(L.entries(self.q.d("cancelled"))) | set(self.entries)
-        self.cursor.save(self.q, self.reader)
+        if (self.cursor.journals, self.cursor.cancelled, self.cursor.held) != before:
+            self.cursor.save(self.q, self.reader)
         return self.full
 
 
 # the journals' new lines a read takes at most (a line names one task, rarely a few), shared among the
 # journals: a poll after a long pause (a first round that enqueued 10^6 inputs, a store outage) records what
 # piled up over several reads, each bounded, and the cursor keeps the rest
-LINES_PER_READ = 1000
+LINES_PER_READ = 500
 
 
 def read_changes(q: Queue, running: Collection[str], reader: str, describe: Described, held: str,

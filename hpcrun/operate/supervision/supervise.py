@@ -69,8 +69,9 @@ STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead
 RECONNECT_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 60.0, 60.0, 60.0)
 METRICS_NAME = "metrics.prom"
 # late binding: the queue's changes are recorded this often between two polls of the scheduler (no RPC; a few
-# metadata operations), so a round records a few seconds' ends, not a poll interval's
-TICK_S = 5.0
+# metadata operations and no write when nothing changed), so a round records a second's ends, not a poll
+# interval's
+TICK_S = 1.0
 
 
 class SupervisorBusy(HpcrunError):
