@@ -214,34 +214,49 @@ def test_a_throttled_slurm_array_stays_one_submission():
     assert cut[1].array_spec == f"{CLAIM_MAX}-{2 * CLAIM_MAX - 1}"
 
 
-def test_the_supervisor_records_the_queue_between_its_polls(tmp_path, monkeypatch, no_full_read):
-    """Late binding: while the supervisor pauses between two polls of the scheduler, it reads the queue every
-    TICK_S and records what the pilots committed (a round then records a few seconds' ends, not an interval's),
-    and the next round counts them as changes (it does not slow down as if nothing happened)."""
+def _paused_run(plan: Path, monkeypatch, job_id: str, interval: float):
+    """``hpcrun run`` for two rounds, a pilot started at the first; the pause's seconds counted, cut short once
+    the 4 inputs are recorded done (seen after each read of the queue between rounds)."""
     import time
 
     from hpcrun.operate.supervision import supervise
 
-    monkeypatch.setattr(supervise, "TICK_S", 0.2)
-    plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/cp", "{input}", "{output}"]))
+    seen: dict = {"slept": 0, "done": 0, "observed": []}
     pilots: list = []
-    seen: dict = {"slept": 0.0, "done_while_paused": 0}
 
     def on_round(rnd):
         if not pilots:
-            pilots.append(_pilot(plan, "720"))
-        seen.setdefault("observed", []).append(rnd.observed)
+            pilots.append(_pilot(plan, job_id))
+        seen["observed"].append(rnd.observed)
 
-    def sleep(s):   # the pause, cut short once the pilot's 4 commits are recorded (no round ran meanwhile)
-        if seen["done_while_paused"] < 4 and seen["slept"] < 60:
+    def sleep(s):
+        if seen["done"] < 4 and seen["slept"] < 60:
             time.sleep(s)
-            seen["slept"] += s
-            seen["done_while_paused"] = _states(plan).get("done", 0)
+            seen["slept"] += 1
 
-    report = supervise.run(plan, interval=30, max_rounds=2, on_round=on_round, sleep=sleep)
+    real = supervise.Supervisor.between_rounds
+
+    def between(self):
+        end = real(self)
+        seen["done"] = _states(plan).get("done", 0)
+        return end
+    monkeypatch.setattr(supervise.Supervisor, "between_rounds", between)
+    report = supervise.run(plan, interval=interval, max_rounds=2, on_round=on_round, sleep=sleep)
     _wait(pilots[0], 60)
-    assert seen["done_while_paused"] == 4, (seen, report.rounds[-1].summary())
-    assert seen["observed"][1] >= 4, seen   # the ticks' records count as the second round's changes
+    return report, seen
+
+
+def test_the_supervisor_records_the_queue_between_its_polls(tmp_path, monkeypatch, no_full_read):
+    """Late binding: while the supervisor pauses between two polls of the scheduler, it reads the queue every
+    TICK_S and records what the pilots committed (a round then records a second's ends, not an interval's),
+    and the next round counts them as changes (it does not slow down as if nothing happened)."""
+    from hpcrun.operate.supervision import queue_reads
+
+    monkeypatch.setattr(queue_reads, "TICK_S", 0.2)
+    plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/cp", "{input}", "{output}"]))
+    report, seen = _paused_run(plan, monkeypatch, "720", 30)
+    assert seen["done"] == 4, (seen, report.rounds[-1].summary())   # recorded by a read, before round 2
+    assert seen["observed"][1] >= 4, seen   # the reads' records count as the second round's changes
 
 
 def test_a_poll_reads_a_bounded_number_of_journal_lines_and_the_next_goes_on(tmp_path, monkeypatch, no_full_read):
@@ -262,27 +277,33 @@ def test_a_poll_reads_a_bounded_number_of_journal_lines_and_the_next_goes_on(tmp
 def test_a_full_read_between_polls_is_followed_at_once_by_the_next(tmp_path, monkeypatch, no_full_read):
     """What piled up is caught up at a read a second, not a read every TICK_S: a read that took as many lines
     as it could is followed by another at the next second of the pause."""
-    import time
-
     from hpcrun.backends.late import changes
-    from hpcrun.operate.supervision import supervise
+    from hpcrun.operate.supervision import queue_reads
 
-    monkeypatch.setattr(supervise, "TICK_S", 4.0)
+    monkeypatch.setattr(queue_reads, "TICK_S", 4.0)
     monkeypatch.setattr(changes, "LINES_PER_READ", 1)
     plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/cp", "{input}", "{output}"]))
+    _report, seen = _paused_run(plan, monkeypatch, "740", 60)
+    assert seen["done"] == 4 and seen["slept"] <= 9, seen   # reads at 4, 5, 6, 7 s (not 4, 8, 12, 16)
+
+
+def test_the_end_is_seen_within_a_second_of_the_last_result(tmp_path, no_full_read):
+    """The supervisor polls once a minute, but reads the queue every second: once what it read may have ended
+    the campaign and the store says so, the next round comes at once and `hpcrun run` returns (issue 55)."""
+    import time
+
+    from hpcrun.operate.supervision import supervise
+
+    plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/cp", "{input}", "{output}"]))
     pilots: list = []
-    seen: dict = {"slept": 0, "done": 0}
 
     def on_round(rnd):
         if not pilots:
-            pilots.append(_pilot(plan, "740"))
+            pilots.append(_pilot(plan, "750"))
 
-    def sleep(s):
-        if seen["done"] < 4 and seen["slept"] < 40:
-            time.sleep(s)
-            seen["slept"] += 1
-            seen["done"] = _states(plan).get("done", 0)
-
-    supervise.run(plan, interval=60, max_rounds=2, on_round=on_round, sleep=sleep)
+    report = supervise.run(plan, interval=60, on_round=on_round, sleep=time.sleep, max_rounds=3)
+    ended = time.time()
     _wait(pilots[0], 60)
-    assert seen["done"] == 4 and seen["slept"] <= 9, seen   # reads at 4, 5, 6, 7 s (not 4, 8, 12, 16)
+    last = max(p.stat().st_mtime for p in (plan / "queue" / "results").iterdir())
+    assert report.outcome == "finished" and len(report.rounds) == 2, report.rounds[-1].summary()
+    assert ended - last < 5, f"the end was seen {ended - last:.1f} s after the last result"

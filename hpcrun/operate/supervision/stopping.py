@@ -28,11 +28,13 @@ class Stop:
             signal.signal(sig, old)
 
     def sleep(self, seconds: float, sleep: Callable[[float], None],
-              between: Optional[Callable[[], None]] = None) -> None:
+              between: Optional[Callable[[], bool]] = None) -> None:
+        """The pause, in slices of a second; ``between`` runs after each and cuts the pause short by
+        returning True (the campaign may have ended)."""
         left = seconds
         while not self.asked and left > 0:   # in slices, so a stop is seen within a second
             step = min(1.0, left)
             sleep(step)
             left -= step
-            if between is not None:
-                between()
+            if between is not None and between():
+                return

@@ -53,10 +53,10 @@ from hpcrun.operate.submission.moves import move_stuck
 from hpcrun.operate.submission.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.supervision import events as campaign_events
 from hpcrun.operate.supervision import pilots as pilot_care
-from hpcrun.operate.supervision import round_metrics
+from hpcrun.operate.supervision import queue_reads, round_metrics
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
-from hpcrun.operate.tracking.track import IN_FLIGHT, poll_store, record_queue
+from hpcrun.operate.tracking.track import poll_store
 from hpcrun.store.base import StateStoreError, _whoami
 from hpcrun.store.locking.fence import Fenced, lost
 from hpcrun.store.locking.lock import Held, LockTimeout, supervisor_lock
@@ -68,10 +68,6 @@ STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead
 # six minutes of outage (a server restart, a failover) are ridden out before it gives up
 RECONNECT_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 60.0, 60.0, 60.0)
 METRICS_NAME = "metrics.prom"
-# late binding: the queue's changes are recorded this often between two polls of the scheduler (no RPC; a few
-# metadata operations and no write when nothing changed), so a round records a second's ends, not a poll
-# interval's
-TICK_S = 1.0
 
 
 class SupervisorBusy(HpcrunError):
@@ -185,6 +181,7 @@ class Supervisor:
         self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
         self.forecast_kept: Tuple[float, List[Family]] = (0.0, [])   # when made, and its families
         self.ticked, self.tick_changes = time.monotonic(), 0   # the queue read between rounds: when, what it recorded
+        self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
 
     def _clusters(self, manifest: Manifest) -> None:
         """The plan's clusters (late binding: the pilots of the generation planned last)."""
@@ -220,7 +217,7 @@ class Supervisor:
         except (Unreachable, SubmitUncertain) as exc:
             moved, waited = [], self.wait_out(exc)
         jobs = self.store.job_counts(self.campaign.id)
-        settled = jobs["pending"] == 0 and not any(jobs[s] for s in IN_FLIGHT)
+        settled = queue_reads.open_jobs(jobs) == 0
         pilots = pilot_care.tend(self, status, jobs, settled)   # before the queue is filled: they start meanwhile
         try:
             sub = submit_store(self.plan_dir, self.manifest, self.store, lock_timeout=self.lock_timeout,
@@ -248,22 +245,14 @@ class Supervisor:
             rnd.ended = outcome_of(rnd.inputs, self.store.operator_cancelled(self.campaign.id))
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
+        self.left = queue_reads.open_jobs(rnd.jobs)
         return rnd
 
-    def between_rounds(self) -> None:
-        """While it pauses: exports go on, and a late-bound campaign's queue is read every TICK_S, at once
-        again while a read was full (what piled up is caught up at a thousand lines a second). What it records
-        counts as the next round's, which then does not slow down as if nothing changed. A queue that cannot be
-        read now (a filesystem's hiccup) is left to the next round."""
+    def between_rounds(self) -> bool:
+        """While it pauses: exports go on, and a late-bound campaign's queue is read (queue_reads.py); True
+        when the next round should come at once."""
         self.exporter.pump()
-        if not self.manifest.pilots or time.monotonic() - self.ticked < TICK_S:
-            return
-        try:
-            recorded, full = record_queue(self.plan_dir, self.manifest, self.store, self.campaign.id)
-        except OSError:
-            recorded, full = 0, False
-        self.tick_changes += recorded
-        self.ticked = 0.0 if full else time.monotonic()
+        return queue_reads.read(self)
 
     def _names(self, job_indices: List[int]) -> List[str]:
         named = self.store.job_names(self.campaign.id, job_indices) if job_indices else {}

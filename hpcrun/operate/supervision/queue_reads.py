@@ -1,0 +1,40 @@
+"""Late binding between two rounds: the queue read every second, the end seen at once.
+
+A round polls the scheduler once a minute (the site's interval). A late-bound campaign's results are files in
+the queue, which cost no scheduler RPC to read: the supervisor reads them every TICK_S while it pauses, with
+the same code as a poll's (``tracking.changed.record_changes``), so a round records a second's ends rather
+than a minute's, and the campaign's end is seen within a second of its last result.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+from hpcrun.operate.results import IN_FLIGHT
+from hpcrun.operate.tracking.track import record_queue
+
+# how often; a read with nothing changed costs a few metadata operations and writes nothing (2 ms at 10^6)
+TICK_S = 1.0
+
+
+def open_jobs(jobs: Dict[str, int]) -> int:
+    """Plan jobs pending or in flight."""
+    return jobs["pending"] + sum(jobs[s] for s in IN_FLIGHT)
+
+
+def read(sup: Any) -> bool:
+    """One read of the queue if TICK_S passed since the last (at once again while a read was full: what piled up
+    is caught up a read a second). What it records counts as the next round's changes (``sup.tick_changes``),
+    so the polls do not slow down as if nothing happened. A queue that cannot be read now (a filesystem's
+    hiccup) is left to the next round. True once what it recorded may have ended the campaign (at least as many
+    changes as jobs were open at the last round, and the store says none is): the next round comes at once."""
+    if not sup.manifest.pilots or time.monotonic() - sup.ticked < TICK_S:
+        return False
+    try:
+        recorded, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id)
+    except OSError:
+        recorded, full = 0, False
+    sup.tick_changes += recorded
+    sup.ticked = 0.0 if full else time.monotonic()
+    return recorded > 0 and sup.tick_changes >= sup.left and open_jobs(sup.store.job_counts(sup.campaign.id)) == 0
