@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Any, Callable, Dict, Optional
 
 
@@ -29,12 +30,16 @@ class Stop:
 
     def sleep(self, seconds: float, sleep: Callable[[float], None],
               between: Optional[Callable[[], bool]] = None) -> None:
-        """The pause, in slices of a second; ``between`` runs after each and cuts the pause short by
-        returning True (the campaign may have ended)."""
+        """The pause, in slices of a second; ``between`` runs after each, its own time counted in the pause
+        (a read of the queue that takes seconds on a busy login node does not stretch it), and cuts the pause
+        short by returning True (the campaign may have ended)."""
         left = seconds
         while not self.asked and left > 0:   # in slices, so a stop is seen within a second
             step = min(1.0, left)
             sleep(step)
             left -= step
-            if between is not None and between():
-                return
+            if between is not None:
+                t0 = time.monotonic()
+                if between():
+                    return
+                left -= time.monotonic() - t0
