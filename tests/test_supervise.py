@@ -202,3 +202,33 @@ def test_a_stall_runs_the_hook_once_per_period(tmp_path, spec_factory, fake_slur
     stalls = seen.read_text().splitlines()
     assert stalls and set(stalls) == {"stalled"} and len(stalls) < 8   # not every round
     assert '"held": 0' in (plan_dir / "events.log").read_text()
+
+
+def test_the_forecast_is_made_again_in_the_pause_not_in_a_round(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    """At 10^6 inputs the forecast costs 0.7 s of CPU: the supervisor makes it again in its pause when due, and a
+    round's metrics file carries the one kept (made at the first round, and at the end)."""
+    from hpcrun.operate.campaign import forecast
+    from hpcrun.operate.supervision import round_metrics, supervise
+
+    monkeypatch.setattr(round_metrics, "UNREADY_EVERY_S", 0.0)
+    monkeypatch.setattr(round_metrics, "FORECAST_EVERY_S", 0.0)
+    paused, made = [False], []
+    real_between, real_forecast = supervise.Supervisor.between_rounds, forecast.of_store
+
+    def between(self):
+        paused[0] = True
+        try:
+            return real_between(self)
+        finally:
+            paused[0] = False
+
+    def of_store(*args, **kwargs):
+        made.append(paused[0])
+        return real_forecast(*args, **kwargs)
+    monkeypatch.setattr(supervise.Supervisor, "between_rounds", between)
+    monkeypatch.setattr(forecast, "of_store", of_store)
+    plan_dir = _plan(tmp_path, spec_factory)
+    report = run(plan_dir, interval=2, max_rounds=3, sleep=lambda s: None)   # the fake jobs never end
+    assert report.outcome == "rounds"
+    assert made.count(False) == 1 and made.count(True) >= 2, made
+    assert "hpcrun_forecast_ready" in (plan_dir / "metrics.prom").read_text()

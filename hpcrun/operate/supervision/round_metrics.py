@@ -17,16 +17,28 @@ FORECAST_EVERY_S = 300.0  # the forecast made again this often (a campaign's end
 UNREADY_EVERY_S = 60.0    # ... and this often while no run has ended
 
 
-def _forecast(sup: Any, finished: bool) -> List[Family]:
-    """The forecast's families, made again once ``FORECAST_EVERY_S`` passed (at 10^6 inputs it reads every
-    input's size and every submission's state: half a second), every minute while none is ready (the first
-    run's end shows within a minute), and at the end."""
+def forecast_due(sup: Any) -> bool:
+    """The forecast is made again once ``FORECAST_EVERY_S`` passed (at 10^6 inputs it reads every input's size
+    and every submission's state: 0.7 s of CPU), every minute while none is ready (the first run's end shows
+    within a minute)."""
     made, fams = sup.forecast_kept
     ready = any(f.name == "hpcrun_forecast_end_timestamp_seconds" for f in fams)
-    if finished or not fams or time.monotonic() - made >= (FORECAST_EVERY_S if ready else UNREADY_EVERY_S):
-        fams = forecast.families(forecast.of_store(sup.store, sup.campaign.id, sup.manifest))
-        sup.forecast_kept = (time.monotonic(), fams)
-    return fams
+    return time.monotonic() - made >= (FORECAST_EVERY_S if ready else UNREADY_EVERY_S)
+
+
+def refresh_forecast(sup: Any) -> None:
+    """The forecast made now and kept for the metrics file (the supervisor does this in its pause, when due,
+    so that a round at 10^6 inputs does not carry it)."""
+    sup.forecast_kept = (time.monotonic(), forecast.families(forecast.of_store(sup.store, sup.campaign.id,
+                                                                               sup.manifest)))
+
+
+def _forecast(sup: Any, finished: bool) -> List[Family]:
+    """The forecast's families as last made (in the pause: ``refresh_forecast``); made here at the first round
+    and at the end."""
+    if finished or not sup.forecast_kept[1]:
+        refresh_forecast(sup)
+    return sup.forecast_kept[1]
 
 
 def write(sup: Any, rnd: Any, beat_at: float, path: Path) -> None:

@@ -249,9 +249,13 @@ class Supervisor:
         return rnd
 
     def between_rounds(self) -> bool:
-        """While it pauses: exports go on, and a late-bound campaign's queue is read (queue_reads.py); True
-        when the next round should come at once."""
+        """While it pauses: exports go on; in each second either the metrics file's forecast is made again,
+        when due, or a late-bound campaign's queue is read (queue_reads.py). True when the next round should
+        come at once."""
         self.exporter.pump()
+        if self.metrics_path is not None and round_metrics.forecast_due(self):
+            round_metrics.refresh_forecast(self)
+            return False
         return queue_reads.read(self)
 
     def _names(self, job_indices: List[int]) -> List[str]:
