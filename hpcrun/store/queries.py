@@ -160,6 +160,13 @@ class Queries(StoreBase):
                  .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None)).group_by(t.c.state))
         return self._counted("jobs", campaign_id, query)
 
+    def any_in(self, campaign_id: int, states: Sequence[str]) -> bool:
+        """Whether any input is in these states (one probe of the state index: asked every second near the end)."""
+        t = schema.input_file
+        query = select(t.c.id).where(t.c.campaign_id == campaign_id, t.c.state.in_(list(states))).limit(1)
+        with self._read() as conn:
+            return conn.execute(query).first() is not None
+
     def job_names(self, campaign_id: int, job_indices: Sequence[int]) -> Dict[int, str]:
         """The names of these plan jobs (a round names the few it retried or parked; a dict of 10^6 names
         kept for that would cost 100 MB)."""

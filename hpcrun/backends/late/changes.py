@@ -157,10 +157,10 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
     for task, claim in claims.items():
         if task not in running and (d := describe(task.rpartition("_")[0])):
             out.records[task] = claim_record(task, d[0], claim)
-    for name, start, end in cur.held:
-        got = _tail(q, name, start, 1)
-        if got and got[0].end == end:
-            out.again.append(got[0])
+    for name, start, end in cur.held:   # each held range read again whole (a line, unless a read saw it torn)
+        got = _tail(q, name, start, end - start, until=end)
+        if got and got[-1].end == end:
+            out.again += got
         else:
             out.stuck.append((name, start, end))
     out.lines = _new_lines(q, cur, lines)
@@ -210,9 +210,9 @@ def _new_lines(q: Queue, cur: Cursor, budget: int) -> Dict[str, List[Line]]:
     return out
 
 
-def _tail(q: Queue, name: str, offset: int, most: int) -> List[Line]:
-    """At most ``most`` whole lines of a journal from ``offset`` on, read in blocks (a journal of 10^5 lines is
-    not read whole to take a thousand); a line a pilot is still writing waits for the next poll."""
+def _tail(q: Queue, name: str, offset: int, most: int, until: Optional[int] = None) -> List[Line]:
+    """At most ``most`` whole lines of a journal from ``offset`` on (and ending by ``until``), read in blocks (a
+    journal of 10^5 lines is not read whole to take a thousand); a line a pilot is still writing waits."""
     out: List[Line] = []
     try:
         with open(q.d("results") / name, "rb") as f:
@@ -222,6 +222,8 @@ def _tail(q: Queue, name: str, offset: int, most: int) -> List[Line]:
                 data, pos = rest + block, 0
                 while len(out) < most and (nl := data.find(b"\n", pos)) >= 0:
                     start = offset + pos
+                    if until is not None and start + nl - pos + 1 > until:
+                        return out
                     out.append(Line(name, start, start + nl - pos + 1, data[pos:nl].decode(errors="replace").split()))
                     pos = nl + 1
                 offset, rest = offset + pos, data[pos:]

@@ -28,13 +28,15 @@ def read(sup: Any) -> bool:
     is caught up a read a second). What it records counts as the next round's changes (``sup.tick_changes``),
     so the polls do not slow down as if nothing happened. A queue that cannot be read now (a filesystem's
     hiccup) is left to the next round. True once what it recorded may have ended the campaign (at least as many
-    changes as jobs were open at the last round, and the store says none is): the next round comes at once."""
+    ends as jobs were open at the last round, and the store holds no input pending or in flight): the next
+    round comes at once."""
     if not sup.manifest.pilots or time.monotonic() - sup.ticked < TICK_S:
         return False
     try:
-        recorded, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id)
+        recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id)
     except OSError:
-        recorded, full = 0, False
+        recorded, ends, full = 0, 0, False
     sup.tick_changes += recorded
+    sup.tick_ends += ends
     sup.ticked = 0.0 if full else time.monotonic()
-    return recorded > 0 and sup.tick_changes >= sup.left and open_jobs(sup.store.job_counts(sup.campaign.id)) == 0
+    return ends > 0 and sup.tick_ends >= sup.left and not sup.store.any_in(sup.campaign.id, ("pending",) + IN_FLIGHT)

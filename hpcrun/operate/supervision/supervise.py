@@ -180,7 +180,7 @@ class Supervisor:
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
         self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
         self.forecast_kept: Tuple[float, List[Family]] = (0.0, [])   # when made, and its families
-        self.ticked, self.tick_changes = time.monotonic(), 0   # the queue read between rounds: when, what it recorded
+        self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
 
     def _clusters(self, manifest: Manifest) -> None:
@@ -225,7 +225,7 @@ class Supervisor:
         except (Unreachable, SubmitUncertain) as exc:   # claims settle at a later round: nothing doubled
             sub, waited = SubmitReport(self.campaign.name, self.store.location), self.wait_out(exc)
         pilot_care.hint(self.manifest, [c.sched for c in self.listed])   # the queue filled: locality hints
-        between, self.tick_changes = self.tick_changes, 0
+        between, self.tick_changes, self.tick_ends = self.tick_changes, 0, 0
         rnd = Round(number, dt.datetime.now(dt.timezone.utc), self.store.counts_by_state(self.campaign.id),
                     self.store.job_counts(self.campaign.id), observed=status.observed + between,
                     submitted=sub.submitted_jobs, requeued=self._names(requeued), parked=self._names(parked),

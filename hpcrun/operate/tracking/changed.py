@@ -81,13 +81,13 @@ def _finalize_records(poller: Poller, extra: Sequence[Tuple[str, dt.datetime]]) 
         poller.catching_up.add(poller.first.name or None)
 
 
-def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> Tuple[int, bool]:
+def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> Tuple[int, int, bool]:
     """Between two polls of the scheduler: what the queue says changed, recorded (no scheduler command, a
     few metadata operations when nothing changed). A supervisor does this every few seconds, so that each
-    read records a few seconds' worth of ends rather than a poll interval's. How many changes, and whether
-    more lines wait (the read was full)."""
+    read records a few seconds' worth of ends rather than a poll interval's. How many changes, how many of
+    them ends, and whether more lines wait (the read was full)."""
     changes, ended, _s, advance = observe_changes(poller, store, campaign_id, ())
     recorded = set(store.record_transitions(campaign_id, changes))
     ended = [(a, raw) for a, raw in ended if a.id in recorded]
     provenance.record_outcomes(store, campaign_id, poller.job_dir, poller.qa_outcomes(ended), ended)
-    return len(recorded), advance()
+    return len(recorded), len(ended), advance()

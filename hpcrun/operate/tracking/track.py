@@ -453,12 +453,12 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     return report
 
 
-def record_queue(plan_dir: Path, manifest: Manifest, store: StateStore, campaign_id: int) -> Tuple[int, bool]:
+def record_queue(plan_dir: Path, manifest: Manifest, store: StateStore, campaign_id: int) -> Tuple[int, int, bool]:
     """Late binding between two polls: the queue's changes recorded (changed.record_changes); nothing for a
     campaign of the scheduler's jobs, whose changes only a poll sees."""
     poller = Poller(plan_dir, store, manifest)
     if not follows_changes(poller):
-        return 0, False
+        return 0, 0, False
     with bulk():
         return record_changes(poller, store, campaign_id)
 
