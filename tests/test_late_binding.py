@@ -263,8 +263,10 @@ def test_a_pilot_buffer_holds_its_slots_and_its_claims_copy_in_and_out_with_sums
         assert rows[0][4] == "sha256:" + hashlib.sha256(src.read_bytes()).hexdigest()
         assert rows[1][2] == str(tmp_path / "out" / ".hpcrun-claims" / results[f"{qid}_{k}"][1] / f"r{k:03d}.out")
         assert rows[1][4] == rows[0][4]    # the output is a copy of the input here
-        assert "copied 1 input(s) into the pilot's buffer" in (plan / "run" / "pilots" / "601" / "claims"
-                                                               / f"{results[f'{qid}_{k}'][1]}.log").read_text()
+        cid = results[f"{qid}_{k}"][1]   # a claim's lines are in the log of the run of the script that ran it
+        said = [line for log in (plan / "run" / "pilots" / "601" / "claims").glob("*.log")
+                for line in log.read_text().splitlines() if f"hpcrun[{cid}]" in line]
+        assert any("copied 1 input(s) into the pilot's buffer" in line for line in said), said
 
 
 def test_run_tends_the_pilots_and_the_live_page_shows_them(tmp_path, fake_slurm):

@@ -180,7 +180,7 @@ def _ops_per_claim(q: Queue, tmp_path: Path, monkeypatch, claims: int = 20) -> C
     agent = _agent(q, tmp_path)
     try:
         for _ in range(claims):
-            assert agent._claim() is not None
+            assert agent._claim(1)
     finally:
         monkeypatch.undo()
     counts["most names listed"] = max(listed, default=0)
@@ -203,8 +203,11 @@ def test_the_agent_takes_its_nodes_hints_first_by_its_short_name(tmp_path):
     q = _queue(tmp_path, 50)
     q.hint({"L1_42": "n1"})
     assert (q.d("ready") / "L1_42").exists()
-    assert _agent(q, tmp_path)._claim() == "L1_42"
+    assert _agent(q, tmp_path)._claim(1) == ["L1_42"]
     assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(50)})
+
+
+SHIPPED = ("hpcrun.backends.late", "hpcrun_late_layout", "hpcrun.backends.late.runs", "hpcrun_late_runs")
 
 
 def test_the_shipped_agent_and_protocol_import_the_standard_library_alone():
@@ -213,14 +216,15 @@ def test_the_shipped_agent_and_protocol_import_the_standard_library_alone():
     import sys
 
     import hpcrun.backends.late.agent as agent_mod
-    for mod in (agent_mod, L):
+    import hpcrun.backends.late.runs as runs_mod
+    for mod in (agent_mod, L, runs_mod):
         tree = ast.parse(Path(mod.__file__).read_text())
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             for name in names:
                 top = name.split(".")[0]
-                assert top in sys.stdlib_module_names or name in ("hpcrun.backends.late", "hpcrun_late_layout") \
+                assert top in sys.stdlib_module_names or name in SHIPPED \
                     or top == "__future__", (mod.__name__, name)
 
 

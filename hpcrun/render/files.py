@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, List
 
-from hpcrun.backends.late import agent, layout
+from hpcrun.backends.late import agent, layout, runs
 from hpcrun.plan.job.commands import HDF5_HELPER
-from hpcrun.plan.job.pilots import AGENT_LAYOUT, AGENT_SCRIPT, PILOT_SCRIPT
+from hpcrun.plan.job.pilots import AGENT_LAYOUT, AGENT_RUNS, AGENT_SCRIPT, PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (
@@ -55,6 +55,7 @@ def _agent_files(own: str) -> Iterator[RenderedFile]:
     (standard library only: a compute node needs python3, not hpcrun)."""
     yield RenderedFile(own + AGENT_SCRIPT, Path(agent.__file__).read_text(), True)
     yield RenderedFile(own + AGENT_LAYOUT, Path(layout.__file__).read_text(), False)
+    yield RenderedFile(own + AGENT_RUNS, Path(runs.__file__).read_text(), False)
 
 
 def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:

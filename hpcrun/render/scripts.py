@@ -164,6 +164,9 @@ def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:
     node's CPUs: none binds its tasks to CPUs it would then share with the other slots."""
     if plan.launch.in_batch:
         return {"in_batch": True, "node_cpus": Shell('""' if plan.pilots is not None else sched.node_cpus),
+                # a pilot's input with no container: each chain is a fork of the claim's shell that reads the
+                # chain's steps (no bash started per input); a container runs them inside as before
+                "chain_inline": plan.pilots is not None and not plan.container.prefix,
                 "db_launch": Shell("launch_in_batch 1"), "chain_launch": Shell('launch_in_batch "$HPCRUN_NCHAINS"'),
                 "launch_log": Shell('"$HPCRUN_RUNDIR/chains/launch.log"'),
                 "task_identity": [Shell(line) for line in sched.batch_task_identity()]}
@@ -271,9 +274,7 @@ def job_comments(job: Job) -> List[str]:
     return comments
 
 
-CLAIM_IDENTITY = ("export HPCRUN_JOB_ID=${HPCRUN_CLAIM_ID:?run by an hpcrun pilot: jobs.binding is late}",
-                  "export HPCRUN_NODES=1",
-                  "export HPCRUN_ARRAY_INDEX=${HPCRUN_CLAIM_INDEX:?run by an hpcrun pilot: jobs.binding is late}")
+CLAIM_IDENTITY = ("export HPCRUN_NODES=1",)   # the claim id and job index: per input, from the claim's loop
 
 
 def render_job(env: jinja2.Environment, template: str, plan: Plan, common: Dict[str, Any], plan_dir: str,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -38,8 +39,8 @@ def _raw(cluster, name: str, n: int) -> Path:
 
 # each run of an input appends '<input> <claim id>' to a ledger hpcrun never writes, and its output ends with the
 # claim id: "once" is counted there (_done_once), not from the queue's or the store's records
-LEDGERED = ('sleep "$0"; cp "$1" "$2" && printf "\\n%s\\n" "$HPCRUN_JOB_ID" >> "$2" '
-            '&& printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$3"')
+LEDGERED = ('t=$0; [ "$t" != input ] || read -r t < "$1"; sleep "$t"; cp "$1" "$2" '
+            '&& printf "\\n%s\\n" "$HPCRUN_JOB_ID" >> "$2" && printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$3"')
 
 
 def ledger(cluster, name: str) -> Path:
@@ -120,8 +121,16 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
     work = os.environ.get("HPCRUN_LATE_WORK_S", "3")
     cap = os.environ.get("HPCRUN_LATE_MAX_QUEUED")   # the site-limit benchmark: max_queued_jobs
     extra = {"site": {"profile": [{"profile": "local-test", "max_queued_jobs": int(cap)}]}} if cap else {}
-    c = late_campaign(slurm_cluster, hpcrun_bin, example_root, f"late{n}", n, work,
+    tail = os.environ.get("HPCRUN_LATE_TAIL")   # "10x60": that many inputs of that many seconds, at random places
+    if tail:   # an input's own limit (walltime, less the 60 s warning before it) must hold the long ones
+        extra["walltime"] = "00:05:00"
+    c = late_campaign(slurm_cluster, hpcrun_bin, example_root, f"late{n}", n, "input" if tail else work,
                       {"walltime": "01:00:00", "slots": 8, "idle_release": "20s", "input_time": "10s"}, **extra)
+    if tail:   # each input's time is its first line (the chain reads it): the long ones spread at random
+        count, long_s = tail.split("x")
+        longs = set(random.Random(55).sample(range(n), int(count)))
+        for i, path in enumerate(sorted((slurm_cluster.pfs / f"late-raw-late{n}-{n}").glob("*.dat"))):
+            path.write_text(f"{long_s if i in longs else work}\n")
     _reset(slurm_cluster)
     t0 = time.time()
     proc = c.hp("run", str(c.plan), "--interval", "5", timeout=float(os.environ.get("HPCRUN_LATE_TIMEOUT", "900")))
@@ -136,7 +145,8 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
     figures = {"inputs": n, "work_s": float(work), "to_last_output_s": round(last - t0, 1),
                "to_first_claim_s": round(first - t0, 1), "run_wall_s": round(wall, 1),
                "dispatch_per_s": round(n / (max(float(r[6]) for r in results) - first), 1),
-               "pilots": len(pilots), "max_queued_jobs": cap,
+               "pilots": len(pilots), "max_queued_jobs": cap, "tail": tail,
+               "scripts": len(list((c.plan / "run" / "pilots").glob("*/claims/*.log"))),
                "sbatch": by_type.get("REQUEST_SUBMIT_BATCH_JOB", 0), "controller_user_total": total,
                **split(by_type, total)}
     print("\nlate_binding " + json.dumps(figures), flush=True)

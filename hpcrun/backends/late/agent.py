@@ -21,32 +21,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 if __package__:
     from hpcrun.backends.late import layout as L
-else:   # run as the plan's bin/hpcrun-pilot.py: the protocol is the copy beside it
+    from hpcrun.backends.late import runs as R
+else:   # run as the plan's bin/hpcrun-pilot.py: the protocol and the runs are the copies beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import hpcrun_late_layout as L  # type: ignore[no-redef]
+    import hpcrun_late_runs as R  # type: ignore[no-redef]
 
 NAPS = (0.2, 0.5, 1.0, 2.0, 5.0)   # the queue looked at soon after a miss, then less and less often
 STOP_WAIT_S = 15.0                 # a claim's script TERMed on the way out, KILLed after this
-
-
-@dataclass
-class Running:
-    """An input this pilot runs now."""
-
-    task: str
-    cid: str
-    slot: int
-    proc: subprocess.Popen
-    t0: float
-    warn_at: float
-    kill_at: float
-    state: str = ""               # CANCELLED or TIMEOUT once the pilot stopped it for that
+CLAIM_S = 2.0                      # the work a claim holds: as many inputs as take about this long, at least one
+CLAIM_MAX = 64                     # ... and at most this many
+RECENT = 50                        # input times the claim's size is judged from (their median)
 
 
 @dataclass
@@ -65,7 +57,7 @@ class Agent:
     seat_dir: str
     rundir: Path
     bb_root: str = ""
-    running: Dict[int, Running] = field(default_factory=dict)
+    running: Dict[int, R.Running] = field(default_factory=dict)
     claims_made: int = 0
     draining: bool = False
     stopping: str = ""            # why the pilot stops ("": it does not)
@@ -74,7 +66,9 @@ class Agent:
     next_look: float = 0.0
     next_beat: float = 0.0
     flags: Dict[str, object] = field(default_factory=dict)   # stop, paused, expected, until, hinted: per beat
-    scripts: Dict[str, Tuple[str, int]] = field(default_factory=dict)
+    scripts: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)   # qid -> script, limit, plan dir
+    recent: Deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+    table: R.TaskTable = field(default_factory=R.TaskTable)
 
     @property
     def me(self) -> Path:
@@ -110,9 +104,15 @@ class Agent:
                 self.log(f"nothing to claim for {self.idle_s:.0f} s: released")
                 break
             timeout = min([self.next_beat, self.next_look] + [r.warn_at for r in self.running.values()]
-                          + [r.kill_at for r in self.running.values()]) - time.monotonic()
-            if select.select([wake_r], [], [], max(0.0, min(timeout, 5.0)))[0]:
+                          + [r.kill_at for r in self.running.values()]
+                          + [self._give_back_at(r) for r in self.running.values()]) - time.monotonic()
+            ready = select.select([wake_r] + [r.out for r in self.running.values()], [], [],
+                                  max(0.0, min(timeout, 5.0)))[0]
+            if wake_r in ready:
                 os.read(wake_r, 512)
+            for r in list(self.running.values()):
+                if r.out in ready:
+                    self._read_worker(r)
         return self._leave()
 
     def _on_term(self, *_: object) -> None:
@@ -166,24 +166,43 @@ class Agent:
         self.flags["hinted"] = {t for n in L.entries(q / "near") for t in L.entries(q / "near" / n)}
         cancels = set(L.entries(q / "cancel"))
         for r in self.running.values():
-            if r.task in cancels and not r.state:
+            if r.at >= 0 and r.task in cancels and not r.state:
                 r.state = "CANCELLED"
-                _signal(r.proc, signal.SIGTERM)
+                R.group(r.items[r.at].pid, signal.SIGTERM)
         if self.flags["stop"] and not self.running:
             self.log("the campaign is done: nothing to claim")
 
     def _limits(self, now: float) -> None:
-        """Each input's own time limit, as its array task would have it: the warning signal, then the end."""
+        """Each input's own time limit, as its array task would have it: the warning signal, then the end. An
+        input that runs long sends the claim's inputs not begun back to the queue, for other slots."""
         for r in self.running.values():
+            if r.at < 0:
+                continue
+            pid = r.items[r.at].pid
             if now >= r.kill_at:
                 r.state, r.kill_at, r.warn_at = "TIMEOUT", float("inf"), float("inf")
-                _signal(r.proc, signal.SIGKILL)
+                R.group(pid, signal.SIGKILL)
             elif now >= r.warn_at:
                 r.warn_at = float("inf")
                 try:
-                    os.kill(r.proc.pid, signal.SIGUSR1)   # the script's alone: it passes it on to its chains
+                    os.kill(pid, signal.SIGUSR1)   # the input's script alone: it passes it on to its chains
                 except ProcessLookupError:
                     pass
+            if now >= self._give_back_at(r):
+                self._give_back(r)
+
+    def _give_back_at(self, r: R.Running) -> float:
+        """When the running input has run long enough that the claim's inputs not begun should not wait for it."""
+        if r.at < 0 or r.fed >= len(r.items):
+            return float("inf")
+        return r.began + max(CLAIM_S, 4 * self._typical())
+
+    def _typical(self) -> float:
+        """The median of this pilot's last input times, or the campaign's expected time before any ended."""
+        return sorted(self.recent)[len(self.recent) // 2] if self.recent else float(self.input_s)
+
+    def _claim_size(self) -> int:
+        return max(1, min(CLAIM_MAX, int(CLAIM_S / max(self._typical(), 0.001))))
 
     # -- claiming ----------------------------------------------------------------------------------------
     def _fill(self) -> None:
@@ -200,83 +219,168 @@ class Agent:
         for slot in free:
             if self.stopping:
                 return
-            task = self._claim()
-            if task is None:
+            tasks = self._claim(self._claim_size())
+            if not tasks:   # nothing left: the campaign's end (queue/stop) is looked at now, not at the next beat
+                self.flags["stop"] = self.flags.get("stop") or (self.queue / "stop").exists()
                 self.next_look = time.monotonic() + NAPS[self.nap]
                 self.nap = min(self.nap + 1, len(NAPS) - 1)
                 return
             self.nap = 0
             self.idle_since = time.monotonic()
-            self._start(task, slot)
+            self._start(tasks, slot)
             if slot not in self.running:   # not started (no descriptor, cancelled): look again later
                 return
         self.next_look = time.monotonic() + 0.05
 
-    def _claim(self) -> Optional[str]:
-        """The next task: one this node's cache holds (a hint under its short name), a single waiting one
-        (returned, or hinted to a node whose pilot left it long enough), or the first of a backlog chunk."""
+    def _claim(self, n: int) -> List[str]:
+        """Up to ``n`` tasks of one submission: one this node's cache holds (a hint under its short name), single
+        waiting ones (returned, or hinted to a node whose pilot left them long enough), or the first ``n`` of
+        backlog chunks, one split a chunk whatever ``n`` (a chunk too small: the next of the same submission)."""
         q, me = self.queue, self.me
         for task in L.entries(q / "near" / self.node.split(".")[0]):
-            if _rename(q / "ready" / task, me / task):
-                return task
+            if R.rename(q / "ready" / task, me / task):
+                return [task]
         hinted = self.flags.get("hinted") or set()
         stealing = time.monotonic() - self.idle_since >= self.steal_s
-        for task in L.shuffled(L.entries(q / "ready"))[:8]:
-            if (stealing or task not in hinted) and _rename(q / "ready" / task, me / task):  # type: ignore[operator]
-                return task
+        got: List[str] = []
+        for task in L.shuffled(L.entries(q / "ready"))[:max(8, n)]:
+            if got and task.rpartition("_")[0] != got[0].rpartition("_")[0]:
+                continue
+            if (stealing or task not in hinted) and R.rename(q / "ready" / task, me / task):  # type: ignore[operator]
+                got.append(task)
+                if len(got) >= n:
+                    break
+        if got:
+            return got
         for name in L.shuffled(L.entries(q / "backlog"))[:8]:
+            if got and not name.startswith(got[0].rpartition("_")[0] + "."):
+                continue   # a claim's inputs share one script: one submission's
             try:
-                got = L.split(q / "backlog", name, me, L.pick_first, lambda t: me / t)
+                got += L.split(q / "backlog", name, me, L.pick_n(n - len(got)), lambda t: me / t) or []
             except OSError:   # our directory is gone: fenced (the supervisor settles the split)
                 self.stopping = "fenced: its claims were returned to the queue"
-                return None
-            if got:
-                return got[0]
-        return None
+                return []
+            if len(got) >= n:
+                break
+        return got
 
-    def _start(self, task: str, slot: int) -> None:
-        qid, _, idx = task.rpartition("_")
-        cid = f"{self.pilot}.{slot}.{self.claims_made}"
-        self.claims_made += 1
+    def _start(self, tasks: List[str], slot: int) -> None:
+        """One run of the job script for the claimed tasks: told them all (their rows read here, so the script
+        starts no process to find them), then each one's start, one at a time (``_next``)."""
+        qid = tasks[0].rpartition("_")[0]
         desc = self._descriptor(qid)
         if desc is None:
-            self.log(f"no descriptor for {task}: returned")
-            _rename(self.me / task, self.queue / "ready" / task)
+            self.log(f"no descriptor for {qid}: {len(tasks)} task(s) returned")
+            for task in tasks:
+                R.rename(self.me / task, self.queue / "ready" / task)
             self.next_look = time.monotonic() + 5   # not claimed again at once
             return
-        if (self.queue / "cancel" / task).exists():   # cancelled while it was in a split: never started
-            _rename(self.me / task, self.queue / "cancelled" / task)
-            return
-        script, limit = desc
-        t0 = time.time()
-        env = dict(os.environ, HPCRUN_CLAIM_ID=cid, HPCRUN_CLAIM_INDEX=idx)
-        with open(self.rundir / "claims" / f"{cid}.log", "w") as out:
-            proc = subprocess.Popen(["bash", script], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
-        try:
-            L.write_new(self.me / task, f"{cid}\t{slot}\t{self.node}\t{t0:.6f}\t{proc.pid}\n")
-        except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
-            self.stopping = "fenced: its claims were returned to the queue"
-            _signal(proc, signal.SIGKILL)
-        # the input's own time limit as its array task would have it: the pre-timeout signal, then the end
-        warn = time.monotonic() + (limit - self.claim_before if limit > self.claim_before else limit)
-        self.running[slot] = Running(task, cid, slot, proc, t0, warn, warn + self.claim_before)
+        script, limit, plan = desc
+        items = []
+        for task in tasks:
+            cid = f"{self.pilot}.{slot}.{self.claims_made}"
+            self.claims_made += 1
+            idx = task.rpartition("_")[2]
+            items.append(R.Item(task, cid, idx, self.table.rows(plan, int(idx))))
+        out_r, out_w = os.pipe()
+        env = dict(os.environ, HPCRUN_CLAIM_FEED=str(out_w))
+        with open(self.rundir / "claims" / f"{items[0].cid}.log", "w") as log:
+            proc = subprocess.Popen(["bash", script], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True, pass_fds=(out_w,))
+        os.close(out_w)
+        r = R.Running(slot, proc, items, limit, out=out_r)
+        self.running[slot] = r
+        feed = "".join(f"item\t{i.task}\t{i.idx}\t{i.cid}\t{i.rows.count(chr(10))}\n{i.rows}" for i in items)
+        r.tell(feed + "ready\n")
+        self._next(r)
 
-    def _descriptor(self, qid: str) -> Optional[Tuple[str, int]]:
-        """A submission's script (this cluster's copy) and per-input limit, read once."""
+    def _next(self, r: R.Running) -> None:
+        """The claim's next input told to start, or, when the claim has run its share of time (or the pilot stops
+        claiming), its inputs not begun sent back to the queue and the script told to end."""
+        while r.fed < len(r.items):
+            item = r.items[r.fed]
+            if r.fed and (time.monotonic() - r.batch_t0 >= 2 * CLAIM_S or not self._may_claim()
+                          or self._left() is not None):
+                break
+            if not (self.me / item.task).exists():   # fenced since the claim: nothing more starts here
+                self.stopping = "fenced: its claims were returned to the queue"
+                return
+            if (self.queue / "cancel" / item.task).exists():   # cancelled while claimed: never started
+                R.rename(self.me / item.task, self.queue / "cancelled" / item.task)
+                r.fed += 1
+                continue
+            r.tell(f"go\t{r.fed}\n")
+            r.fed += 1
+            return
+        self._give_back(r)
+        if r.proc.stdin is not None:
+            try:
+                r.proc.stdin.close()   # the script's last input is done: it ends
+            except OSError:
+                pass
+
+    def _give_back(self, r: R.Running) -> None:
+        """The claim's inputs not begun back to ``ready/`` (never started, so not an attempt): other slots take
+        them at once rather than after the input that holds this one."""
+        if r.fed < len(r.items):
+            for item in r.items[r.fed:]:
+                R.rename(self.me / item.task, self.queue / "ready" / item.task)
+            r.items = r.items[:r.fed]
+            self.nap, self.next_look = 0, time.monotonic()   # a free slot here takes them at once
+
+    def _descriptor(self, qid: str) -> Optional[Tuple[str, int, str]]:
+        """A submission's script (this cluster's copy), per-input limit and plan directory, read once."""
         if qid not in self.scripts:
             fields = L.read(self.queue / "arrays" / qid).split("\t")
             if len(fields) < 2 or not fields[1].strip().isdigit():
                 return None
             script = fields[0]
+            plan = R.plan_dir(script) or script.rpartition("/jobs/")[0]
             if self.seat_dir and "/jobs/" in script:   # the task names the first cluster's script
                 head, _, tail = script.rpartition("/jobs/")
                 mine = f"{head}/{self.seat_dir}jobs/{tail}"
                 script = mine if os.path.exists(mine) else script
-            self.scripts[qid] = (script, int(fields[1]))
+            self.scripts[qid] = (script, int(fields[1]), plan)
         return self.scripts[qid]
 
     # -- results -------------------------------------------------------------------------------------------
+    def _read_worker(self, r: R.Running) -> bool:
+        """What the script said (``begin``, ``end``), acted on; False at its pipe's end."""
+        more, said = r.said()
+        for f in said:
+            if f[0] == "begin" and len(f) >= 4 and f[1].isdigit() and int(f[1]) < len(r.items):
+                self._begin(r, int(f[1]), int(f[2]), float(f[3]))
+            elif f[0] == "end" and len(f) >= 5 and f[1].isdigit() and int(f[1]) == r.at:
+                self._end(r, int(f[2]), float(f[3]), f[4])
+        return more
+
+    def _begin(self, r: R.Running, n: int, pid: int, t0: float) -> None:
+        item = r.items[n]
+        item.pid, item.t0 = pid, t0
+        r.at, r.state, r.began = n, "", time.monotonic()
+        try:
+            L.write_new(self.me / item.task, f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")
+        except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
+            self.stopping = "fenced: its claims were returned to the queue"
+            R.group(pid, signal.SIGKILL)
+        # the input's own time limit as its array task would have it: the pre-timeout signal, then the end
+        lim = r.limit
+        r.warn_at = r.began + (lim - self.claim_before if lim > self.claim_before else lim)
+        r.kill_at = r.warn_at + self.claim_before
+
+    def _end(self, r: R.Running, rc: int, t1: float, cpu: str) -> None:
+        item = r.items[r.at]
+        state = r.state or ("COMPLETED" if rc == 0 else "FAILED")
+        r.at, r.warn_at, r.kill_at = -1, float("inf"), float("inf")
+        self.recent.append(max(0.0, t1 - item.t0))
+        self.idle_since = time.monotonic()
+        if len(r.items) == 1 and r.fed >= len(r.items):
+            r.ended.append((item, rc, t1, cpu, state))   # committed at its reaping, with the run's own figures
+        elif not self.stopping:
+            self._commit(r, item, rc, state, t1, cpu, "")
+        if not self.stopping:
+            self._next(r)
+
     def _reap(self) -> None:
         while self.running:
             try:
@@ -289,37 +393,52 @@ class Agent:
             if r is None:
                 continue
             r.proc.returncode = os.waitstatus_to_exitcode(status)
+            while self._read_worker(r):   # what it said before it ended, to the end of its pipe
+                pass
+            os.close(r.out)
             del self.running[r.slot]
             self.idle_since = time.monotonic()
-            if self.stopping:   # its claim goes back to the queue: no result
+            if self.stopping:   # its claims go back to the queue: no result
                 continue
-            self._commit(r, status, usage)
+            self._ended(r, status, usage)
 
-    def _commit(self, r: Running, status: int, usage: os.struct_rusage) -> None:  # type: ignore[name-defined]
-        rc = os.waitstatus_to_exitcode(status)
-        rc = 128 - rc if rc < 0 else rc
-        state = r.state or ("COMPLETED" if rc == 0 else "FAILED")
-        line = "\t".join([r.task, r.cid, self.pilot, str(r.slot), self.node, f"{r.t0:.6f}", f"{time.time():.6f}",
-                          str(rc), state, f"{usage.ru_utime:.3f}+{usage.ru_stime:.3f}", str(usage.ru_maxrss)])
-        token, done = self.me / r.task, self.queue / "done" / r.task
+    def _ended(self, r: R.Running, status: int, usage: os.struct_rusage) -> None:  # type: ignore[name-defined]
+        """A script's end: the input it said had ended committed with the run's own CPU time and peak memory (it
+        ran alone); an input begun that it never said ended fails with the script's exit; the rest go back."""
+        cpu = f"{usage.ru_utime:.3f}+{usage.ru_stime:.3f}"
+        for item, rc, t1, _cpu, state in r.ended:
+            self._commit(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
+        if r.at >= 0:
+            rc = os.waitstatus_to_exitcode(status)
+            rc = 128 - rc if rc < 0 else (rc or 1)
+            self._commit(r, r.items[r.at], rc, r.state or "FAILED", time.time(), cpu, str(usage.ru_maxrss))
+            r.at = -1
+        self._give_back(r)
+
+    def _commit(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
+        line = "\t".join([item.task, item.cid, self.pilot, str(r.slot), self.node, f"{item.t0:.6f}", f"{t1:.6f}",
+                          str(rc), state, cpu, rss])
+        token, done = self.me / item.task, self.queue / "done" / item.task
         try:
             with open(token, "w") as f:
                 f.write(line + "\n")
             os.link(token, done)       # the commit: fails once fenced, never replaces a result
         except OSError:
             if done.exists():   # committed by an earlier claim: named in the journal again, so that commit is read
-                _unlink(token)
+                R.unlink(token)
                 with open(self.queue / "results" / self.pilot, "a") as journal:
-                    journal.write(r.task + "\n")
-            self.log(f"claim {r.cid} of {r.task} was taken from this pilot: its result is dropped, its outputs "
-                     "never placed")
+                    journal.write(item.task + "\n")
+            elif not self.me.is_dir():
+                self.stopping = "fenced: its claims were returned to the queue"
+            self.log(f"claim {item.cid} of {item.task} was taken from this pilot: its result is dropped, its "
+                     "outputs never placed")
             return
         with open(self.queue / "results" / self.pilot, "a") as journal:   # what changed, for the supervisor
-            journal.write(r.task + "\n")
-        _unlink(token)
+            journal.write(item.task + "\n")
+        R.unlink(token)
         if self.bb_root:
-            shutil.rmtree(os.path.join(self.bb_root, "claims", r.cid), ignore_errors=True)
-        self.log(f"slot {r.slot}: {r.task} ({r.cid}) {state}, exit {rc}")
+            shutil.rmtree(os.path.join(self.bb_root, "claims", item.cid), ignore_errors=True)
+        self.log(f"slot {r.slot}: {item.task} ({item.cid}) {state}, exit {rc}")
 
     # -- the way out ---------------------------------------------------------------------------------------
     def _leave(self) -> int:
@@ -328,18 +447,18 @@ class Agent:
         if self.stopping:
             self.log(self.stopping)
         for r in self.running.values():
-            _signal(r.proc, signal.SIGTERM)
+            r.stop(signal.SIGTERM)
         deadline = time.monotonic() + STOP_WAIT_S
         while self.running and time.monotonic() < deadline:
             for r in list(self.running.values()):
-                if r.proc.poll() is not None:
+                if r.proc.poll() is not None and (r.at < 0 or not R.alive(r.items[r.at].pid)):
                     del self.running[r.slot]
             time.sleep(0.1)
         for r in self.running.values():
-            _signal(r.proc, signal.SIGKILL)
+            r.stop(signal.SIGKILL)
             r.proc.wait()
         held = [n for n in os.listdir(self.me) if "_" in n and not n.startswith(".")] if self.me.is_dir() else []
-        if held or _splitting(self.me):
+        if held or R.splitting(self.me, (L.TAKE, L.REST)):
             try:
                 os.rename(self.me, self.queue / "fenced" / self.pilot)
                 self.log(f"its {len(held)} claim(s) handed back to the queue")
@@ -351,63 +470,12 @@ class Agent:
         return 0
 
 
-def _splitting(me: Path) -> bool:
-    try:
-        return any(n.startswith((L.TAKE, L.REST)) for n in os.listdir(me))
-    except FileNotFoundError:
-        return False
-
-
-def _rename(src: Path, dest: Path) -> bool:
-    try:
-        os.rename(src, dest)
-        return True
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _signal(proc: subprocess.Popen, sig: int) -> None:
-    """A claim's script and its chains (its session's process group), or the script alone if that is gone."""
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-METADATA = ("rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir", "rmdir")
-
-
-def count_ops(counts: Dict[str, int]) -> None:
-    """Every metadata operation of this process counted (a file opened, renamed, linked, listed...): the figure
-    benchmarks/late_binding.py prints per input. Installed in the agent's own process only."""
-    import builtins
-
-    def counted(name: str, real):  # type: ignore[no-untyped-def]
-        def call(*a, **k):  # type: ignore[no-untyped-def]
-            counts[name] = counts.get(name, 0) + 1
-            return real(*a, **k)
-        return call
-    for name in METADATA:
-        setattr(os, name, counted(name, getattr(os, name)))
-    builtins.open = counted("open", builtins.open)
-
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="a late-bound campaign's pilot agent (run by the pilot's batch script)")
     for name in ("queue", "pilot", "node", "rundir"):
         ap.add_argument(f"--{name}", required=True)
-    for name in ("slots",):
-        ap.add_argument(f"--{name}", type=int, required=True)
+    ap.add_argument("--slots", type=int, required=True)
     for name in ("ends", "idle-s", "beat-s", "drain-s", "claim-before", "steal-s", "input-s"):
         ap.add_argument(f"--{name}", type=float, required=True)
     ap.add_argument("--seat-dir", default="")
@@ -418,11 +486,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     (agent.queue / "results").mkdir(exist_ok=True)
     ops: Dict[str, int] = {}
     if argv is None:   # the real pilot (not a test calling main): its metadata operations counted
-        count_ops(ops)
+        R.count_ops(ops)
     try:
         return agent.run()
     finally:   # claims started, and the metadata operations it made for them: the cost per input
-        counts = "\t".join(f"{k}={v}" for k, v in sorted(ops.items()))
+        own = os.times()
+        counts = "\t".join([f"{k}={v}" for k, v in sorted(ops.items())] + [f"cpu_s={own.user + own.system:.2f}"])
         with open(agent.rundir / "agent.tsv", "w") as f:
             f.write(f"{agent.claims_made}\t{sum(ops.values())}\t{counts}\n")
 

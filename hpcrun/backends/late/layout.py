@@ -262,6 +262,20 @@ def pick_first(ranges: List[Tuple[int, int]]) -> Tuple[List[int], List[Tuple[int
     return [i], left
 
 
+def pick_n(n: int) -> Callable[[List[Tuple[int, int]]], Tuple[List[int], List[Tuple[int, int]]]]:
+    """The first ``n`` tasks of a chunk (a claim of several inputs: one split whatever ``n``)."""
+    def pick(ranges: List[Tuple[int, int]]) -> Tuple[List[int], List[Tuple[int, int]]]:
+        chosen: List[int] = []
+        left = list(ranges)
+        while left and len(chosen) < n:
+            lo, hi = left[0]
+            take = min(hi, lo + n - len(chosen) - 1)
+            chosen.extend(range(lo, take + 1))
+            left[0:1] = [(take + 1, hi)] if take < hi else []
+        return chosen, left
+    return pick
+
+
 def pick_in(wanted: Set[int]) -> Callable[[List[Tuple[int, int]]], Tuple[List[int], List[Tuple[int, int]]]]:
     def pick(ranges: List[Tuple[int, int]]) -> Tuple[List[int], List[Tuple[int, int]]]:
         every = list(members(ranges))

@@ -262,7 +262,8 @@ CHAIN_PID=""
 failed_chains=""
 killed_chains=""
 for ((k = 0; k < HPCRUN_NCHAINS; k++)); do
-  rc=$(cat "$HPCRUN_RUNDIR/chains/$k.rc" 2>/dev/null || echo missing)
+  rc=missing
+  read -r rc 2>/dev/null < "$HPCRUN_RUNDIR/chains/$k.rc" || true
   case $rc in
     0) ending=ok ;;
     missing | 129 | 130 | 137 | 143 | 152) ending=killed ;;
@@ -343,9 +344,12 @@ for i in "${!HPCRUN_STEMS[@]}"; do
   [ -f "$out" ] || continue
   size=$(stat -c %s -- "$out")
   sum=""
-  if sha256sum -- "$out" > "$HPCRUN_RUNDIR/output-sum.out" 2>> "$HPCRUN_RUNDIR/checksums.log"; then
-    read -r sum _ < "$HPCRUN_RUNDIR/output-sum.out" || true
+  # the sum's last line read in place (no file per output); what the program said is kept only if it failed
+  if said=$(sha256sum -- "$out" 2>&1); then
+    read -r sum _ <<< "${said##*$'\n'}" || true
     sum=sha256:${sum#\\}
+  else
+    printf '%s\n' "$said" >> "$HPCRUN_RUNDIR/checksums.log"
   fi
   printf '%s\t%s\t%s\n' "${HPCRUN_OUTPUT_NAMES[$i]}" "$size" "${sum,,}" >> "$HPCRUN_RUNDIR/outputs.tsv"
 done

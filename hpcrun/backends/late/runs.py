@@ -1,0 +1,187 @@
+"""The pieces of the pilot's agent that are not its loop: a claim's run of the job script and its inputs, the plan's
+task table read at known places, process groups, and the count of metadata operations.
+
+Standard library only: shipped beside the agent as ``bin/hpcrun_late_runs.py`` (agent.py imports it), as
+layout.py is. The claim's protocol with the job script (templates/_shell.j2, ``claim_loop``): the agent writes
+``item <task> <index> <claim id> <rows>`` and the rows for each input, ``ready``, then ``go <n>`` for each one to
+start; the script answers ``begin <n> <pid> <start>`` and ``end <n> <exit> <end> <cpu s>`` on the fd named by
+``HPCRUN_CLAIM_FEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+
+@dataclass
+class Item:
+    """One input of a run: its task, claim id, job index and rows of tasks.tsv; its start once begun."""
+
+    task: str
+    cid: str
+    idx: str
+    rows: str
+    t0: float = 0.0
+    pid: int = 0        # its process group (the worker's child) once begun
+
+
+@dataclass
+class Running:
+    """One run of the job script on a slot: a claim of one input or several, fed to it one at a time."""
+
+    slot: int
+    proc: subprocess.Popen
+    items: List[Item]
+    limit: int
+    at: int = -1                  # the item running now (-1: none yet)
+    warn_at: float = float("inf")
+    kill_at: float = float("inf")
+    began: float = 0.0            # monotonic start of the item running now
+    state: str = ""               # CANCELLED or TIMEOUT once the pilot stopped the running item for that
+    buf: bytes = b""
+    fed: int = 0                  # items told to start
+    ended: List[Tuple[Item, int, float, str, str]] = field(default_factory=list)   # item rc end cpu state
+    out: int = -1                 # its result lines (begin, end) come on this pipe
+    batch_t0: float = field(default_factory=time.monotonic)
+
+    @property
+    def task(self) -> str:
+        return self.items[self.at].task if self.at >= 0 else ""
+
+    def tell(self, text: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(text.encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass   # the script ended: its reaping says how
+
+    def said(self) -> Tuple[bool, List[List[str]]]:
+        """The lines the script wrote since the last look (split on tabs); False once its pipe ended."""
+        try:
+            data = os.read(self.out, 65536) if select.select([self.out], [], [], 0)[0] else b""
+        except OSError:
+            data = b""
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        return bool(data), [line.decode(errors="replace").split("\t") for line in lines]
+
+    def stop(self, sig: int) -> None:
+        """The script and the input it runs (each leads a process group: the input's chains stop with it)."""
+        if self.at >= 0:
+            group(self.items[self.at].pid, sig)
+        group(self.proc.pid, sig)
+
+
+def plan_dir(script: str) -> str:
+    """The plan directory a job script names (its ``export HPCRUN_PLAN_DIR=`` line, shell-quoted), "" if none: a
+    submission's script may be a copy in the queue (tagged), and a later generation's tasks are in its own plan."""
+    try:
+        with open(script, errors="replace") as f:
+            head = f.read(16384)
+    except OSError:
+        return ""
+    for line in head.splitlines():
+        if line.startswith("export HPCRUN_PLAN_DIR="):
+            try:
+                words = shlex.split(line[len("export HPCRUN_PLAN_DIR="):])
+            except ValueError:
+                return ""
+            return words[0] if len(words) == 1 else ""
+    return ""
+
+
+class TaskTable:
+    """A plan's tasks.tsv rows of a job, read where tasks.idx says they start (both files kept open): a claim's
+    script then starts no process to find its rows, whatever the plan's size."""
+
+    def __init__(self) -> None:
+        self.open: Dict[str, Tuple[int, int, int, int]] = {}   # plan -> idx fd, tsv fd, line width, first index
+
+    def rows(self, plan: str, idx: int) -> str:
+        """The job's rows, or "" if they cannot be read (the script then finds them itself)."""
+        try:
+            if plan not in self.open:
+                fi, ft = os.open(f"{plan}/tasks.idx", os.O_RDONLY), os.open(f"{plan}/tasks.tsv", os.O_RDONLY)
+                self.open[plan] = (fi, ft, os.pread(fi, 64, 0).index(b"\n") + 1,
+                                   int(os.pread(ft, 64, 0).split(b"\t")[0]))
+            fi, ft, width, base = self.open[plan]
+            off = int(os.pread(fi, width, (idx - base) * width))
+            key, out = f"{idx}\t".encode(), []
+            for line in os.pread(ft, 65536, off).split(b"\n")[:-1]:
+                if not line.startswith(key):
+                    break
+                out.append(line.decode() + "\n")
+            return "".join(out)
+        except (OSError, ValueError):
+            return ""
+
+
+def splitting(me: Path, prefixes: Tuple[str, ...]) -> bool:
+    """Whether a split of a chunk is under way in ``me`` (its files named with these prefixes)."""
+    try:
+        return any(n.startswith(prefixes) for n in os.listdir(me))
+    except FileNotFoundError:
+        return False
+
+
+def rename(src: Path, dest: Path) -> bool:
+    try:
+        os.rename(src, dest)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def group(pid: int, sig: int) -> None:
+    """A process group (an input's script and its chains, or a claim's script), or the process alone if that is
+    gone."""
+    if pid <= 0:
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+METADATA = ("rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir", "rmdir")
+
+
+def count_ops(counts: Dict[str, int]) -> None:
+    """Every metadata operation of this process counted (a file opened, renamed, linked, listed...): the figure
+    benchmarks/late_binding.py prints per input. Installed in the agent's own process only."""
+    import builtins
+
+    def counted(name: str, real):  # type: ignore[no-untyped-def]
+        def call(*a, **k):  # type: ignore[no-untyped-def]
+            counts[name] = counts.get(name, 0) + 1
+            return real(*a, **k)
+        return call
+    for name in METADATA:
+        setattr(os, name, counted(name, getattr(os, name)))
+    builtins.open = counted("open", builtins.open)

@@ -1,0 +1,152 @@
+"""Claims of several inputs (issue 55): a slot takes as many short inputs as make about CLAIM_S of work and runs them
+through one run of the job script, told one at a time; each input keeps its own record, exit, output and run
+directory. The real pilot script and agent, run by bash on the queue as in tests/test_late_binding.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcrun.backends.late.queue import Queue
+
+from .test_late_binding import _claimed, _enqueue, _pilot, _pilots, _plan, _results, _spec, _wait
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/pgrep"), reason="pgrep (procps) is needed")
+
+
+def _ledgered(tmp_path: Path, script: str) -> list:
+    """A chain that appends '<input> <claim id>' to a ledger hpcrun never writes, then runs ``script``."""
+    book = tmp_path / "ledger"
+    book.write_text("")
+    return ["/bin/sh", "-c", 'printf "%s %s\\n" "$0" "$HPCRUN_JOB_ID" >> "$2"; ' + script, "{input}", "{output}",
+            str(book)]
+
+
+def _runs(tmp_path: Path) -> dict:
+    out: dict = {}
+    for line in (tmp_path / "ledger").read_text().splitlines():
+        src, cid = line.split(" ")
+        out.setdefault(Path(src).stem, []).append(cid)
+    return out
+
+
+def test_a_claim_runs_several_inputs_through_one_script_and_each_keeps_its_own_record(tmp_path):
+    chain = _ledgered(tmp_path, 'case "$0" in *r003*) exit 5 ;; esac; sleep 0.05; exec cp "$0" "$1"')
+    data = _spec(tmp_path, 12, chain)
+    data["jobs"]["pilot"].update(slots=1, input_time="1s")
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 12)
+    logs = _wait(_pilot(plan, "801"), 60)
+    results = _results(plan)
+    assert sorted(results) == sorted(f"{qid}_{i}" for i in range(12)), logs
+    # several inputs a run of the script: 2 in the first claim (1 s expected), the rest once they took 0.05 s
+    scripts = list((plan / "run" / "pilots" / "801" / "claims").glob("*.log"))
+    assert len(scripts) <= 3, [p.name for p in scripts]
+    # each input its own claim id, exit status and state: the one that failed did not fail the others
+    assert len({r[1] for r in results.values()}) == 12
+    assert results[f"{qid}_3"][7] == "7" and results[f"{qid}_3"][8] == "FAILED", logs
+    assert {r[8] for t, r in results.items() if t != f"{qid}_3"} == {"COMPLETED"}, logs
+    assert all(float(r[9].split("+")[0]) >= 0 for r in results.values())
+    runs = _runs(tmp_path)
+    assert sorted(runs) == [f"r{i:03d}" for i in range(12)] and all(len(v) == 1 for v in runs.values()), runs
+    records = _pilots(plan).records([qid], "")
+    assert records[f"{qid}_3"].state == "FAILED"
+    assert "chain(s) failed" in (plan / "run" / "latelocal.00004" / records[f"{qid}_3"].raw_id / "reason").read_text()
+    for i in range(12):
+        rec = records[f"{qid}_{i}"]
+        job = f"latelocal.{i + 1:05d}"
+        assert (plan / "run" / job / rec.raw_id / "exit_code").read_text().strip() == ("7" if i == 3 else "0")
+        assert runs[f"r{i:03d}"] == [rec.raw_id]   # the claim id the input ran under is the record's
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.out")) == [f"r{i:03d}.out" for i in range(12) if i != 3]
+
+
+def test_a_fenced_claim_returns_its_inputs_begun_or_not_without_an_attempt(tmp_path):
+    chain = _ledgered(tmp_path, 'sleep 3; exec cp "$0" "$1"')
+    data = _spec(tmp_path, 2, chain)
+    data["jobs"]["pilot"].update(slots=1, input_time="1s")   # a claim of 2 (2 s of work): one begun, one told later
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 2)
+    q = Queue(plan / "queue")
+    pilot = _pilot(plan, "802")
+    _claimed(q, 2)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "ledger").read_text():   # the first input began (its chain wrote its line)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert len(list((plan / "run" / "pilots" / "802" / "claims").glob("*.log"))) == 1   # one run holds both
+    assert q.fence("802")
+    logs = _wait(pilot, 30)
+    assert _results(plan) == {}, logs
+    assert sorted(q.release()) == [f"{qid}_0", f"{qid}_1"]
+    assert {r.state for r in _pilots(plan).records([qid], "").values()} == {"PENDING"}
+    runs = _runs(tmp_path)   # the first input's 3 s were cut by the fence; the other, never told to start, never ran
+    assert len(runs) == 1 and list(runs.values()) == [["802.0.0"]], runs
+
+
+def test_an_input_that_runs_long_sends_its_claims_other_inputs_to_another_slot(tmp_path, monkeypatch):
+    monkeypatch.setattr("hpcrun.backends.late.layout.chunk_count", lambda _n: 1)   # one chunk: claims in order
+    chain = _ledgered(tmp_path, 'case "$0" in *r000*) sleep 12 ;; esac; exec cp "$0" "$1"')
+    data = _spec(tmp_path, 2, chain)
+    data["jobs"]["pilot"].update(slots=2, input_time="1s")   # a claim of 2 (2 s of work): [0 1], the long one first
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 2)
+    logs = _wait(_pilot(plan, "803"), 60)
+    results = _results(plan)
+    assert {r[8] for r in results.values()} == {"COMPLETED"}, logs
+    assert results[f"{qid}_0"][1] == "803.0.0", logs   # the long one began the claim of both
+    # the other went back to the queue once the long one had run 2 s (CLAIM_S): the other slot ran it, under a
+    # claim of its own, long before the long one ended (it would have ended after it)
+    assert results[f"{qid}_1"][3] == "1" and results[f"{qid}_1"][1] != "803.0.1", logs
+    assert float(results[f"{qid}_1"][6]) < float(results[f"{qid}_0"][6]) - 6, logs
+    assert all(len(v) == 1 for v in _runs(tmp_path).values())
+
+
+def test_the_agent_reads_a_claims_rows_for_it_even_from_a_tagged_copy_of_the_script(tmp_path):
+    """A submission's script may be a tagged copy in the queue (queue/arrays/<id>.sh): the agent still finds the
+    plan (the script's HPCRUN_PLAN_DIR) and reads each job's rows at its place in tasks.tsv, so the claim's script
+    runs no process to find them."""
+    from hpcrun.backends.late.agent import Agent
+    from hpcrun.backends.late.runs import TaskTable
+    plan = _plan(tmp_path, _spec(tmp_path, 5, ["/bin/true"]))
+    script = next((plan / "jobs").glob("*"))
+    qid = _pilots(plan).submit(script, name="latelocal.tag1", array="0-4", text=script.read_text())
+    agent = Agent(plan / "queue", "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    copy, _limit, found = agent._descriptor(qid)
+    assert copy.endswith(f"queue/arrays/{qid}.sh") and found == str(plan)
+    rows = (plan / "tasks.tsv").read_text().splitlines(keepends=True)
+    table = TaskTable()
+    assert [table.rows(found, i) for i in (0, 4, 2)] == [rows[0], rows[4], rows[2]]
+    assert table.rows(found, 5) == "" and table.rows(str(tmp_path / "nowhere"), 0) == ""
+
+
+def test_a_claim_whose_task_was_fenced_tells_its_script_to_start_nothing_more(tmp_path):
+    """The agent's side of the fence, without timing: the claim's next input is told to start only while its task
+    file is still in the pilot's directory; once the supervisor renamed the directory away, the agent says no
+    ``go`` and stops (a racing input would start only to be killed at its ``begin``)."""
+    import subprocess
+
+    from hpcrun.backends.late.agent import Agent
+    from hpcrun.backends.late.runs import Item, Running
+    q = Queue(tmp_path / "q")
+    q.make()
+    me = q.d("live") / "p"
+    me.mkdir()
+    agent = Agent(q.root, "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    for fenced in (False, True):
+        for task in ("L1_0", "L1_1"):
+            (me / task).touch()
+        proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        r = Running(0, proc, [Item("L1_0", "p.0.0", "0", ""), Item("L1_1", "p.0.1", "1", "")], 60, fed=1)
+        if fenced:
+            (me / "L1_1").unlink()   # what the fence's rename of live/p looks like from here
+        agent.stopping = ""
+        agent._next(r)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        said = proc.stdout.read().decode() if proc.stdout else ""
+        proc.wait()
+        assert said == ("" if fenced else "go\t1\n"), said
+        assert bool(agent.stopping) == fenced
