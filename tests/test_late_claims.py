@@ -49,7 +49,8 @@ def test_a_claim_runs_several_inputs_through_one_script_and_each_keeps_its_own_r
     assert len({r[1] for r in results.values()}) == 12
     assert results[f"{qid}_3"][7] == "7" and results[f"{qid}_3"][8] == "FAILED", logs
     assert {r[8] for t, r in results.items() if t != f"{qid}_3"} == {"COMPLETED"}, logs
-    assert all(float(r[9].split("+")[0]) >= 0 for r in results.values())
+    cpus = [sum(float(x) for x in r[9].split("+")) for r in results.values()]   # each input's, from `times`
+    assert min(cpus) >= 0 and sum(cpus) > 0, cpus
     runs = _runs(tmp_path)
     assert sorted(runs) == [f"r{i:03d}" for i in range(12)] and all(len(v) == 1 for v in runs.values()), runs
     records = _pilots(plan).records([qid], "")
@@ -150,3 +151,42 @@ def test_a_claim_whose_task_was_fenced_tells_its_script_to_start_nothing_more(tm
         proc.wait()
         assert said == ("" if fenced else "go\t1\n"), said
         assert bool(agent.stopping) == fenced
+
+
+def test_a_jobs_rows_are_read_whole_however_many_inputs_it_has(tmp_path):
+    """A job of many inputs (files_per_job) has rows beyond one 64 KiB read: every row is read, none dropped."""
+    from hpcrun.backends.late.runs import TaskTable
+    rows = [f"0\tjob.00001\t1\t/data/{'x' * 200}/{k:05d}.dat\t-\ts{k}\ts{k}.out\t-\t1\n" for k in range(1000)]
+    rows += ["1\tjob.00002\t1\t/data/last.dat\t-\tlast\tlast.out\t-\t1\n"]
+    (tmp_path / "tasks.tsv").write_text("".join(rows))
+    (tmp_path / "tasks.idx").write_text(f"{0:020d}\n{sum(len(r) for r in rows[:1000]):020d}\n")
+    table = TaskTable()
+    assert table.rows(str(tmp_path), 0) == "".join(rows[:1000])
+    assert table.rows(str(tmp_path), 1) == rows[1000]
+
+
+def test_inputs_told_to_start_but_never_begun_go_back_when_the_script_dies(tmp_path):
+    """The script of a claim of three dies after the first input's end, having been told to start the second: the
+    second (told, never begun) and the third (never told) go back to ready/; nothing stays in the pilot's directory
+    for the pilot's whole life."""
+    import resource
+    import subprocess
+
+    from hpcrun.backends.late.agent import Agent
+    from hpcrun.backends.late.runs import Item, Running
+    q = Queue(tmp_path / "q")
+    q.make()
+    me = q.d("live") / "p"
+    me.mkdir()
+    agent = Agent(q.root, "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    for task in ("L1_0", "L1_1", "L1_2"):
+        (me / task).touch()
+    (q.d("done") / "L1_0").write_text("committed earlier\n")   # the first one's result, as its end made it
+    (me / "L1_0").unlink()
+    proc = subprocess.Popen(["true"], stdin=subprocess.PIPE)
+    status = os.waitpid(proc.pid, 0)[1]
+    items = [Item("L1_0", "p.0.0", "0", ""), Item("L1_1", "p.0.1", "1", ""), Item("L1_2", "p.0.2", "2", "")]
+    r = Running(0, proc, items, 60, fed=2, begun=1)
+    agent._ended(r, status, resource.getrusage(resource.RUSAGE_SELF))
+    assert sorted(os.listdir(q.d("ready"))) == ["L1_1", "L1_2"]
+    assert [n for n in os.listdir(me) if "_" in n] == []

@@ -70,9 +70,7 @@ class Agent:
     recent: Deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
     table: R.TaskTable = field(default_factory=R.TaskTable)
 
-    @property
-    def me(self) -> Path:
-        return self.queue / "live" / self.pilot
+    me = property(lambda self: self.queue / "live" / self.pilot)
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -116,8 +114,7 @@ class Agent:
         return self._leave()
 
     def _on_term(self, *_: object) -> None:
-        if not self.stopping:
-            self.stopping = "cancelled (SIGTERM): its claims return to the queue"
+        self.stopping = self.stopping or "cancelled (SIGTERM): its claims return to the queue"
 
     def _on_drain(self, *_: object) -> None:
         if not self.draining:
@@ -193,9 +190,8 @@ class Agent:
 
     def _give_back_at(self, r: R.Running) -> float:
         """When the running input has run long enough that the claim's inputs not begun should not wait for it."""
-        if r.at < 0 or r.fed >= len(r.items):
-            return float("inf")
-        return r.began + max(CLAIM_S, 4 * self._typical())
+        late = r.at < 0 or r.fed >= len(r.items)
+        return float("inf") if late else r.began + max(CLAIM_S, 4 * self._typical())
 
     def _typical(self) -> float:
         """The median of this pilot's last input times, or the campaign's expected time before any ended."""
@@ -319,13 +315,14 @@ class Agent:
             except OSError:
                 pass
 
-    def _give_back(self, r: R.Running) -> None:
-        """The claim's inputs not begun back to ``ready/`` (never started, so not an attempt): other slots take
-        them at once rather than after the input that holds this one."""
-        if r.fed < len(r.items):
-            for item in r.items[r.fed:]:
+    def _give_back(self, r: R.Running, start: int = -1) -> None:
+        """The claim's inputs from ``start`` (default: those not told to start) back to ``ready/`` (never started,
+        so not an attempt): other slots take them at once rather than after the input that holds this one."""
+        start = r.fed if start < 0 else start
+        if start < len(r.items):
+            for item in r.items[start:]:
                 R.rename(self.me / item.task, self.queue / "ready" / item.task)
-            r.items = r.items[:r.fed]
+            r.items, r.fed = r.items[:start], min(r.fed, start)
             self.nap, self.next_look = 0, time.monotonic()   # a free slot here takes them at once
 
     def _descriptor(self, qid: str) -> Optional[Tuple[str, int, str]]:
@@ -357,7 +354,7 @@ class Agent:
     def _begin(self, r: R.Running, n: int, pid: int, t0: float) -> None:
         item = r.items[n]
         item.pid, item.t0 = pid, t0
-        r.at, r.state, r.began = n, "", time.monotonic()
+        r.at, r.state, r.began, r.begun = n, "", time.monotonic(), n + 1
         try:
             L.write_new(self.me / item.task, f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")
         except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
@@ -378,7 +375,7 @@ class Agent:
             r.ended.append((item, rc, t1, cpu, state))   # committed at its reaping, with the run's own figures
         elif not self.stopping:
             self._commit(r, item, rc, state, t1, cpu, "")
-        if not self.stopping:
+        if not self.stopping and r.proc.poll() is None:   # a script that ended is told nothing more
             self._next(r)
 
     def _reap(self) -> None:
@@ -387,10 +384,10 @@ class Agent:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
-            if pid == 0:
-                return
-            r = next((x for x in self.running.values() if x.proc.pid == pid), None)
+            r = next((x for x in self.running.values() if x.proc.pid == pid), None) if pid else None
             if r is None:
+                if pid == 0:
+                    return
                 continue
             r.proc.returncode = os.waitstatus_to_exitcode(status)
             while self._read_worker(r):   # what it said before it ended, to the end of its pipe
@@ -398,9 +395,8 @@ class Agent:
             os.close(r.out)
             del self.running[r.slot]
             self.idle_since = time.monotonic()
-            if self.stopping:   # its claims go back to the queue: no result
-                continue
-            self._ended(r, status, usage)
+            if not self.stopping:   # else its claims go back to the queue: no result
+                self._ended(r, status, usage)
 
     def _ended(self, r: R.Running, status: int, usage: os.struct_rusage) -> None:  # type: ignore[name-defined]
         """A script's end: the input it said had ended committed with the run's own CPU time and peak memory (it
@@ -408,12 +404,13 @@ class Agent:
         cpu = f"{usage.ru_utime:.3f}+{usage.ru_stime:.3f}"
         for item, rc, t1, _cpu, state in r.ended:
             self._commit(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
-        if r.at >= 0:
+        if r.at >= 0:   # its input leads a group of its own: stopped before its failure is committed
+            R.group(r.items[r.at].pid, signal.SIGKILL)
             rc = os.waitstatus_to_exitcode(status)
             rc = 128 - rc if rc < 0 else (rc or 1)
             self._commit(r, r.items[r.at], rc, r.state or "FAILED", time.time(), cpu, str(usage.ru_maxrss))
             r.at = -1
-        self._give_back(r)
+        self._give_back(r, r.begun)   # told to start but never begun (the script died first) included
 
     def _commit(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
         line = "\t".join([item.task, item.cid, self.pilot, str(r.slot), self.node, f"{item.t0:.6f}", f"{t1:.6f}",
@@ -446,15 +443,18 @@ class Agent:
         while its input runs again elsewhere; then the pilot's directory leaves live/ as a whole."""
         if self.stopping:
             self.log(self.stopping)
-        for r in self.running.values():
-            r.stop(signal.SIGTERM)
+        runs = list(self.running.values())
+        for r in runs:
+            self._read_worker(r)   # an input begun since the last look: known, so signalled
+            r.stop(signal.SIGTERM)   # the script passes it on to an input it starts meanwhile (its TERM trap)
         deadline = time.monotonic() + STOP_WAIT_S
         while self.running and time.monotonic() < deadline:
             for r in list(self.running.values()):
+                self._read_worker(r)
                 if r.proc.poll() is not None and (r.at < 0 or not R.alive(r.items[r.at].pid)):
                     del self.running[r.slot]
             time.sleep(0.1)
-        for r in self.running.values():
+        for r in runs:   # whatever is left of each (an input's chains that outlived their leader)
             r.stop(signal.SIGKILL)
             r.proc.wait()
         held = [n for n in os.listdir(self.me) if "_" in n and not n.startswith(".")] if self.me.is_dir() else []

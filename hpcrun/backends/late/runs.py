@@ -47,6 +47,7 @@ class Running:
     state: str = ""               # CANCELLED or TIMEOUT once the pilot stopped the running item for that
     buf: bytes = b""
     fed: int = 0                  # items told to start
+    begun: int = 0                # items that said they began (the last one: ``at`` until its end)
     ended: List[Tuple[Item, int, float, str, str]] = field(default_factory=list)   # item rc end cpu state
     out: int = -1                 # its result lines (begin, end) come on this pipe
     batch_t0: float = field(default_factory=time.monotonic)
@@ -114,12 +115,18 @@ class TaskTable:
                                    int(os.pread(ft, 64, 0).split(b"\t")[0]))
             fi, ft, width, base = self.open[plan]
             off = int(os.pread(fi, width, (idx - base) * width))
-            key, out = f"{idx}\t".encode(), []
-            for line in os.pread(ft, 65536, off).split(b"\n")[:-1]:
-                if not line.startswith(key):
-                    break
-                out.append(line.decode() + "\n")
-            return "".join(out)
+            key, rest = f"{idx}\t".encode(), b""
+            out: List[str] = []
+            while True:   # block by block: a job of many inputs has rows beyond the first
+                block = os.pread(ft, 65536, off)
+                off += len(block)
+                *lines, rest = (rest + block).split(b"\n")
+                for line in lines:
+                    if not line.startswith(key):
+                        return "".join(out)
+                    out.append(line.decode() + "\n")
+                if not block:
+                    return "".join(out) + (rest.decode() + "\n" if rest.startswith(key) else "")
         except (OSError, ValueError):
             return ""
 
