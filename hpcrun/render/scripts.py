@@ -171,7 +171,7 @@ def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:
                 "launch_log": Shell('"$HPCRUN_RUNDIR/chains/launch.log"'),
                 "task_identity": [Shell(line) for line in sched.batch_task_identity()]}
     return {
-        "in_batch": False,
+        "in_batch": False, "chain_inline": False,
         "db_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
             '"$HPCRUN_NODES"', '"$HPCRUN_NODES"', "1")])),
         "chain_launch": Shell(" ".join([join(plan.launcher), *sched.launch_options(
