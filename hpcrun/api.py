@@ -144,7 +144,7 @@ class PlanResult(_Result):
         out: Dict[str, Any] = {"campaign": m.campaign, "profile": m.profile, "partition": m.partition, "qos": m.qos,
                                "container": m.container, "burst_buffer": m.burst_buffer, "totals": dict(m.totals),
                                "notes": m.notes, "launch": dict(m.launch), "expected_rpcs": dict(m.expected_rpcs),
-                               "pilots": None if m.pilots is None else dict(m.pilots)}
+                               "pilots": None if m.pilots is None else dict(m.pilots), "footprint": m.footprint}
         out["plan_dir"] = self.plan_dir
         out["scripts"] = [s["path"] for s in m.scripts]
         if m.clusters:
@@ -232,6 +232,11 @@ class Status(_Result):
     def forecast(self) -> Optional[Dict[str, Any]]:
         """The campaign's forecast made with this poll (hpcrun.operate.campaign.forecast)."""
         return self.raw.forecast
+
+    @property
+    def footprint(self) -> List[Dict[str, Any]]:
+        """Files and bytes made so far on each forecast filesystem, estimated (hpcrun.operate.tracking.footprint)."""
+        return list(self.raw.footprint)
 
 
 @dataclass(repr=False)
@@ -436,6 +441,13 @@ def outputs(plan_dir: PathLike, *, db: Optional[str] = None, generation: Optiona
     it (inputs and their checksums, release, container, payload identity, job, node, times, digests)."""
     from hpcrun.operate.outputs.provenance import outputs_of
     return outputs_of(Path(plan_dir), db=db, generation=generation)
+
+
+def logs(plan_dir: PathLike, name: str, *, db: Optional[str] = None) -> List[Any]:
+    """Every input ``name`` names (its path, file name or job's name): state, the scheduler's or the
+    pilots' logs of its jobs, and each run's records, from its directory or folded (``InputLogs``)."""
+    from hpcrun.operate.outputs.runlogs import input_logs
+    return input_logs(Path(plan_dir), name, db=db)
 
 
 def forecast(plan_dir: PathLike, *, db: Optional[str] = None) -> Dict[str, Any]:

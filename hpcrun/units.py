@@ -60,6 +60,45 @@ def parse_size(value: Union[str, int, float]) -> int:
     return int(number) * UNITS[unit]
 
 
+_COUNT = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
+COUNT_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*[KMGkmg]?\s*$"
+VALID_COUNT_HELP = ("a whole number, or a number with K, M or G (powers of 1000, as quotas on files are given: "
+                    "10M is 10,000,000), e.g. 500K or 10M")
+
+
+def parse_count(value: Union[str, int, float]) -> int:
+    """A count of things (files, inodes): a whole number or one with K, M or G, decimal as sites give quotas."""
+    if isinstance(value, bool) or isinstance(value, float) or not isinstance(value, (int, str)):
+        raise UnitError(f"expected a count, got {value!r}; use {VALID_COUNT_HELP}")
+    if isinstance(value, int):
+        if value < 0:
+            raise UnitError(f"a count cannot be negative ({value})")
+        return value
+    m = _SIZE_RE.match(value)
+    if not m or m.group(2).upper() not in _COUNT:
+        raise UnitError(f"{value!r} is not a count; use {VALID_COUNT_HELP}")
+    number, mult = m.group(1), _COUNT[m.group(2).upper()]
+    if "." in number and mult == 1:
+        raise UnitError(f"{value!r} is not a whole number")
+    return int(math.ceil(float(number) * mult)) if "." in number else int(number) * mult
+
+
+def format_count(n: int) -> str:
+    """A count for summaries, as sites give quotas: 812, 51.2 K, 2.1 M, 10 M."""
+    if abs(n) < 1000:
+        return str(n)
+    for letter, mult in (("K", 10**3), ("M", 10**6), ("G", 10**9)):
+        text = f"{n / mult:.1f}"
+        if abs(float(text)) < 1000 or letter == "G":
+            return (text[:-2] if text.endswith(".0") else text) + f" {letter}"
+    raise AssertionError("unreachable")
+
+
+def format_bytes(nbytes: int) -> str:
+    """Bytes for summaries in the units sites give quotas in (powers of 1000): 3.4 TB, 20 TB."""
+    return format_size(nbytes, binary=False).replace(".0 ", " ")
+
+
 def format_size(nbytes: int, binary: bool = True) -> str:
     """Human-readable size for summaries (may have a decimal; never for directives)."""
     units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"] if binary else ["B", "KB", "MB", "GB", "TB", "PB"]

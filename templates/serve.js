@@ -29,6 +29,8 @@
     document.getElementById("line-qa").setAttribute("points", s.chart.qa);
     document.getElementById("line-forecast").setAttribute("points", s.chart.forecast);
     text("forecast", s.forecast);
+    document.getElementById("footprint-part").hidden = !s.footprint.length;
+    rows("footprint", true, s.footprint.map(f => [f.cells.where, f.cells.now, f.cells.end, f.cells.peak, f.cells.quota]));
     for (const td of document.querySelectorAll("#jobs td[data-state]")) td.textContent = String(s.jobs[td.dataset.state]);
     const merit = document.getElementById("merit");
     while (merit.rows.length) merit.deleteRow(0);

@@ -50,7 +50,7 @@ INDEPENDENT: List[Tuple[str, ...]] = [
 ROOMS: Dict[str, List[str]] = {
     "hpcrun.operate": ["manifest", "results", "metrics", "plandir", "campaign", "outputs", "submission",
                        "tracking", "retries", "supervision"],
-    "hpcrun.plan": ["intake", "checks", "site", "values", "job", "budget", "build", "load"],
+    "hpcrun.plan": ["intake", "checks", "site", "values", "footprint", "job", "budget", "build", "load"],
     "hpcrun.store": ["sql", "records", "locking", "base", "queries", "rows", "store"],
     "hpcrun.iotune": ["points", "readers", "engines", "sweeps", "advice", "apply", "history", "plot", "collect"],
 }

@@ -12,6 +12,7 @@ import pytest
 
 from hpcrun.errors import InputError
 from hpcrun.operate.supervision.supervise import run
+from hpcrun.plan import footprint as F
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
 from hpcrun.report.web import make_server
@@ -104,3 +105,45 @@ def test_dashboard_in_headless_chromium(server):
 
     shot = browser.open_page(base + "/", "dashboard-fake-slurm.png", check)
     assert shot.stat().st_size > 10_000
+
+
+def test_footprint_made_so_far_on_the_page(server):
+    """Each forecast filesystem's files and bytes made so far (estimated from the store's counts, no walk) against
+    the plan's forecast: in the JSON, and in the table the page's script fills in."""
+    base, plan_dir = server
+    data = json.loads(_get(base + "/api/summary.json")[2])
+    outputs, plan = data["footprint"]                          # the outputs location, the plan directory
+    assert (outputs["path"], plan["path"]) == (str(plan_dir.parent / "out"), str(plan_dir))
+    assert outputs["now"]["files"] == 2 + F.OUTPUT_DIRS        # two inputs done, one parked
+    parts = {p["part"]: p["now"]["files"] for p in plan["parts"]}
+    assert parts["run records"] == 2 * F.RUN_DIR_ENTRIES + F.FOLDED_FILES   # the two failed runs keep theirs
+    assert outputs["cells"]["now"] == "~3 files, 2 KB" and outputs["cells"]["end"] == "4 files, 3 KB"
+    reason = browser.why_not()
+    if reason:
+        pytest.skip(f"no headless browser: {reason}")
+    shown = [[f["cells"][k] for k in ("where", "now", "end", "peak", "quota")] for f in data["footprint"]]
+
+    def check(page):
+        assert page.is_visible("#footprint-part") and "est." in page.text_content("#footprint")
+        rows = page.eval_on_selector_all("#footprint tr", "rs => rs.map(r => Array.from(r.cells, c => c.textContent))")
+        assert rows[1:] == shown
+
+    browser.open_page(base + "/", "footprint-fake-slurm.png", check)
+
+
+def test_no_footprint_for_a_plan_made_before_it(server):
+    """A manifest without the forecast (an older plan): no figures, the part hidden, the page whole."""
+    from .test_footprint_now import _forget_the_forecast
+
+    base, plan_dir = server
+    _forget_the_forecast(plan_dir)
+    assert json.loads(_get(base + "/api/summary.json")[2])["footprint"] == []
+    assert '<div id="footprint-part" hidden>' in _get(base + "/")[2]
+    reason = browser.why_not()
+    if reason:
+        pytest.skip(f"no headless browser: {reason}")
+
+    def check(page):
+        assert not page.is_visible("#footprint-part") and page.text_content("#done") == "2"
+
+    browser.open_page(base + "/", "footprint-none-fake-slurm.png", check)

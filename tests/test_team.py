@@ -214,6 +214,10 @@ def _figures_of_one_campaign(root: Path, spec_factory, monkeypatch, db) -> dict:
         (made.get("forecast") or {}).pop("made_at", None)
     page.pop("heartbeat", None)
     page.pop("audit", None)
+    for made in (status, page):   # where each campaign's plan directory is
+        for fs in made.get("footprint") or []:
+            fs.pop("path", None)
+            fs.pop("cells", None)
     status.pop("supervisor", None)
     return {"report": report, "status": status, "page": page}
 

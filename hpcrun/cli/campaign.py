@@ -81,6 +81,7 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
             server.server_close()
 
     _outputs_command(main, db_option, reported)
+    _logs_command(main, db_option, reported, out)
 
 
 def _outputs_command(main: click.Group, db_option: Any, reported: Any) -> None:
@@ -118,4 +119,44 @@ def _outputs_command(main: click.Group, db_option: Any, reported: Any) -> None:
             for rec in records:
                 write(f"{rec['output']}\t{rec.get('size') or '-'}\t{rec.get('checksum') or '-'}\t"
                       f"{rec.get('generation')}\t{rec.get('job_id')}\n")
+        sys.stdout.flush()
+
+
+def _logs_command(main: click.Group, db_option: Any, reported: Any, out: Any) -> None:
+    """`hpcrun logs`: one input's logs and run records, folded or not."""
+    @main.command("logs")
+    @click.argument("plan_dir", type=click.Path(path_type=Path, file_okay=False))
+    @click.argument("name")
+    @db_option
+    @click.option("--json", "as_json", is_flag=True, help="as JSON: the inputs, their logs and runs' files")
+    @click.option("--file", "only", default=None, metavar="NAME",
+                  help="only the run files whose path ends with NAME (e.g. chains/0.log, reason)")
+    @reported
+    def logs_cmd(plan_dir: Path, name: str, db: Optional[str], as_json: bool, only: Optional[str]) -> None:
+        """The logs and run records of the input NAME of PLAN_DIR's campaign (its path, its file name or its
+        job's name): the scheduler's log of each of its jobs (late binding: the pilot's log of each claim),
+        then every file of each run, whether the run kept its directory (it failed) or was folded (it
+        succeeded). Each file is shown after a ``==> where <==`` line, as tail does."""
+        import json
+        import sys
+
+        from hpcrun import api
+
+        found = api.logs(plan_dir, name, db=db)
+        if as_json:
+            json.dump([f.to_dict() for f in found], sys.stdout, indent=1)
+            sys.stdout.write("\n")
+            return
+        write = sys.stdout.write
+        for f in found:
+            write(f"input {f.input}\tjob {f.job}\tstate {f.state}\tattempts {f.attempts}"
+                  + (f"\treason {f.last_reason}" if f.last_reason else "") + "\n")
+            for path, text in f.scheduler_logs if only is None else ():
+                write(f"==> {path} <==\n{text}" + ("" if text.endswith("\n") or not text else "\n"))
+            for run in f.runs:
+                for rel, text in run.files.items():
+                    if only is None or rel.endswith(only):
+                        kind = "folded, " if run.folded else ""
+                        write(f"==> {rel} of run {run.run_id} ({kind}{run.where}) <==\n{text}"
+                              + ("" if text.endswith("\n") or not text else "\n"))
         sys.stdout.flush()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from rich.table import Table
 
+from hpcrun.plan import footprint
 from hpcrun.plan.values import Plan, chains_of, inputs_in
 from hpcrun.units import format_capacity, format_duration, format_size
 
 
 def plan_table(plan: Plan, out_dir: str) -> Table:
+    plan = footprint.assessed(plan, out_dir, refuse=False)   # as written: its footprint and quota notes
     c = plan.campaign
     table = Table(title=f"hpcrun plan: {c.name} at {plan.profile.name}", show_header=False)
     table.add_column("what", style="bold")
@@ -43,11 +45,19 @@ def plan_table(plan: Plan, out_dir: str) -> Table:
             f"{p.seat.name} ({p.profile.name}, partition {p.partition_name}, share {p.seat.share:g}"
             + (f", at most {p.seat.max_queued_jobs} queued" if p.seat.max_queued_jobs else "") + ")"
             for p in plan.all_clusters)))
+    rows += footprint_rows(plan)
     for what, value in rows:
         table.add_row(what, value)
     for note in plan.notes:
         table.add_row("note", note)
     return table
+
+
+def footprint_rows(plan: Plan) -> List[Tuple[str, str]]:
+    """One row per filesystem the campaign writes to: files and bytes at its peak and end, and the quota."""
+    if plan.footprint is None:
+        return []
+    return [(f"footprint {footprint.where_text(use)}", footprint.line(use)) for use in plan.footprint.filesystems]
 
 
 def binding_line(plan: Plan) -> str:
@@ -99,8 +109,9 @@ def export_line(e: Dict[str, Any]) -> str:
 
 
 def status_extra_lines(report: Any) -> List[str]:
-    """Outages of the scheduler's daemons and of the allocation (waited out), and the forecast."""
+    """Outages of the scheduler's daemons and of the allocation (waited out), the forecast, the footprint."""
     from hpcrun.operate.campaign.forecast import line
+    from hpcrun.operate.tracking.footprint import line as footprint_line
 
     lines = [o["line"] for o in report.outages]
     p = getattr(report, "pilots", None)
@@ -114,6 +125,7 @@ def status_extra_lines(report: Any) -> List[str]:
                          + (f", ends {x['ends']}" if x["ends"] else ""))
     if report.forecast is not None:
         lines.append(line(report.forecast))
+    lines += [footprint_line(f) for f in getattr(report, "footprint", None) or ()]   # made so far, per filesystem
     return lines
 
 

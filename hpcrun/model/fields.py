@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Union
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from typing_extensions import Annotated
 
-from hpcrun.units import SIZE_PATTERN, parse_duration, parse_size
+from hpcrun.units import COUNT_PATTERN, SIZE_PATTERN, parse_count, parse_duration, parse_size
 
 
 def _size(value: Any) -> int:
@@ -30,6 +30,15 @@ Size = Annotated[
     WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0},
                               {"type": "string", "pattern": SIZE_PATTERN}],
                     "description": "bytes, or a number with a unit (500GB, 2TiB, 50G)"}),
+]
+
+# a count of files (inodes): 10M is ten million, as sites give quotas
+Count = Annotated[
+    int,
+    BeforeValidator(parse_count),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0},
+                              {"type": "string", "pattern": COUNT_PATTERN}],
+                    "description": "a whole number, or one with K, M or G (powers of 1000: 10M, 500K)"}),
 ]
 
 Duration = Annotated[

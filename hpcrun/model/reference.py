@@ -47,7 +47,7 @@ def _inner(annotation: Any, path: str) -> Iterator[Row]:
 def type_text(annotation: Any) -> str:
     """A short reader's name for an annotation: ``list of mapping``, ``one of a, b``, ``number``."""
     from hpcrun.model import fields
-    named = {fields.Duration: "duration", fields.Size: "size", fields.Command: "command",
+    named = {fields.Duration: "duration", fields.Size: "size", fields.Count: "count", fields.Command: "command",
              fields.AbsPath: "absolute path", fields.InputPath: "path or URL", fields.Name: "name",
              fields.Hdf5Path: "HDF5 dataset path"}
     for kind, text in named.items():

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from hpcrun.model.fields import AbsPath, Duration, EnvVars, Line, Name, Size
+from hpcrun.model.fields import AbsPath, Count, Duration, EnvVars, Line, Name, Size
 from hpcrun.model.kinds import RUNTIMES, BufferSystem, SchedulerKind
 
 # What site staff write as a program or its options is trusted code (it runs as written);
@@ -162,9 +162,27 @@ class BurstBufferSettings(Strict):
         return next((p for p in self.pools if p.name == name), None)
 
 
+class Quota(Strict):
+    """What the site allows one user on a filesystem: hpcrun plan notes a campaign that needs more than half
+    of it and refuses one that cannot fit (docs/operations.md#the-footprint-on-shared-filesystems)."""
+
+    files: Optional[Count] = Field(None, description=(
+        "entries (files and directories: inodes) allowed, e.g. 10M (powers of 1000)"))
+    bytes: Optional[Size] = Field(None, description="bytes allowed, e.g. 20TB")
+
+    @field_validator("files", "bytes")
+    @classmethod
+    def _positive(cls, value: Optional[int]) -> Optional[int]:
+        if value == 0:
+            raise ValueError("a quota of 0 allows nothing; leave the key out where there is no quota")
+        return value
+
+
 class Filesystem(Strict):
-    path: AbsPath
+    path: AbsPath = Field(description="mount point (the longest that holds a path is its filesystem)")
     type: Literal["lustre", "gpfs", "nfs", "xfs", "ext4", "tmpfs", "other"] = "other"
+    quota: Optional[Quota] = Field(None, description=(
+        "the user's quota here, {files: 10M, bytes: 20TB}: the plan's footprint is checked against it"))
 
 
 class SchedulerSettings(Strict):

@@ -89,6 +89,36 @@ class LocalityEntry(TypedDict):
     wait_s: float
 
 
+class Figures(TypedDict):
+    files: int
+    bytes: int
+
+
+class FootprintPart(TypedDict):
+    part: str             # outputs, logs, run records, queue, plan directory
+    peak: Figures
+    end: Figures
+
+
+class FilesystemFootprint(TypedDict):
+    """One filesystem the campaign writes to (render/manifest.py ``footprint_entry``)."""
+
+    name: Optional[str]   # the profile's filesystems.<name>; None: under no declared filesystem
+    path: str
+    type: Optional[str]
+    quota: Optional[Dict[str, Optional[int]]]
+    peak: Figures
+    end: Figures
+    parts: List[FootprintPart]
+
+
+class FootprintEntry(TypedDict):
+    """The plan's forecast of files and bytes per filesystem, to hold what a campaign made against."""
+
+    running: int
+    filesystems: List[FilesystemFootprint]
+
+
 @dataclass(frozen=True)
 class Submit:
     """The manifest's ``submit`` table: what submit, track and the retry policy need of the site and spec."""
@@ -167,6 +197,7 @@ class Manifest:
     launch: Mapping[str, Any] = field(default_factory=dict)          # in the batch step or launcher steps
     expected_rpcs: Mapping[str, Any] = field(default_factory=dict)   # what the plan asks of the controller
     pilots: Optional[Mapping[str, Any]] = None   # late binding: the queue and the pilots (None: arrays)
+    footprint: Optional[FootprintEntry] = None   # files and bytes forecast per filesystem (None: planned before it)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
@@ -194,7 +225,7 @@ class Manifest:
             container=str(data.get("container") or "none"), burst_buffer=str(data.get("burst_buffer") or "none"),
             totals=dict(data.get("totals") or {}), notes=list(data.get("notes") or []),
             launch=dict(data.get("launch") or {}), expected_rpcs=dict(data.get("expected_rpcs") or {}),
-            pilots=data.get("pilots"))
+            pilots=data.get("pilots"), footprint=data.get("footprint"))
 
     @property
     def several_clusters(self) -> bool:

@@ -125,6 +125,7 @@ class StatusReport:
     budget_held: Dict[str, Dict[str, int]] = field(default_factory=dict)
     forecast: Optional[Dict[str, Any]] = None                   # hpcrun.operate.campaign.forecast.Forecast.as_dict
     pilots: Optional[Dict[str, Any]] = None                     # late binding: the pilots and inputs in them
+    footprint: List[Dict[str, Any]] = field(default_factory=list)  # files, bytes made per filesystem (est.)
 
     @property
     def finalize_in_flight(self) -> bool:
@@ -146,7 +147,7 @@ class StatusReport:
                 "supervisor": self.supervisor, "paused": self.paused, "clusters": self.clusters,
                 "exports": self.exports, "outages": self.outages, "outcome": self.outcome,
                 "generations": self.generations, "budget_held": self.budget_held, "forecast": self.forecast,
-                "pilots": self.pilots,
+                "pilots": self.pilots, "footprint": self.footprint,
                 "jobs": [j.as_dict() for j in self.jobs]}
 
 

@@ -16,6 +16,7 @@ from hpcrun.model.spec import Campaign
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan import checks as carried
 from hpcrun.plan.checks import Checks
+from hpcrun.plan.footprint import quota_lines
 from hpcrun.plan.intake.inputs import InputItem, expand
 from hpcrun.plan.intake.locality import group_by_node
 from hpcrun.plan.intake.remote import Remote
@@ -115,7 +116,7 @@ def plan(campaign: Campaign, spec_src: Located, profile: SiteProfile, profile_sr
                 remote=remote_reads, export=exports,
                 locality_wait=int(campaign.jobs.locality_wait) if campaign.jobs.locality == "prefer" else None,
                 hdf5_helper=bool(campaign.merge and campaign.merge.hdf5) or bool(campaign.qa and campaign.qa.hdf5),
-                succession=succession, pilots=pilots)
+                succession=succession, pilots=pilots, quota_lines=quota_lines(profile, profile_src))
 
 
 def _left_to(succession: Succession, items: Sequence[InputItem], key: str, src: Located,

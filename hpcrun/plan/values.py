@@ -223,6 +223,48 @@ class ClusterSeat:
 
 
 @dataclass(frozen=True)
+class PartUse:
+    """One part of what the campaign leaves on a filesystem (outputs, logs, run records, queue, plan directory):
+    entries (files and directories) and bytes at the campaign's peak and at its end."""
+
+    part: str
+    peak_files: int
+    peak_bytes: int
+    end_files: int
+    end_bytes: int
+
+
+@dataclass(frozen=True)
+class FilesystemUse:
+    """What the campaign holds on one filesystem, against the profile's quota there (plan/footprint.py)."""
+
+    name: Optional[str]            # the profile's filesystems.<name>; None: a path under no declared filesystem
+    path: str                      # its mount point (undeclared: the campaign's own path there)
+    type: Optional[str]
+    parts: Tuple[PartUse, ...]
+    quota_files: Optional[int] = None
+    quota_bytes: Optional[int] = None
+
+    @property
+    def peak(self) -> Tuple[int, int]:
+        """(files, bytes) at the peak: what the quota must hold."""
+        return sum(p.peak_files for p in self.parts), sum(p.peak_bytes for p in self.parts)
+
+    @property
+    def end(self) -> Tuple[int, int]:
+        """(files, bytes) once the campaign is done."""
+        return sum(p.end_files for p in self.parts), sum(p.end_bytes for p in self.parts)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """The campaign's forecast on the filesystems it writes to (the plan directory, the outputs location)."""
+
+    filesystems: Tuple[FilesystemUse, ...]
+    running: int                   # jobs (or claims) running at once at the peak
+
+
+@dataclass(frozen=True)
 class Plan:
     campaign: Campaign
     spec_file: str
@@ -260,6 +302,9 @@ class Plan:
     move_pending_after: Optional[int] = None  # seconds; None: jobs never move between clusters
     succession: Succession = Succession()     # the campaign's generation this plan makes
     pilots: Optional[Any] = None              # late binding: plan/job/pilots.py's PilotPlan
+    # where the profile sets each filesystem quota (filesystems.<name>.quota.files: (file, line)), for refusals
+    quota_lines: Dict[str, Tuple[str, Optional[int]]] = field(default_factory=dict)
+    footprint: Optional[Footprint] = None     # set once the plan directory is known (plan/footprint.py assessed)
 
     @property
     def all_clusters(self) -> Tuple[Plan, ...]:

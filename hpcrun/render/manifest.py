@@ -16,9 +16,10 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from hpcrun import __version__
 from hpcrun.model.retry import effective_rules
+from hpcrun.plan.footprint import assessed
 from hpcrun.plan.job.pilots import PILOT_SCRIPT, QUEUE_DIR
 from hpcrun.plan.job.requests import finalize_name
-from hpcrun.plan.values import Job, Plan, index_range, inputs_in
+from hpcrun.plan.values import Footprint, Job, Plan, index_range, inputs_in
 from hpcrun.render.headers import ARRAY_TABLE_NAME, ARRAY_TEMPLATE_NAME, TABLE_NAME, TEMPLATE_NAME
 from hpcrun.render.scripts import node_key, pilot_prefix, run_prefix, script_path
 
@@ -37,7 +38,9 @@ def _file_digest(paths: Sequence[Path]) -> str:
 
 
 def manifest_head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
-    """Everything but the job list (which ``job_entry`` gives one job at a time)."""
+    """Everything but the job list (which ``job_entry`` gives one job at a time); the plan's footprint where it
+    goes with its quota notes, whoever asks (write_plan refuses a quota exceeded before this is called)."""
+    plan = assessed(plan, plan_dir, refuse=False)
     data = _head(plan, plan_dir, digests)
     if plan.others or plan.seat.name:
         # several clusters (or one named): each one's scripts and limits, before the (long, last) job list
@@ -169,6 +172,7 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
         "launch": {"in_batch": plan.launch.in_batch, "why": plan.launch.why,
                    "steps_per_job": plan.launch.steps_per_job},
         "expected_rpcs": plan.expected_rpcs,
+        "footprint": footprint_entry(plan.footprint),
         "pilots": _pilots_entry(plan, plan_dir),
         "charge": charge_entry(plan),
         "digests": {"spec": _file_digest([Path(plan.spec_file)]), "profile": _file_digest(plan.profile_files)},
@@ -198,6 +202,25 @@ def _head(plan: Plan, plan_dir: str, digests: Dict[str, str]) -> Dict[str, Any]:
         "provenance": _provenance_entry(plan),
         "scripts": script_entries(plan, digests),
     }
+
+
+def footprint_entry(fp: Optional[Footprint]) -> Optional[Dict[str, Any]]:
+    """The forecast of files and bytes per filesystem (plan/footprint.py), for `plan --json` and for status to
+    hold what was made against."""
+    if fp is None:
+        return None
+
+    def figures(files: int, nbytes: int) -> Dict[str, int]:
+        return {"files": files, "bytes": nbytes}
+
+    return {"running": fp.running, "filesystems": [
+        {"name": u.name, "path": u.path, "type": u.type,
+         "quota": None if u.quota_files is None and u.quota_bytes is None else
+         {"files": u.quota_files, "bytes": u.quota_bytes},
+         "peak": figures(*u.peak), "end": figures(*u.end),
+         "parts": [{"part": p.part, "peak": figures(p.peak_files, p.peak_bytes),
+                    "end": figures(p.end_files, p.end_bytes)} for p in u.parts]}
+        for u in fp.filesystems]}
 
 
 def _provenance_entry(plan: Plan) -> Dict[str, Any]:

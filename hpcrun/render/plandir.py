@@ -23,6 +23,7 @@ from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.bulk import bulk
 from hpcrun.errors import HpcrunError, InputError, Problem
 from hpcrun.plan import checks as carried
+from hpcrun.plan.footprint import assessed
 from hpcrun.plan.job.pilots import PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.files import iter_rendered, render_all
@@ -74,6 +75,7 @@ def _check_out_dir(out_dir: Path, scheduler: str) -> None:
 def _render(plan: Plan, out_dir: Path) -> tuple:
     _check_out_dir(out_dir, plan.scheduler)
     plan_dir = str(out_dir)
+    plan = assessed(plan, plan_dir)
     files = render_all(plan, plan_dir)
     _check_rendered(plan, files)
     digests = {f.path: hashlib.sha256(f.text.encode()).hexdigest() for f in files}
@@ -194,6 +196,7 @@ def _write_plan(plan: Plan, out_dir: Path, want_diff: bool, force: bool) -> Writ
     recover_interrupted(out_dir)
     _check_target(out_dir, force)
     plan_dir = str(out_dir)
+    plan = assessed(plan, plan_dir)   # its footprint where it goes: a quota it exceeds refuses it, nothing written
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f".{out_dir.name}.hpcrun-tmp-{_HOST}-{os.getpid()}"

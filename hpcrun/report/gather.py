@@ -17,6 +17,7 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.operate.campaign import forecast
 from hpcrun.operate.campaign.generations import figures as generation_figures
 from hpcrun.operate.manifest import Manifest
+from hpcrun.operate.outputs import folding
 from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read_manifest
 from hpcrun.operate.results import outcome_of
 from hpcrun.operate.submission.finalize import finalize_summary
@@ -88,15 +89,28 @@ def _pilots_accounting(manifest: Manifest) -> None:
 
 
 def _tsv_lines(plan_dir: Path, pattern: str) -> Iterator[List[str]]:
-    """The TAB-separated lines of the jobs' records matching ``pattern`` under run/ (bounded reads)."""
+    """The TAB-separated lines of the jobs' records matching ``pattern`` under run/ (bounded reads), those
+    in run directories and those folded after success."""
+    for _name, text in _records(plan_dir, pattern):
+        for line in text.splitlines():
+            yield line.split("\t")
+
+
+def _records(plan_dir: Path, pattern: str) -> Iterator[Tuple[str, str]]:
+    """(``job/id/file`` under run/, its text) of the records matching ``pattern``: in run directories, then
+    folded (a directory and its folded copy both there after a crash: the directory is read)."""
+    seen = set()
     for log in sorted((plan_dir / "run").glob(pattern)):
         try:
             with open(log, encoding="utf-8", errors="replace") as f:
                 text = f.read(RECORD_READ_MAX)
         except OSError:
             continue
-        for line in text.splitlines():
-            yield line.split("\t")
+        seen.add(log.parent.relative_to(plan_dir / "run").parts[:2])
+        yield str(log.relative_to(plan_dir / "run")), text
+    for name, data in folding.matching(str(plan_dir / "run"), pattern):
+        if tuple(name.split("/")[:2]) not in seen:
+            yield name, data[:RECORD_READ_MAX].decode("utf-8", "replace")
 
 
 def _chain_endings(plan_dir: Path) -> Dict[str, int]:
@@ -144,17 +158,21 @@ def _transfer_rows(plan_dir: Path) -> List[Tuple[int, float, int, str]]:
 
 def _stage_jobs(plan_dir: Path) -> List[Tuple[int, float, int]]:
     """(bytes staged, stage-in seconds, CPUs) of every job run that recorded its stage-in (stage.tsv)."""
+    stages = {name.rsplit("/", 1)[0]: text for name, text in _records(plan_dir, "*/*/stage.tsv")}
+    moved: Dict[str, int] = {}
+    for name, text in _records(plan_dir, "*/*/transfers.tsv") if stages else ():
+        rows = [line.split("\t") for line in text.splitlines()]
+        moved[name.rsplit("/", 1)[0]] = sum(int(r[1]) for r in rows if len(r) >= 5 and r[1].isdigit() and r[4] == "0")
     out: List[Tuple[int, float, int]] = []
-    for stage in sorted((plan_dir / "run").glob("*/*/stage.tsv")):
+    for run, text in stages.items():
+        if run not in moved:
+            continue   # no copy log beside it: not a record of a stage-in
         try:
-            span, cpus = stage.read_text(encoding="utf-8")[:200].split("\t")[:2]
-            moved = [line.split("\t") for line in (stage.parent / "transfers.tsv").read_text(
-                encoding="utf-8", errors="replace")[:RECORD_READ_MAX].splitlines()]
-        except (OSError, ValueError):
+            span, cpus = text[:200].split("\t")[:2]
+        except ValueError:
             continue
-        nbytes = sum(int(r[1]) for r in moved if len(r) >= 5 and r[1].isdigit() and r[4] == "0")
         if span.strip().isdigit() and cpus.strip().isdigit():
-            out.append((nbytes, int(span) / 1000, int(cpus)))
+            out.append((moved[run], int(span) / 1000, int(cpus)))
     return out
 
 

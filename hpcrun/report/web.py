@@ -25,6 +25,7 @@ from hpcrun import __version__
 from hpcrun.backends.late.queue import Queue
 from hpcrun.operate.campaign.forecast import line as forecast_line
 from hpcrun.operate.plandir import clusters_of
+from hpcrun.operate.tracking import footprint
 from hpcrun.operate.tracking.outages import ALLOCATION
 from hpcrun.operate.tracking.outages import rows as outage_rows
 from hpcrun.report.figures import CampaignReport
@@ -90,6 +91,8 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
         outages = [o["line"] if o["daemon"] == ALLOCATION else o["text"]   # the held jobs, not the daemon's words
                    for o in outage_rows(store.outages(campaign.id), clusters_of(manifest)[0].sched)]
         pilots = Queue(Path(manifest.pilots["queue"])).view() if manifest.pilots else None   # late binding
+        made = footprint.made_so_far(plan_dir, manifest, store, campaign.id,
+                                     footprint.Seen(report.inputs, jobs, pilots))   # per filesystem, est.
     return {"campaign": report.campaign, "generated_at": report.generated_at, "version": __version__,
             "inputs": report.inputs, "inputs_total": report.inputs_total, "jobs": jobs,
             "succeeded": report.succeeded, "merit": merit_rows(report) + health,
@@ -98,7 +101,8 @@ def summary(plan_dir: Path, db: Optional[str] = None) -> Dict[str, Any]:
             "attempts_by_class": report.attempts_by_class, "attempts": {str(k): v for k, v in report.attempts.items()},
             "heartbeat": beat, "chart": chart(report), "refresh_s": REFRESH_S,
             "paused": held.text() if held else None, "outages": outages, "audit": log,
-            "forecast": forecast_line(report.forecast) if report.forecast else "", "pilots": pilots}
+            "forecast": forecast_line(report.forecast) if report.forecast else "", "pilots": pilots,
+            "footprint": [dict(f, cells=footprint.cells(f)) for f in made]}
 
 
 @dataclass

@@ -160,6 +160,14 @@ class Queries(StoreBase):
                  .where(t.c.campaign_id == campaign_id, t.c.job_index.is_not(None)).group_by(t.c.state))
         return self._counted("jobs", campaign_id, query)
 
+    def runs_by_state(self, campaign_id: int) -> Dict[str, int]:
+        """Submissions (runs: array tasks, jobs, claims) per latest state seen; never seen: ``""``. A failed
+        run keeps its run directory, so status counts them for the footprint."""
+        s = schema.submission
+        query = select(s.c.last_state, func.count()).where(s.c.campaign_id == campaign_id).group_by(s.c.last_state)
+        with self._read() as conn:
+            return {state or "": int(n) for state, n in conn.execute(query)}
+
     def any_in(self, campaign_id: int, states: Sequence[str]) -> bool:
         """Whether any input is in these states (one probe of the state index: asked every second near the end)."""
         t = schema.input_file
@@ -174,6 +182,30 @@ class Queries(StoreBase):
         query = select(t.c.job_index, t.c.job_name).where(t.c.campaign_id == campaign_id)
         with self._read() as conn:
             return {int(j): n for j, n in self._rows_in(conn, query, t.c.job_index, sorted(set(job_indices))) if n}
+
+    def input_history(self, campaign_id: int, name: str, limit: int = 100) -> List[Dict[str, Any]]:
+        """The inputs ``name`` names (a path, a file name, or a plan job's name), each with every
+        submission that carried it, oldest first (``hpcrun logs``)."""
+        t, link, sub = schema.input_file, schema.submission_input, schema.submission
+        cols = (t.c.id, t.c.path, t.c.job_name, t.c.state, t.c.attempts, t.c.last_reason)
+        base = select(*cols).where(t.c.campaign_id == campaign_id).order_by(t.c.id).limit(limit)
+        escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        with self._read() as conn:
+            found = conn.execute(base.where((t.c.path_key == _path_key(name)) | (t.c.job_name == name))).all()
+            if not found and "/" not in name:   # a file name: one scan of the campaign's paths
+                found = conn.execute(base.where(t.c.path.like("%/" + escaped, escape="\\"))).all()
+            out = [dict(zip(("id", "path", "job", "state", "attempts", "last_reason"), r), submissions=[])
+                   for r in found]
+            if out:
+                by_id = {o["id"]: o for o in out}
+                query = (select(link.c.input_id, sub.c.id, sub.c.job_id, sub.c.array_index, sub.c.tag,
+                                sub.c.last_state, sub.c.submitted_at)
+                         .join(sub, sub.c.id == link.c.submission_id)
+                         .where(link.c.input_id.in_(list(by_id))).order_by(sub.c.id))
+                for iid, sid, job_id, index, tag, state, at in conn.execute(query):
+                    by_id[iid]["submissions"].append({"id": sid, "job_id": job_id, "array_index": index, "tag": tag,
+                                                      "state": state, "submitted_at": at})
+        return out
 
     @contextmanager
     def one_round(self) -> Iterator[None]:

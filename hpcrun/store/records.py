@@ -220,6 +220,14 @@ class InputTotals:
 
 
 @dataclass(frozen=True)
+class OutputBytes:
+    """The outputs whose size the store recorded (their provenance rows): the inputs they are of, their bytes."""
+
+    inputs: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class InputRow:
     id: int
     job_index: Optional[int]

@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
 
 import yaml
+
+from hpcrun.operate.outputs import folding
 
 REPO = Path(__file__).resolve().parent.parent.parent
 EXAMPLE = REPO / "examples" / "detector-reco-local"
@@ -93,6 +96,56 @@ class Campaign:
 
     def rundir(self, row: dict) -> Path:
         raw = self.cluster.sacct(row["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
-        return self.plan / "run" / row["job"] / raw
+        return run_record(self.plan, raw, row["job"])
 
 
+
+
+def run_record(plan: Path, run_id: str, job: str | None = None) -> Path:
+    """A run's directory as the job left it, or, when the supervisor folded it after its success, a copy of it
+    read back from its segment into ``unfolded/`` (what `tar -x` of the segment gives)."""
+    here = next((plan / "run").glob(f"{job or '*'}/{run_id}"), None)
+    if here is not None and here.is_dir():
+        return here
+    found = [r for r in folding.indexed(str(plan / "run")) if r.run_id == run_id and job in (None, r.job)]
+    assert found, f"run {run_id} of {job or 'any job'} is neither in run/ nor folded"
+    out = plan / "unfolded" / found[-1].job / run_id
+    for rel, data in folding.read_run(found[-1]).items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def run_jobs(plan: Path) -> dict[str, str]:
+    """Every run's id -> its job's name, whether the run kept its directory or was folded."""
+    out = {r.run_id: r.job for r in folding.indexed(str(plan / "run"))}
+    out.update((d.name, d.parent.name) for d in (plan / "run").glob("*/*") if d.is_dir() and d.parent.name not in (
+        "pilots", "finalize", folding.FOLDED))
+    return out
+
+
+def claim_log(plan: Path, cid: str) -> str:
+    """What the claim's run of the job script said: its section of its slot's log."""
+    from hpcrun.operate.outputs.runlogs import claim_log as section
+    return section(plan, cid)[1]
+
+
+def footprint(c: Campaign, inputs: int) -> dict:
+    """What the campaign left on the shared filesystem (issue 56): entries (files and directories) under the
+    plan directory and under the outputs location, per input, and the plan's forecast of them."""
+    counted = {name: sum(len(dirs) + len(files) for _, dirs, files in os.walk(root))
+               for name, root in (("plan", c.plan), ("outputs", c.out))}
+    head = json.loads((c.plan / "manifest.json").read_text())
+    return {"entries": counted, "entries_per_input": round(sum(counted.values()) / inputs, 3),
+            "forecast": head.get("footprint")}
+
+
+def run_files(plan: Path, pattern: str) -> list:
+    """The text of every run record matching ``pattern`` under run/ (e.g. ``*/*/transfers.tsv``): in the runs'
+    directories, and folded (a run in both read once, from its directory)."""
+    here = {f.relative_to(plan / "run").as_posix(): f.read_text() for f in (plan / "run").glob(pattern)}
+    kept = {tuple(name.split("/")[:2]) for name in here}
+    folded = [data.decode() for name, data in folding.matching(str(plan / "run"), pattern)
+              if tuple(name.split("/")[:2]) not in kept]
+    return list(here.values()) + folded

@@ -244,8 +244,32 @@ def test_corrupted_input_is_caught_by_the_checksum_step(slurm_cluster, hpcrun_bi
     assert good["status"] == "done", good
     raw_id = slurm_cluster.sacct(bad["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
     assert not (c.plan / "run" / bad["job"] / raw_id / "db").exists()  # failed before the database
+    _logs_of_a_failed_and_a_folded_job(c, bad, good, raw_id)
     rep = json.loads(c.hp("report", str(c.plan), "--json").stdout)
     assert [(f["reason"], f["count"]) for f in rep["failures"]] == [("input checksum mismatch (exit 11)", 1)]
+
+
+def _logs_of_a_failed_and_a_folded_job(c: Campaign, bad: dict, good: dict, raw_id: str) -> None:
+    """Issue 56: the poll that saw the good job complete folded its run directory; the failed one's is whole.
+    `hpcrun logs` shows each with its Slurm log, by job name."""
+    assert not (c.plan / "run" / good["job"]).exists(), "a successful job's run directory was not folded"
+    proc = c.hp("logs", str(c.plan), bad["job"], "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (entry,) = json.loads(proc.stdout)
+    (run,) = entry["runs"]
+    assert run["run_id"] == raw_id and not run["folded"] and "input checksum mismatch" in run["files"]["reason"]
+    assert set(run["files"]) == {p.relative_to(c.plan / "run" / bad["job"] / raw_id).as_posix()
+                                 for p in (c.plan / "run" / bad["job"] / raw_id).rglob("*") if p.is_file()}
+    (slurm_log,) = entry["scheduler_logs"]
+    assert "input checksum mismatch" in slurm_log["text"], slurm_log
+    (entry,) = json.loads(c.hp("logs", str(c.plan), good["job"], "--json").stdout)
+    (run,) = entry["runs"]
+    assert run["folded"] and "run/folded/" in run["where"], run
+    assert {line.split("\t")[2] for line in run["files"]["chains.tsv"].splitlines()} == {"ok"}, run["files"]
+    (slurm_log,) = entry["scheduler_logs"]   # folded with the run: logs/ keeps the failed job's only
+    assert slurm_log["path"].endswith("scheduler.log") and "all steps succeeded" in slurm_log["text"], slurm_log
+    jobs_logs = [p for p in (c.plan / "logs").glob(f"{c.name}.*.out") if ".finalize-" not in p.name]
+    assert len(jobs_logs) == 1, sorted((c.plan / "logs").iterdir())
 
 
 def test_retry_resubmits_exactly_the_failed_and_parks_the_hopeless(slurm_cluster, hpcrun_bin, example_root):

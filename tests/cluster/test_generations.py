@@ -26,9 +26,10 @@ from typing import Iterator
 import pytest
 import yaml
 
+from hpcrun.operate.outputs import folding
 from tests import pg
 
-from .campaigns import Campaign, supervising
+from .campaigns import Campaign, claim_log, run_jobs, run_record, supervising
 from .test_campaign_state import make_raw
 
 pytestmark = pytest.mark.cluster
@@ -92,19 +93,23 @@ def _runs(c: Campaign, since: str) -> list:
     proc = c.cluster.run(["sacct", "-n", "-P", "-X", "-D", "-u", c.cluster.user, "-S", since,
                           "-o", "JobID,JobIDRaw,JobName,State,Timelimit"])
     runs = []
+    jobs = run_jobs(c.plan)
     for line in proc.stdout.splitlines():
         jid, raw, name, state, limit = (line.split("|") + [""] * 5)[:5]
         if not name.startswith(c.name + ".") or name.endswith(".finalize"):
             continue
-        job = next((p.parent.name for p in (c.plan / "run").glob(f"*/{raw}")), "?")
+        job = jobs.get(raw, "?")
         runs.append({"id": jid, "raw": raw, "state": state, "limit": limit, "job": job,
                      "number": int(job.rsplit(".", 1)[1]) if job != "?" else 0})
     return runs
 
 
-def _release_of(c: Campaign, job_id: str) -> str:
-    """The release a job says it ran, from its own log (written by the job on the node)."""
-    log = next((c.plan / "logs").glob(f"*-{job_id}.out"))
+def _release_of(c: Campaign, run: dict) -> str:
+    """The release a job says it ran, from its own log (written by the job on the node): in logs/ while it
+    failed or runs, folded with its run (scheduler.log) once it succeeded."""
+    log = next((c.plan / "logs").glob(f"*-{run['id']}.out"), None)
+    if log is None:
+        log = run_record(c.plan, run["raw"], run["job"]) / folding.SCHEDULER_LOG
     text = log.read_text()
     return text.split(", release ", 1)[1].split(",", 1)[0]
 
@@ -150,7 +155,7 @@ def test_release_walltime_and_inputs_change_under_way(slurm_cluster, hpcrun_bin,
     assert len(gen2) >= 4
     for r in runs:                                                            # what Slurm ran: the job's own log
         want = ("reco-1.1", "00:07:00") if r["number"] > 12 else ("reco-1.0", "00:05:00")
-        assert (_release_of(c, r["id"]), r["limit"]) == want, r
+        assert (_release_of(c, r), r["limit"]) == want, r
     records = _outputs(c, url)
     assert len(records) == 16 and {r["generation"] for r in records} == {1, 2}
     for r in records:
@@ -195,11 +200,12 @@ def _claims(c: Campaign) -> list:
     with the plan job it ran, its time limit (the queue's descriptor) and the release its own log names."""
     q = c.plan / "queue"
     out = []
+    jobs = run_jobs(c.plan)
     for p in sorted((q / "done").iterdir()):
         task, cid, pilot, slot, node, _t0, _t1, rc, state = p.read_text().split("\t")[:9]
         limit = int((q / "arrays" / task.split("_")[0]).read_text().split("\t")[1])
-        job = next(d.parent.name for d in (c.plan / "run").glob(f"*/{cid}"))
-        log = (c.plan / "run" / "pilots" / pilot / "claims" / f"{cid}.log").read_text()
+        job = jobs[cid]
+        log = claim_log(c.plan, cid)
         out.append({"task": task, "claim": cid, "pilot": pilot, "slot": slot, "node": node, "state": state,
                     "rc": rc, "job": job, "number": int(job.rsplit(".", 1)[1]), "limit": limit,
                     "release": log.split(", release ", 1)[1].split(",", 1)[0]})

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .campaigns import Campaign
+from hpcrun.backends.late.runs import CLAIM_HEADER
+
+from .campaigns import Campaign, claim_log, footprint, run_jobs, run_record
 from .test_scheduler_rpcs import _read, _reset, split
 
 pytestmark = pytest.mark.cluster
@@ -146,9 +148,10 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
                "to_first_claim_s": round(first - t0, 1), "run_wall_s": round(wall, 1),
                "dispatch_per_s": round(n / (max(float(r[6]) for r in results) - first), 1),
                "pilots": len(pilots), "max_queued_jobs": cap, "tail": tail,
-               "scripts": len(list((c.plan / "run" / "pilots").glob("*/claims/*.log"))),
+               "scripts": sum(p.read_text().count(CLAIM_HEADER) for p in (c.plan / "run" / "pilots").glob(
+                   "*/claims/*.log")),
                "sbatch": by_type.get("REQUEST_SUBMIT_BATCH_JOB", 0), "controller_user_total": total,
-               **split(by_type, total)}
+               **split(by_type, total), **footprint(c, n)}
     print("\nlate_binding " + json.dumps(figures), flush=True)
     _done_once(c, n)
     if cap:
@@ -319,10 +322,11 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
     assert all(j["attempts"] == 1 for j in st["jobs"]), [j for j in st["jobs"] if j["attempts"] != 1]
     assert regenerated, log
     releases = collections.Counter()
+    jobs = run_jobs(c.plan)
     for p in (c.plan / "queue" / "done").iterdir():   # each input under its own job's generation
         task, cid, pilot = p.read_text().split("\t")[:3]
-        job = next(d.parent.name for d in (c.plan / "run").glob(f"*/{cid}"))
-        said = (c.plan / "run" / "pilots" / pilot / "claims" / f"{cid}.log").read_text()
+        job = jobs[cid]
+        said = claim_log(c.plan, cid)
         release = said.split(", release ", 1)[1].split(",", 1)[0]
         assert release == ("late-2" if int(job.rsplit(".", 1)[1]) > n else "late-1"), (task, job, release)
         releases[release] += 1
@@ -381,6 +385,7 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
     assert len(list(c.out.glob("*.reco.h5"))) == n
     failed = [r for r in (c.plan / "queue" / "done").iterdir() if r.read_text().split("\t")[8] == "FAILED"]
     assert len(failed) == 1 and failed[0].read_text().split("\t")[7] == "7", [r.read_text() for r in failed]
+    _failed_kept_and_done_folded(c, db, first, failed[0].read_text().split("\t")[1])
     _pilots_gone(slurm_cluster, f"{c.name}.pilot")
     report = json.loads(c.hp("report", str(c.plan), *db, "--json").stdout)
     assert report["attempts_by_class"] == {"chain": 1}, report["attempts_by_class"]
@@ -390,16 +395,34 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
         assert (p / "payload-copies").read_text().strip() == "1"
         assert len(list((p / "db").glob("*.ready"))) == 1
         assert (p / "db" / f"{(p / 'pilot.tsv').read_text().split()[0]}.stopped").read_text().strip() == "0"
-    claims = [r for r in (c.plan / "run").glob("e2e-latedb.*/*") if r.is_dir()]
+    claims = [run_record(c.plan, cid, job) for cid, job in run_jobs(c.plan).items() if job.startswith("e2e-latedb.")]
     assert len(claims) == n + 1
-    assert all("using the pilot's database server" in (c.plan / "run" / "pilots" / r.name.split(".")[0] / "claims"
-                                                       / f"{r.name}.log").read_text() for r in claims)
+    assert all("using the pilot's database server" in claim_log(c.plan, r.name) for r in claims)
     assert all((r / "qa.tsv").read_text().split()[3] == "pass" for r in claims if (r / "qa.tsv").exists())
     assert report["pilots"]["payload_copies"] == len(pilots), report["pilots"]
     _buffers_served_the_claims(slurm_cluster, c, pilots, claims, n)
     assert report["pilots"]["inputs_run"] == n + 1, report["pilots"]
     # the pilots' own CPU time, read from the accounting once they ended (after the supervisor's last round)
     assert report["pilots"]["pilots_cpu_s"] > 0 and report["pilots"]["input_cpu_s"] > 0, report["pilots"]
+
+
+def _failed_kept_and_done_folded(c: Campaign, db: tuple, name: str, failed_cid: str) -> None:
+    """Issue 56: the failed claim's run directory is the only one left, whole; the input's successful run was
+    folded; `hpcrun logs` (by the input's file name) shows both, and the pilot's log of each claim."""
+    left = [d for d in (c.plan / "run").glob("e2e-latedb.*/*")]
+    assert [d.name for d in left] == [failed_cid], left
+    proc = c.hp("logs", str(c.plan), name, *db, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (entry,) = json.loads(proc.stdout)
+    runs = {r["run_id"]: r for r in entry["runs"]}
+    assert entry["state"] == "done" and len(runs) == 2 and not runs[failed_cid]["folded"], runs.keys()
+    assert "chain(s) failed" in runs[failed_cid]["files"]["reason"], runs[failed_cid]["files"]
+    (ok,) = [r for r in runs.values() if r["folded"]]
+    assert {"chains/0.log", "chains/1.log", "chains.tsv", "qa.tsv", "outputs.tsv"} <= set(ok["files"]), ok["files"]
+    said = [s["text"] for s in entry["scheduler_logs"]]
+    assert len(said) == 2 and all("using the pilot's database server" in t for t in said), said
+    text = c.hp("logs", str(c.plan), name, *db, "--file", "chains.tsv").stdout
+    assert text.count("==> chains.tsv of run ") == 2 and f"run {ok['run_id']} (folded, " in text, text
 
 
 def _buffers_served_the_claims(cluster, c: Campaign, pilots: list, claims: list, n: int) -> None:

@@ -19,7 +19,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from .campaigns import Campaign
+from .campaigns import Campaign, footprint
 
 pytestmark = pytest.mark.cluster
 
@@ -128,7 +128,7 @@ def test_a_campaign_of_one_node_inputs_asks_the_controller_little(slurm_cluster,
                "rounds": rounds, "tracking_per_round": round(parts["tracking"] / max(1, rounds), 2),
                "slurmdbd_user_total": dbd_user.get(user, 0),
                "slurmdbd_user_per_1000_inputs": round(dbd_user.get(user, 0) * per_k, 1),
-               "controller_by_type": by_type, "slurmdbd_by_type": dbd_type}
+               "controller_by_type": by_type, "slurmdbd_by_type": dbd_type, **footprint(c, inputs)}
     print("\nscheduler_rpcs " + json.dumps(figures), flush=True)
     assert done == inputs and outputs == inputs, figures
     # no step inside a one-node job: nothing the job user sends grows with the inputs

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .campaigns import PY, REPO
+from .campaigns import PY, REPO, run_jobs
 from .pytest_cluster import HARNESS
 from .test_campaign_state import make_raw
 
@@ -163,7 +163,7 @@ def test_campaign_rides_out_a_stopped_controller_on_two_clusters(slurm_cluster, 
     overlapping = [j for j, cs in ids.items() if len(cs) == 2]
     assert overlapping, f"no job id was used on both clusters: {tasks}"   # the store kept them apart anyway
     # the run records of both clusters are apart: run/<job>/<cluster>-<id>
-    runs = sorted(p.name for p in plan.glob("run/*/*") if p.is_dir() and p.name != "finalize")
+    runs = sorted(run_jobs(plan))
     assert any(r.startswith("beta-") for r in runs) and any(r.startswith("hpcrun-") for r in runs), runs
     figures = status["clusters"]
     assert figures["hpcrun"]["jobs"].get("done", 0) + figures["beta"]["jobs"].get("done", 0) == files, figures

@@ -18,6 +18,8 @@ import yaml
 
 from tests.xrootd import Servers, crash_when, why_not
 
+from .campaigns import run_files
+
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")]
 
 FILES = 8
@@ -101,7 +103,7 @@ def test_a_campaign_reads_its_inputs_from_xrootd(slurm_cluster, hpcrun_bin, serv
 
     # the copies: every success is whole; the outage was ridden out (a copy spanned it, or failed and was retried)
     killed, restarted = events[0][1], events[1][1]
-    rows = [line.split("\t") for log in plan.glob("run/*/*/transfers.tsv") for line in log.read_text().splitlines()]
+    rows = [line.split("\t") for text in run_files(plan, "*/*/transfers.tsv") for line in text.splitlines()]
     ok = [r for r in rows if r[4] == "0"]
     assert all(int(r[1]) == SIZE for r in ok)
     spanned = [r for r in ok if float(r[5]) < killed and float(r[5]) + int(r[2]) / 1000 > restarted]

@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcrun.operate.outputs import folding
 from tests.xrootd import Servers, why_not
+
+from .campaigns import run_files
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")]
 
@@ -60,8 +63,10 @@ def _campaign(cluster, hpcrun_bin, name: str, urls: list, xrootd: dict, jobs: di
 
 
 def _logs(plan: Path) -> str:
-    """The jobs' own logs: an array task's in logs/, a pilot's claims' in run/pilots/<pilot>/claims/."""
-    return "".join(p.read_text() for p in [*plan.glob("logs/*.out"), *plan.glob("run/pilots/*/claims/*.log")])
+    """The jobs' own logs: an array task's in logs/ (folded with its run once it succeeded), a pilot's claims' in
+    run/pilots/<pilot>/claims/."""
+    folded = "".join(data.decode() for _, data in folding.matching(str(plan / "run"), f"*/*/{folding.SCHEDULER_LOG}"))
+    return folded + "".join(p.read_text() for p in [*plan.glob("logs/*.out"), *plan.glob("run/pilots/*/claims/*.log")])
 
 
 @pytest.mark.parametrize("binding", ["array", "late"])
@@ -90,7 +95,7 @@ def test_inputs_under_a_mapped_prefix_are_read_where_the_nodes_mount_them(slurm_
     opened = sorted(servers.opened()[before:])
     logs = _logs(plan)
     assert opened == ["/store/other/u0.raw", "/store/stale/s0.raw"], (opened, logs[-2000:])   # none of the six
-    rows = [line.split("\t") for log in plan.glob("run/*/*/transfers.tsv") for line in log.read_text().splitlines()]
+    rows = [line.split("\t") for text in run_files(plan, "*/*/transfers.tsv") for line in text.splitlines()]
     ways = {Path(r[0]).stem: r[6] for r in rows if r[4] == "0"}
     assert ways == {**{f"f{n}": "local" for n in range(6)}, "s0": "server", "u0": "server"}, ways
     assert "stale-replica/s0.raw is adler32:" in logs and "comes from its server" in logs

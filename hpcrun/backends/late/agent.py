@@ -280,7 +280,7 @@ class Agent:
             items.append(R.Item(task, cid, idx, self.table.rows(plan, int(idx))))
         out_r, out_w = os.pipe()
         env = dict(os.environ, HPCRUN_CLAIM_FEED=str(out_w))
-        with open(self.rundir / "claims" / f"{items[0].cid}.log", "w") as log:
+        with R.claim_log(self.rundir, slot, [i.cid for i in items]) as log:
             proc = subprocess.Popen(["bash", script], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True, pass_fds=(out_w,))
         os.close(out_w)

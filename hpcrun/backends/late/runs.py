@@ -17,7 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import IO, Dict, List, Tuple
 
 
 @dataclass
@@ -129,6 +129,18 @@ class TaskTable:
                     return "".join(out) + (rest.decode() + "\n" if rest.startswith(key) else "")
         except (OSError, ValueError):
             return ""
+
+
+CLAIM_HEADER = "# hpcrun claim "   # before each claim in its slot's log: the claims' ids (``hpcrun logs`` finds them)
+
+
+def claim_log(rundir: Path, slot: int, cids: List[str]) -> IO[str]:
+    """The slot's log, one for the pilot's life (a file per claim is an inode of the user's quota per input
+    when inputs are long), opened to append, the claim's header written."""
+    log = open(rundir / "claims" / f"{slot}.log", "a")
+    log.write(CLAIM_HEADER + " ".join(cids) + "\n")
+    log.flush()
+    return log
 
 
 def splitting(me: Path, prefixes: Tuple[str, ...]) -> bool:

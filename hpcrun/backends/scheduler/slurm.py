@@ -289,6 +289,11 @@ class Slurm(Scheduler):
         # a job's name is its own; the rest is shared by the jobs of a plan (100k per-job scripts)
         return [self._opt("--job-name", request.name), *_shared_options(type(self), request.but(name=""))]
 
+    def job_logs(self, name: str, job_id: str, array_index: Optional[int]) -> List[str]:
+        """The names --output (shared_options) gives a job's log in its log directory, an array task's first."""
+        one = f"{name}-{job_id}.out"
+        return [f"{name}-{job_id}_{array_index}.out", one] if array_index is not None else [one]
+
     def shared_options(self, r: JobRequest) -> List[str]:
         """Every option but the job name, in directive order."""
         opts: List[str] = []

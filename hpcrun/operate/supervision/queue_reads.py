@@ -33,7 +33,7 @@ def read(sup: Any) -> bool:
     if not sup.manifest.pilots or time.monotonic() - sup.ticked < TICK_S:
         return False
     try:
-        recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id)
+        recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id, sup.folder)
     except OSError:
         recorded, ends, full = 0, 0, False
     sup.tick_changes += recorded

@@ -36,6 +36,7 @@ from hpcrun.operate.campaign import generations
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
 from hpcrun.operate.outputs.exports import Exporter, exported_counts
+from hpcrun.operate.outputs.folding import Folder
 from hpcrun.operate.plandir import (
     clusters_of,
     has_store,
@@ -182,6 +183,7 @@ class Supervisor:
         self.forecast_kept: Tuple[float, List[Family]] = (0.0, [])   # when made, and its families
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
+        self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
 
     def _clusters(self, manifest: Manifest) -> None:
         """The plan's clusters (late binding: the pilots of the generation planned last)."""
@@ -208,7 +210,8 @@ class Supervisor:
 
     def round(self, number: int) -> Round:
         self.follow_plan()
-        status = poll_store(self.plan_dir, self.manifest, self.store)   # rides out daemons that do not answer
+        # rides out daemons that do not answer
+        status = poll_store(self.plan_dir, self.manifest, self.store, folder=self.folder)
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
         waited = False
         try:

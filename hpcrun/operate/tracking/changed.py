@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any, Callable, List, Sequence, Set, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.late.pilots import Pilots
 from hpcrun.backends.scheduler.base import TERMINAL, AccountingUnreachable, normalize_state
 from hpcrun.operate.outputs import provenance
+from hpcrun.operate.outputs.folding import Folder, fold_completed
 from hpcrun.store.records import ActiveSubmission, NewStateChange
 from hpcrun.store.store import StateStore
 
@@ -81,7 +82,8 @@ def _finalize_records(poller: Poller, extra: Sequence[Tuple[str, dt.datetime]]) 
         poller.catching_up.add(poller.first.name or None)
 
 
-def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> Tuple[int, int, bool]:
+def record_changes(poller: Poller, store: StateStore, campaign_id: int,
+                   folder: Optional[Folder] = None) -> Tuple[int, int, bool]:
     """Between two polls of the scheduler: what the queue says changed, recorded (no scheduler command, a
     few metadata operations when nothing changed). A supervisor does this every few seconds, so that each
     read records a few seconds' worth of ends rather than a poll interval's. How many changes, how many of
@@ -90,4 +92,5 @@ def record_changes(poller: Poller, store: StateStore, campaign_id: int) -> Tuple
     recorded = set(store.record_transitions(campaign_id, changes))
     ended = [(a, raw) for a, raw in ended if a.id in recorded]
     provenance.record_outcomes(store, campaign_id, poller.job_dir, poller.qa_outcomes(ended), ended)
+    fold_completed(folder, poller, changes, ended)
     return len(recorded), len(ended), advance()

@@ -37,6 +37,7 @@ from hpcrun.operate.campaign.generations import figures as generation_figures
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.outputs import provenance
 from hpcrun.operate.outputs.exports import exported_counts
+from hpcrun.operate.outputs.folding import Folder, fold_completed
 from hpcrun.operate.outputs.qa_rows import qa_outcomes
 from hpcrun.operate.outputs.qa_rows import read_or_empty as _read
 from hpcrun.operate.plandir import (
@@ -50,7 +51,7 @@ from hpcrun.operate.plandir import (
 )
 from hpcrun.operate.results import IN_FLIGHT, JobRow, StatusReport, outcome_of  # noqa: F401  (re-exported)
 from hpcrun.operate.submission.finalize import finalize_summary
-from hpcrun.operate.tracking import budget, outages
+from hpcrun.operate.tracking import budget, footprint, outages
 from hpcrun.operate.tracking.changed import follows_changes, observe_changes, record_changes
 from hpcrun.operate.tracking.clusterview import cluster_figures
 from hpcrun.operate.tracking.inflight import after_recording, in_flight
@@ -404,16 +405,20 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
             except StateStoreError:
                 return report
             report.forecast = forecast.of_store(store, campaign_id, manifest).as_dict()
+            report.footprint = footprint.of_status(plan_dir, manifest, store, campaign_id, report)
         return report
 
 
-def poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool = False) -> StatusReport:
-    """``poll`` on a plan directory already open (retry and submit reuse their manifest and store)."""
+def poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool = False,
+               folder: Optional[Folder] = None) -> StatusReport:
+    """``poll`` on a plan directory already open (retry and submit reuse their manifest and store); the
+    supervisor passes its ``folder`` (see folding.fold_completed)."""
     with bulk():   # a poll of 10^5 ended jobs makes ~10 objects each: no collector passes over them
-        return _poll_store(plan_dir, manifest, store, all_jobs)
+        return _poll_store(plan_dir, manifest, store, all_jobs, folder)
 
 
-def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool) -> StatusReport:
+def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool,
+                folder: Optional[Folder]) -> StatusReport:
     try:
         campaign = store.get_campaign(manifest.campaign)
     except StateStoreError:
@@ -434,6 +439,7 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
         after_recording(store, campaign.id, active, changes, observed)
     ended = [(a, raw) for a, raw in ended if a.id in recorded]   # not those another poller recorded first
     provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
+    fold_completed(folder, poller, changes, ended)
     if late:
         advance()   # recorded: the queue's cursor moves past what was read
     if fin is not None:
@@ -453,14 +459,15 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     return report
 
 
-def record_queue(plan_dir: Path, manifest: Manifest, store: StateStore, campaign_id: int) -> Tuple[int, int, bool]:
+def record_queue(plan_dir: Path, manifest: Manifest, store: StateStore, campaign_id: int,
+                 folder: Optional[Folder] = None) -> Tuple[int, int, bool]:
     """Late binding between two polls: the queue's changes recorded (changed.record_changes); nothing for a
     campaign of the scheduler's jobs, whose changes only a poll sees."""
     poller = Poller(plan_dir, store, manifest)
     if not follows_changes(poller):
         return 0, 0, False
     with bulk():
-        return record_changes(poller, store, campaign_id)
+        return record_changes(poller, store, campaign_id, folder)
 
 
 def held_for_a_human(pending_reason: str) -> bool:

@@ -15,8 +15,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 from sqlalchemy import and_, func, insert, or_, select, update
 
 from hpcrun.store.base import _chunks, _now, _path_key
-from hpcrun.store.queries import Queries
-from hpcrun.store.records import GenerationRecord, NewInput, ProvenanceRow
+from hpcrun.store.queries import Queries, _int_sum
+from hpcrun.store.records import GenerationRecord, NewInput, OutputBytes, ProvenanceRow
 from hpcrun.store.sql import schema
 
 IN_FLIGHT = ("submitted", "running")
@@ -196,6 +196,16 @@ class Generations(Queries):
         p = schema.provenance
         with self._read() as conn:
             return int(conn.scalar(select(func.count()).where(p.c.campaign_id == campaign_id)) or 0)
+
+    def output_bytes(self, campaign_id: int) -> OutputBytes:
+        """The bytes of the outputs recorded with their size, and the inputs they are of: what status shows as
+        the outputs made, with no walk of the outputs location."""
+        p = schema.provenance
+        query = select(func.count(p.c.input_id.distinct()), _int_sum(p.c.size)).where(
+            p.c.campaign_id == campaign_id, p.c.size.is_not(None))
+        with self._read() as conn:
+            inputs, size = conn.execute(query).one()
+        return OutputBytes(int(inputs or 0), int(size or 0))
 
     def recorded_outputs(self, campaign_id: int, paths: Sequence[str]) -> Set[str]:
         """Which of these output paths an earlier generation's provenance names (never to be overwritten)."""

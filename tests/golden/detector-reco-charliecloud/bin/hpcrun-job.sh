@@ -357,5 +357,6 @@ done
 payload_id=$(cd "$db_payload" && find . -type f -printf '%P\t%s\n' | LC_ALL=C sort | sha256sum) || payload_id=""
 printf '%s\n' "${payload_id%% *}" > "$HPCRUN_RUNDIR/payload.id"
 
+rmdir -- "$HPCRUN_WORKDIR" 2>/dev/null || true   # an empty directory left is an inode of the user's quota
 log "all steps succeeded"
 exit 0

@@ -1,0 +1,261 @@
+"""Successful runs' directories folded into tar segments (issue 56): read back whole, by hpcrun and by tar,
+never lost in the middle of a fold, and read by the report as if they were directories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict
+
+import pytest
+
+from hpcrun.operate.outputs import folding
+from hpcrun.report import gather
+
+
+def _run(run_dir: Path, job: str, run_id: str, files: Dict[str, bytes]) -> Path:
+    where = run_dir / job / run_id
+    (where / "chains").mkdir(parents=True)
+    for rel, data in {"exit_code": b"0\n", **files}.items():
+        (where / rel).parent.mkdir(parents=True, exist_ok=True)
+        (where / rel).write_bytes(data)
+    return where
+
+
+def _dirs(*paths: str) -> list:
+    return [(p, None) for p in paths]
+
+
+FILES = {"inputs.tsv": b"0\treco.00001\t1\t/in/a.raw\n", "chains.tsv": b"0\t0\tok\n", "chains/0.rc": b"0\n",
+         "chains/0.log": b"x" * 5000 + b"\nend\n", "exit_code": b"0\n", "outputs.tsv": b""}
+
+
+def test_a_folded_run_leaves_no_directory_and_reads_back_whole(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    a = _run(run_dir, "reco.00001", "101", FILES)
+    b = _run(run_dir, "reco.00002", "102", {"chains.tsv": b"0\t0\tok\n"})
+    folder = folding.Folder(str(run_dir))
+    assert folder.fold(_dirs(str(a), str(b))) == 2
+    folder.close()
+    assert not a.exists() and not (run_dir / "reco.00001").exists(), "the run directory and its job's stayed"
+    assert sorted(os.listdir(run_dir / folding.FOLDED))[0].endswith(".idx")
+    (found,) = folding.find(str(run_dir), "reco.00001")
+    assert found.run_id == "101"
+    assert folding.read_run(found) == FILES
+    assert folding.read_run(folding.find(str(run_dir), "reco.00002")[0]) == {"chains.tsv": b"0\t0\tok\n",
+                                                                            "exit_code": b"0\n"}
+
+
+def test_plain_tar_lists_and_restores_a_folded_run(tmp_path: Path) -> None:
+    if shutil.which("tar") is None:
+        pytest.skip("no tar on this machine")
+    run_dir = tmp_path / "run"
+    folder = folding.Folder(str(run_dir))
+    folder.fold(_dirs(str(_run(run_dir, "reco.00001", "101", FILES)), str(_run(run_dir, "reco.00002", "7", FILES))))
+    folder.close()
+    (segment,) = (run_dir / folding.FOLDED).glob("*.tar")
+    listed = subprocess.run(["tar", "-tf", str(segment)], capture_output=True, text=True, check=True).stdout
+    assert "reco.00001/101/chains/0.log" in listed.splitlines() and "reco.00002/7/exit_code" in listed.splitlines()
+    subprocess.run(["tar", "-xf", str(segment), "-C", str(run_dir), "reco.00001/101"], check=True)
+    for rel, data in FILES.items():
+        assert (run_dir / "reco.00001" / "101" / rel).read_bytes() == data
+
+
+def test_a_failed_sync_keeps_every_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order of a fold: members synced, index synced, only then a directory removed."""
+    run_dir = tmp_path / "run"
+    a = _run(run_dir, "reco.00001", "101", FILES)
+    calls = []
+
+    def fsync(fd: int) -> None:
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        if calls[-1].endswith(".idx"):   # the index's sync, after the segment's
+            assert any(c.endswith(".tar") for c in calls), "the index was synced before the members"
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(folding.os, "fsync", fsync)
+    folder = folding.Folder(str(run_dir))
+    assert folder.fold(_dirs(str(a))) == 0
+    assert sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file()) == sorted(FILES)
+    assert folding.find(str(run_dir), "reco.00001") == [], "an index line that was not synced was read"
+    monkeypatch.undo()
+    assert folder.fold(_dirs(str(a))) == 1 and not a.exists()
+    assert folding.read_run(folding.find(str(run_dir), "reco.00001")[0]) == FILES
+
+
+def test_a_directory_that_is_not_a_plain_record_is_kept(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    a = _run(run_dir, "reco.00001", "101", FILES)
+    os.symlink("/etc/hostname", a / "link")
+    folder = folding.Folder(str(run_dir))
+    assert folder.fold(_dirs(str(a))) == 0 and (a / "chains.tsv").exists()
+
+
+def test_two_folders_write_segments_of_their_own(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    one, two = folding.Folder(str(run_dir)), folding.Folder(str(run_dir))
+    one.fold(_dirs(str(_run(run_dir, "reco.00001", "1", FILES))))
+    two.fold(_dirs(str(_run(run_dir, "reco.00002", "2", FILES))))
+    one.fold(_dirs(str(_run(run_dir, "reco.00003", "3", FILES))))
+    assert len(list((run_dir / folding.FOLDED).glob("*.tar"))) == 2
+    assert sorted(r.job for r in folding.indexed(str(run_dir))) == ["reco.00001", "reco.00002", "reco.00003"]
+    for r in folding.indexed(str(run_dir)):
+        assert folding.read_run(r) == FILES
+
+
+def test_bytes_past_the_index_are_never_read(tmp_path: Path) -> None:
+    """A crash between the members and their index leaves bytes the index does not name: a later fold by the
+    same process writes over them, and readers stop where each run's length says."""
+    run_dir = tmp_path / "run"
+    folder = folding.Folder(str(run_dir))
+    folder.fold(_dirs(str(_run(run_dir, "reco.00001", "1", FILES))))
+    (segment,) = (run_dir / folding.FOLDED).glob("*.tar")
+    with open(segment, "ab") as f:
+        f.write(tarfile.TarInfo("reco.00009/9/chains.tsv").tobuf(format=tarfile.PAX_FORMAT))
+    assert [r.job for r in folding.indexed(str(run_dir))] == ["reco.00001"]
+    folder.fold(_dirs(str(_run(run_dir, "reco.00002", "2", {"chains.tsv": b"0\t1\tfailed\n"}))))
+    names = [n for n, _ in folding.matching(str(run_dir), "*/*/chains.tsv")]
+    assert names == ["reco.00001/1/chains.tsv", "reco.00002/2/chains.tsv"]
+
+
+class _Slurm:
+    def job_logs(self, name, job_id, index):
+        return [f"{name}-{job_id}_{index}.out", f"{name}-{job_id}.out"]
+
+
+def _poller(plan: Path, sched=None) -> SimpleNamespace:
+    first = SimpleNamespace(sched=sched or object())
+    return SimpleNamespace(run_dir=str(plan / "run"), plan_dir=plan, clusters={None: first}, first=first,
+                           job_dir=lambda a, raw: f"{plan}/run/{a.job_name}/{raw}")
+
+
+def test_only_runs_seen_to_complete_are_folded_with_their_scheduler_logs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ok, bad = _run(run_dir, "reco.00001", "11", FILES), _run(run_dir, "reco.00002", "12", FILES)
+    (tmp_path / "logs").mkdir()
+    for i in (1, 2):
+        (tmp_path / "logs" / f"reco.tag-10_{i}.out").write_text(f"job {i} said this\n")
+    subs = [SimpleNamespace(id=i, job_name=f"reco.0000{i}", job_id="10", array_index=i, cluster=None) for i in (1, 2)]
+    changes = [SimpleNamespace(submission_id=1, slurm_state="COMPLETED"),
+               SimpleNamespace(submission_id=2, slurm_state="FAILED")]
+    assert folding.fold_completed(None, _poller(tmp_path, _Slurm()), changes,
+                                  [(subs[0], "11"), (subs[1], "12")]) == 1
+    assert not ok.exists() and (bad / "chains" / "0.log").exists(), "a failed run's directory must stay whole"
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["reco.tag-10_2.out"], "only the folded log goes"
+    (found,) = folding.find(str(run_dir), "reco.00001")
+    assert folding.read_run(found) == {**FILES, folding.SCHEDULER_LOG: b"job 1 said this\n"}
+
+
+def test_late_bound_inputs_fold_without_a_log_of_their_own(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ok = _run(run_dir, "reco.00001", "701.3.9", FILES)
+    sub = SimpleNamespace(id=1, job_name="reco.00001", job_id="L17", array_index=0, cluster=None)
+    assert folding.fold_completed(None, _poller(tmp_path), [SimpleNamespace(submission_id=1,
+                                  slurm_state="COMPLETED")], [(sub, "701.3.9")]) == 1
+    assert not ok.exists() and folding.read_run(folding.find(str(run_dir), "reco.00001")[0]) == FILES
+
+
+def test_the_report_reads_folded_records_once(tmp_path: Path) -> None:
+    """chains.tsv of a folded run counts as a directory's does; a run in both places counts once."""
+    plan = tmp_path
+    run_dir = plan / "run"
+    folder = folding.Folder(str(run_dir))
+    folder.fold(_dirs(str(_run(run_dir, "reco.00001", "1", {"chains.tsv": b"0\t0\tok\n1\t137\tkilled\n"}))))
+    _run(run_dir, "reco.00002", "2", {"chains.tsv": b"0\t1\tfailed\n"})
+    twice = _run(run_dir, "reco.00003", "3", {"chains.tsv": b"0\t0\tok\n"})
+    shutil.copytree(twice, tmp_path / "copy")
+    folder.fold(_dirs(str(twice)))
+    shutil.copytree(tmp_path / "copy", twice)   # a crash after the index, before the removal
+    assert gather._chain_endings(plan) == {"ok": 2, "killed": 1, "failed": 1}
+
+
+def test_a_run_whose_exit_code_is_not_0_is_kept(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    bad, none = _run(run_dir, "reco.00001", "1", {"exit_code": b"137\n"}), _run(run_dir, "reco.00002", "2", {})
+    (none / "exit_code").unlink()
+    assert folding.Folder(str(run_dir)).fold(_dirs(str(bad), str(none))) == 0
+    assert (bad / "exit_code").exists() and (none / "chains").is_dir()
+
+
+def test_a_full_segment_rotates_between_folds_never_within_one(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(folding, "SEGMENT_MAX", 5000)
+    run_dir = tmp_path / "run"
+    folder = folding.Folder(str(run_dir))
+    for batch in range(3):
+        runs = [str(_run(run_dir, f"reco.{batch}{k}", "1", FILES)) for k in range(3)]
+        assert folder.fold(_dirs(*runs)) == 3
+    assert len(list((run_dir / folding.FOLDED).glob("*.tar"))) == 3
+    found = list(folding.indexed(str(run_dir)))
+    assert len(found) == 9 and all(folding.read_run(r) == FILES for r in found)
+
+
+def test_a_filesystem_that_refuses_keeps_every_directory_and_the_next_fold_works(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full quota (EDQUOT) at the segment's creation, or in the middle of a run's copy: the directories not
+    written whole stay, the folder is not wedged, and what a later fold writes reads back."""
+    run_dir = tmp_path / "run"
+    folder = folding.Folder(str(run_dir))
+    real_open = folding.os.open
+    monkeypatch.setattr(folding.os, "open", lambda *a, **k: (_ for _ in ()).throw(OSError(122, "Disk quota")))
+    a = _run(run_dir, "reco.00001", "1", FILES)
+    assert folder.fold(_dirs(str(a))) == 0 and (a / "chains" / "0.log").exists()
+    monkeypatch.setattr(folding.os, "open", real_open)
+    real_copy, copies = folding._copy, []
+
+    def copy(path: str, size: int, out) -> None:
+        copies.append(path)
+        if "reco.00002" in path and path.endswith("0.log"):
+            out.write(b"half")
+            raise OSError(122, "Disk quota exceeded")
+        real_copy(path, size, out)
+
+    monkeypatch.setattr(folding, "_copy", copy)
+    b, c = _run(run_dir, "reco.00002", "2", FILES), _run(run_dir, "reco.00003", "3", FILES)
+    assert folder.fold(_dirs(str(a), str(b), str(c))) == 1
+    assert not a.exists() and (b / "chains" / "0.log").exists() and (c / "chains" / "0.log").exists()
+    monkeypatch.setattr(folding, "_copy", real_copy)
+    assert folder.fold(_dirs(str(b), str(c))) == 2
+    assert {r.job: folding.read_run(r) == FILES for r in folding.indexed(str(run_dir))} == {
+        "reco.00001": True, "reco.00002": True, "reco.00003": True}
+
+
+def test_an_end_without_a_job_id_folds_nothing(tmp_path: Path) -> None:
+    """An array task ended with no id from the accounting: its job's directory is not a run's."""
+    run_dir = tmp_path / "run"
+    a = _run(run_dir, "reco.00001", "1", FILES)
+    sub = SimpleNamespace(id=1, job_name="reco.00001", job_id="5", array_index=None, cluster=None)
+    assert folding.fold_completed(None, _poller(tmp_path),
+                                  [SimpleNamespace(submission_id=1, slurm_state="COMPLETED")], [(sub, "")]) == 0
+    assert a.exists()
+
+
+def test_logs_show_a_run_folded_or_not_and_both_after_a_crash(tmp_path: Path) -> None:
+    from hpcrun.operate.outputs import runlogs
+    run_dir = tmp_path / "run"
+    folder = folding.Folder(str(run_dir))
+    folder.fold(_dirs(str(_run(run_dir, "reco.00001", "1", FILES))))
+    _run(run_dir, "reco.00001", "2", {"reason": b"chain(s) failed: 0(rc=7)\n", "exit_code": b"7\n"})
+    half = _run(run_dir, "reco.00001", "3", FILES)
+    folder.fold(_dirs(str(half)))
+    (half / "chains").mkdir(parents=True)   # a crash while the directory was removed: chains/ only was left
+    folded = {r.run_id: r for r in folding.find(str(run_dir), "reco.00001")}
+    runs = {r.run_id: r for r in runlogs._runs(run_dir, "reco.00001", folded)}
+    assert runs["1"].folded and runs["1"].files["chains/0.log"].endswith("end\n")
+    assert not runs["2"].folded and runs["2"].files["reason"].startswith("chain(s) failed")
+    assert runs["3"].files["chains/0.log"] == FILES["chains/0.log"].decode(), "the folded copy was hidden"
+
+
+def test_a_claims_section_of_its_slot_log(tmp_path: Path) -> None:
+    from hpcrun.backends.late.runs import CLAIM_HEADER
+    from hpcrun.operate.outputs import runlogs
+    log = tmp_path / "run" / "pilots" / "77" / "claims" / "3.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(f"{CLAIM_HEADER}77.3.0 77.3.1\nfirst said\n{CLAIM_HEADER}77.3.2\nsecond said\n")
+    assert runlogs.claim_log(tmp_path, "77.3.1")[1] == f"{CLAIM_HEADER}77.3.0 77.3.1\nfirst said\n"
+    assert runlogs.claim_log(tmp_path, "77.3.2")[1] == f"{CLAIM_HEADER}77.3.2\nsecond said\n"
+    assert runlogs.claim_log(tmp_path, "77.3.9")[1] == ""
