@@ -97,7 +97,7 @@ def test_late_forecast(spec_factory, tmp_path, monkeypatch):
     assert parts["queue"].end_files == parts["queue"].peak_files == 5 * F.LATE_QUEUE_PER_INPUT + F.QUEUE_DIRS
     assert parts["logs"].end_files == F.PILOT_LOG_ENTRIES + 2 * F.PER_SLOT_ENTRIES
     records = parts["run records"]
-    assert records.end_files == F.PER_PILOT_ENTRIES - F.PILOT_LOG_ENTRIES
+    assert records.end_files == F.PER_PILOT_ENTRIES - F.PILOT_LOG_ENTRIES + F.FOLDED_FILES
     assert records.peak_files == records.end_files + 2 * F.RUN_DIR_ENTRIES
     outputs = parts["outputs"]
     assert outputs.end_files == 5 + F.OUTPUT_DIRS + F.LATE_OUTPUT_DIRS
@@ -252,3 +252,22 @@ def test_each_cluster_of_a_campaign_is_held_to_its_own_profile_quota(cli, spec_f
     assert result.exit_code == 2, result.output
     assert f"{beta}, line 7, key 'filesystems.work.quota.files'" in " ".join(result.output.split())
     assert "alpha.yaml" not in result.output and not (tmp_path / "p").exists()
+
+
+def test_a_path_through_a_link_is_on_the_filesystem_it_leads_to(tmp_path, monkeypatch):
+    """A home directory's link into scratch: the outputs written through it count against scratch's quota."""
+    from hpcrun.model.profiles import load_profile
+    scratch = tmp_path / "scratch"
+    (scratch / "me").mkdir(parents=True)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "out").symlink_to(scratch / "me")
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    home = tmp_path / "home"
+    (prof / "linked.yaml").write_text(f"name: linked\nextends: local-test\nfilesystems:\n  scratch:\n"
+                                      f"    path: {scratch}\n    type: lustre\n  home:\n    path: {home}\n")
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(prof))
+    profile = load_profile("linked").profile
+    assert F.filesystem_of(profile, str(tmp_path / "home" / "out" / "run1")) == "scratch"
+    assert F.filesystem_of(profile, str(tmp_path / "home" / "elsewhere")) == "home"
+

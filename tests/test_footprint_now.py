@@ -166,7 +166,8 @@ def test_late_binding_counts(spec_factory, tmp_path, monkeypatch):
                                              + F.CLAIM_WORK_ENTRIES)   # the work directory is under it
     parts = _parts(plan_fs)
     assert parts["logs"] == (3 * (F.PILOT_LOG_ENTRIES + slots * F.PER_SLOT_ENTRIES), 2 * F.LOG_BYTES_PER_INPUT)
-    assert parts["run records"][0] == 3 * (F.PER_PILOT_ENTRIES - F.PILOT_LOG_ENTRIES) + F.RUN_DIR_ENTRIES
+    assert parts["run records"][0] == (3 * (F.PER_PILOT_ENTRIES - F.PILOT_LOG_ENTRIES) + F.RUN_DIR_ENTRIES
+                                       + F.FOLDED_FILES)
     assert parts["queue"] == (2 * F.LATE_QUEUE_PER_INPUT + F.QUEUE_DIRS, 2 * F.QUEUE_BYTES_PER_INPUT)
 
 

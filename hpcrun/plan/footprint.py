@@ -34,7 +34,8 @@ RUN_DIR_ENTRIES = 12
 ARRAY_LOG_ENTRIES = 1
 # array mode: a running job's work directory <outputs.workdir>/<job>/ (gone once its job is recorded)
 WORK_DIR_ENTRIES = 1
-# array mode: what stays of every successful job once folded: the fold files and their index, per plan
+# what stays of every successful job (or claim) once folded: a segment and its index for the supervisor, one
+# pair more for a status, submit or retry process that recorded an end (folding.py)
 FOLDED_FILES = 4
 # the outputs location's own directory .hpcrun-work/ (chain parts before the merge)
 OUTPUT_DIRS = 1
@@ -49,7 +50,7 @@ LATE_QUEUE_PER_INPUT = 1
 # late binding: queue/ and its fixed directories (backlog, ready, live, done, arrays, staging ...)
 QUEUE_DIRS = 16
 # late binding: a pilot's own entries: its Slurm log, run/pilots/<pilot>/ with claims/, agent.tsv, pilot.tsv,
-# db/ ... (what its claims recorded is folded in here)
+# db/ ... (its claims' run directories are folded into run/folded/ as an array job's are)
 PER_PILOT_ENTRIES = 12
 # of those, the pilot's Slurm log (shown as a log, the rest as run records)
 PILOT_LOG_ENTRIES = 1
@@ -116,12 +117,13 @@ def quota_lines(profile: SiteProfile, src: Located) -> Dict[str, Tuple[str, Opti
 
 
 def filesystem_of(profile: SiteProfile, path: str) -> Optional[str]:
-    """The profile's filesystem holding ``path``: the one whose mount point is the longest prefix of it."""
-    path = os.path.normpath(path)
+    """The profile's filesystem holding ``path``: the one whose mount point is the longest prefix of it, both
+    with their symbolic links resolved as far as they exist."""
+    path = os.path.realpath(path)   # a link into scratch from home is on scratch
     best: Optional[str] = None
     longest = -1
     for name, fs in profile.filesystems.items():
-        mount = os.path.normpath(fs.path)
+        mount = os.path.realpath(fs.path)
         if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > longest:
             best, longest = name, len(mount)
     return best
@@ -198,7 +200,7 @@ def evaluated(shape: Shape, n: Counts) -> List[Tuple[str, str, int, int]]:
     logs = n.pilots * (PILOT_LOG_ENTRIES + shape.slots * PER_SLOT_ENTRIES)   # a failed claim's log is its slot's
     records = n.pilots * (PER_PILOT_ENTRIES - PILOT_LOG_ENTRIES)
     queue = n.tasks * LATE_QUEUE_PER_INPUT + QUEUE_DIRS
-    return made + [(PLAN_AT, "logs", logs, log_bytes), (PLAN_AT, "run records", records + run_dirs, 0),
+    return made + [(PLAN_AT, "logs", logs, log_bytes), (PLAN_AT, "run records", records + run_dirs + FOLDED_FILES, 0),
                    (PLAN_AT, "queue", queue, n.tasks * QUEUE_BYTES_PER_INPUT)]
 
 

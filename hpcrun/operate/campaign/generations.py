@@ -24,6 +24,7 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.metrics import Family
 from hpcrun.operate.plandir import clusters_of, has_store, open_plan_store, read_manifest
+from hpcrun.plan.footprint import assessed
 from hpcrun.plan.job.pilots import QUEUE_DIR
 from hpcrun.plan.values import Plan, Succession
 from hpcrun.render.manifest import manifest_json, server_key
@@ -92,6 +93,8 @@ def plan_generation(spec: Path, plan_dir: Path, load: Any, *, db: Optional[str],
     previous = read_manifest(plan_dir, jobs=False)
     number = previous.generation.number + 1
     plan, campaign, states = _planned(spec, plan_dir, load, db, previous, number, reprocess)
+    if apply:   # a quota it exceeds refuses it before the queue's waiting tasks are withdrawn
+        assessed(plan, str(generation_dir(plan_dir, number)))
     if apply and previous.pilots and plan.campaign.name == previous.campaign and _check_pilots(plan, previous) \
             and _withdraw_waiting(plan_dir, db, previous, number):
         plan, campaign, states = _planned(spec, plan_dir, load, db, previous, number, reprocess)

@@ -61,12 +61,8 @@ class Folder:
         the record as ``scheduler.log``). The members of all are written and synced, then indexed, and only
         then the directories and logs removed. How many were folded; 0, every directory kept, when the
         filesystem refuses (a full quota is what this is for): never an error for the caller."""
-        try:
-            self._open()
-        except OSError:
-            self.close()
-            return 0
         written: List[Tuple[str, str, int, int, str, Optional[str]]] = []
+        opened = False
         for path, log in runs:
             job, run_id = os.path.basename(os.path.dirname(path)), os.path.basename(path)
             members = _members(path, f"{job}/{run_id}")
@@ -75,10 +71,17 @@ class Folder:
             extra = _members(log, f"{job}/{run_id}/{SCHEDULER_LOG}") if log else []
             if log and not extra:
                 continue
+            if not opened:   # a segment only for a run that folds (a status that folds nothing makes none)
+                try:
+                    self._open()
+                except OSError:
+                    self.close()
+                    return 0
+                opened = True
             try:
                 start = self._append(members + extra)
-            except OSError:   # what it wrote past self.end is written over next time, never indexed
-                break
+            except (OSError, ValueError):   # a full disk, a name tar cannot carry: this run stays; what it wrote
+                continue                     # past self.end is written over by the next, never indexed
             written.append((job, run_id, start, self.end - start, path, log))
         if not written or not self._sync(written):
             return 0
