@@ -298,39 +298,49 @@ def _read_members(run: FoldedRun, want: Callable[[str], bool]) -> List[Tuple[str
     return out
 
 
-# A process that polls without a supervisor's folder (`status --wait`, `submit`, `retry`) keeps one folder per
-# plan for its life: one segment a process, not one a poll.
-_OWN: Dict[str, Folder] = {}
-
-
 def fold_completed(folder: Optional[Folder], poller: Any, changes: Sequence[Any],
                    ended: Sequence[Tuple[Any, str]]) -> int:
     """After a poll recorded them: the run directories (and scheduler's logs) of the runs it saw complete,
-    folded by ``folder`` (a supervisor's for its whole life, else this process's own). Failed runs keep
+    folded by ``folder``: the caller's, held across its polls (the supervisor, `status --wait`), else one for
+    this poll alone (a `submit`, a `retry`). Failed runs keep
     theirs whole: what operators read."""
     done = {c.submission_id for c in changes if c.slurm_state == "COMPLETED"}
     mine = [(a, raw) for a, raw in ended if a.id in done and raw]
     if not mine:
         return 0
     logs = _scheduler_logs(poller, [a for a, _ in mine])
-    folding = folder if folder is not None else _OWN.setdefault(poller.run_dir, Folder(poller.run_dir))
-    return folding.fold([(poller.job_dir(a, raw), logs.get(a.id)) for a, raw in mine])
+    folding = folder if folder is not None else Folder(poller.run_dir)
+    try:
+        return folding.fold([(poller.job_dir(a, raw), logs.get(a.id)) for a, raw in mine])
+    finally:
+        if folder is None:   # one poll's own: its segment closed (made only if it folded anything)
+            folding.close()
 
 
 def _scheduler_logs(poller: Any, subs: Sequence[Any]) -> Dict[int, str]:
-    """Each submission's log in the plan's log directory, by the names its scheduler gives (none for late
-    binding's inputs: the pilots' logs hold them)."""
-    named = [(a, getattr(poller.clusters.get(a.cluster, poller.first).sched, "job_logs", None)) for a in subs]
-    if not any(names for _, names in named):
-        return {}
-    by_id = logs_by_job_id(os.path.join(str(poller.plan_dir), "logs"))
+    """Each submission's log in the plan's log directory (none for late binding's inputs: the pilots' logs
+    hold them)."""
+    by_id: Optional[Dict[str, str]] = None
     out: Dict[int, str] = {}
-    for a, names in named:
-        for name in names("", a.job_id, a.array_index) if names is not None else ():
-            if name in by_id:
-                out[a.id] = by_id[name]
-                break
+    for a in subs:
+        sched = poller.clusters.get(a.cluster, poller.first).sched
+        if getattr(sched, "job_logs", None) is None:
+            continue
+        by_id = logs_by_job_id(os.path.join(str(poller.plan_dir), "logs")) if by_id is None else by_id
+        found = scheduler_log(by_id, sched, str(a.job_id), a.array_index)
+        if found is not None:
+            out[a.id] = found
     return out
+
+
+def scheduler_log(by_id: Dict[str, str], sched: Any, job_id: str, array_index: Optional[int]) -> Optional[str]:
+    """A job's log among the log directory's files (``logs_by_job_id``), by the names its scheduler's --output
+    gives it (backends/scheduler: ``job_logs``); None when it is not there or the scheduler names none."""
+    names = getattr(sched, "job_logs", None)
+    for name in names("", job_id, array_index) if names is not None else ():
+        if name in by_id:
+            return by_id[name]
+    return None
 
 
 def logs_by_job_id(log_dir: str) -> Dict[str, str]:

@@ -148,14 +148,9 @@ def _text(data: bytes, size: Optional[int] = None) -> str:
 def _scheduler_log(by_id: Dict[str, str], sub: Dict[str, Any], sched: Any) -> List[Tuple[str, str]]:
     """The scheduler's log of one submission, while it is in logs/ (a job that failed, or runs; a successful
     one's is folded with its run). Late binding's inputs have none: the pilots' slot logs hold them."""
-    job_id, index = str(sub["job_id"]), sub["array_index"]
-    names = getattr(sched, "job_logs", None)   # the names the scheduler's --output gives (backends/scheduler)
-    if job_id.startswith("L") or names is None:
-        return []
-    for name in names("", job_id, index):
-        if name in by_id:
-            return [(by_id[name], _tail(Path(by_id[name])))]
-    return []
+    job_id = str(sub["job_id"])
+    found = None if job_id.startswith("L") else folding.scheduler_log(by_id, sched, job_id, sub["array_index"])
+    return [] if found is None else [(found, _tail(Path(found)))]
 
 
 def claim_log(plan_dir: Path, cid: str) -> Tuple[str, str]:

@@ -388,7 +388,7 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
 
 
 def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False,
-         with_forecast: bool = False) -> StatusReport:
+         with_forecast: bool = False, folder: Optional[Folder] = None) -> StatusReport:
     """Observe every job in flight once, record the changes, and summarise the campaign;
     ``with_forecast`` adds the forecast (what `hpcrun status` shows: a read of the newest runs)."""
     plan_dir = Path(plan_dir).resolve()
@@ -396,7 +396,7 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
     if not has_store(plan_dir, db):
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
-        report = poll_store(plan_dir, manifest, store, all_jobs)
+        report = poll_store(plan_dir, manifest, store, all_jobs, folder)
         if manifest.pilots:   # late binding: what the pilots hold, read from the queue
             report.pilots = Queue(Path(manifest.pilots["queue"])).view()
         if with_forecast:
@@ -485,8 +485,9 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
     base = poll_interval(read_manifest(Path(plan_dir).resolve(), jobs=False), interval)
     current = base
     deadline = None if timeout is None else time.monotonic() + timeout
+    folder = Folder(str(Path(plan_dir).resolve() / "run"))   # one segment for all its polls, not one a poll
     while True:
-        report = poll(plan_dir, db=db, all_jobs=all_jobs, with_forecast=True)
+        report = poll(plan_dir, db=db, all_jobs=all_jobs, with_forecast=True, folder=folder)
         if on_poll:
             on_poll(report)
         if report.in_flight - report.held <= 0 and not report.finalize_in_flight:
