@@ -43,14 +43,19 @@ def free_port() -> int:
 class Server:
     """One xrootd process (origin or cache) with its own directory; start, stop, restart."""
 
-    def __init__(self, root: Path, name: str, config: str, port: int):
-        self.root, self.name, self.port = root, name, port
+    def __init__(self, root: Path, name: str, config: str, port: int, origin: Optional[Server] = None):
+        self.root, self.name, self.port, self.origin = root, name, port, origin
         self.dir = root / name
         (self.dir / "data").mkdir(parents=True, exist_ok=True)
         (self.dir / "run").mkdir(exist_ok=True)
         self.cfg = self.dir / f"{name}.cfg"
-        self.cfg.write_text(config.format(dir=self.dir, port=port))
+        self.config = config
+        self.started = False
         self.proc: Optional[subprocess.Popen] = None
+
+    def _write_config(self) -> None:
+        origin_port = self.origin.port if self.origin is not None else 0
+        self.cfg.write_text(self.config.format(dir=self.dir, port=self.port, origin_port=origin_port))
 
     @property
     def url(self) -> str:
@@ -61,22 +66,41 @@ class Server:
         return self.dir / f"{self.name}.log"
 
     def start(self, timeout: float = 20.0) -> None:
+        """Start and wait for "initialization completed". A first start whose port another process
+        took between :func:`free_port` and the bind (xdist workers, the cluster) tries a new port; a
+        restart keeps its port, since clients come back to the same URL."""
+        for attempt in range(3):
+            why = self._start_once(timeout)
+            if why is None:
+                self.started = True
+                return
+            if self.started or attempt == 2:
+                raise RuntimeError(f"xrootd {self.name} did not start: {why}")
+            self.port = free_port()
+
+    def _start_once(self, timeout: float) -> Optional[str]:
+        self._write_config()
         subprocess.run(["chown", "-R", USER, str(self.dir)], check=True)
+        stderr = self.dir / "stderr.txt"
         # in the foreground (no -b) so the test owns the process and can SIGKILL it
-        self.proc = subprocess.Popen(["runuser", "-u", USER, "--", "xrootd", "-c", str(self.cfg),
-                                      "-l", str(self.log), "-n", self.name], cwd=self.dir,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+        with open(stderr, "wb") as err:
+            self.proc = subprocess.Popen(["runuser", "-u", USER, "--", "xrootd", "-c", str(self.cfg),
+                                          "-l", str(self.log), "-n", self.name], cwd=self.dir,
+                                         stdout=err, stderr=err, start_new_session=True)
         deadline = time.monotonic() + timeout
         logfile = self.dir / self.name / self.log.name
         while time.monotonic() < deadline:
             text = logfile.read_text(errors="replace") if logfile.exists() else ""
             if f"xrootd {self.name}@" in text and f":{self.port} initialization completed" in text:
-                return
-            if "initialization failed" in text or self.proc.poll() is not None:
-                raise RuntimeError(f"xrootd {self.name} did not start: {text[-2000:]}")
+                return None
+            rc = self.proc.poll()
+            if "initialization failed" in text or rc is not None:
+                self.kill()
+                said = stderr.read_text(errors="replace")
+                return f"exit {rc}; log: {text[-1500:]!r}; stderr: {said[-500:]!r}"
             time.sleep(0.1)
-        raise RuntimeError(f"xrootd {self.name} not ready after {timeout} s")
+        self.kill()
+        return f"not ready after {timeout} s; log: {text[-1500:]!r}"
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (no goodbye to the clients)."""
@@ -135,8 +159,7 @@ class Servers:
         self.root = Path(tempfile.mkdtemp(prefix="hpcrun-xrootd-", dir="/tmp"))
         self.root.chmod(0o755)
         self.origin = Server(self.root, "origin", ORIGIN_CFG, free_port())
-        self.cache = Server(self.root, "cache", CACHE_CFG.replace("{origin_port}", str(self.origin.port)),
-                            free_port())
+        self.cache = Server(self.root, "cache", CACHE_CFG, free_port(), origin=self.origin)
         self.data = self.origin.dir / "data"
 
     def put(self, rel: str, content: bytes) -> str:
