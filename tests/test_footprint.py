@@ -94,7 +94,7 @@ def test_late_forecast(spec_factory, tmp_path, monkeypatch):
     [use] = fp.filesystems
     parts = _parts(use)
     assert list(parts) == ["outputs", "logs", "run records", "queue", "plan directory"]
-    assert parts["queue"].end_files == parts["queue"].peak_files == 5 * F.LATE_QUEUE_PER_INPUT + F.QUEUE_DIRS
+    assert parts["queue"].end_files == parts["queue"].peak_files == F.PER_PILOT_QUEUE_ENTRIES + F.QUEUE_DIRS
     assert parts["logs"].end_files == F.PILOT_LOG_ENTRIES + 2 * F.PER_SLOT_ENTRIES
     records = parts["run records"]
     assert records.end_files == F.PER_PILOT_ENTRIES - F.PILOT_LOG_ENTRIES + F.FOLDED_FILES

@@ -168,7 +168,7 @@ def test_late_binding_counts(spec_factory, tmp_path, monkeypatch):
     assert parts["logs"] == (3 * (F.PILOT_LOG_ENTRIES + slots * F.PER_SLOT_ENTRIES), 2 * F.LOG_BYTES_PER_INPUT)
     assert parts["run records"][0] == (3 * (F.PER_PILOT_ENTRIES - F.PILOT_LOG_ENTRIES) + F.RUN_DIR_ENTRIES
                                        + F.FOLDED_FILES)
-    assert parts["queue"] == (2 * F.LATE_QUEUE_PER_INPUT + F.QUEUE_DIRS, 2 * F.QUEUE_BYTES_PER_INPUT)
+    assert parts["queue"] == (3 * F.PER_PILOT_QUEUE_ENTRIES + F.QUEUE_DIRS, 2 * F.QUEUE_BYTES_PER_INPUT)
 
 
 def _forget_the_forecast(plan_dir: Path) -> None:

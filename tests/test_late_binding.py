@@ -17,6 +17,7 @@ from typing import Dict, List
 import pytest
 import yaml
 
+from hpcrun.backends.late import ledger
 from hpcrun.backends.late.pilots import Pilots, _indices
 from hpcrun.backends.late.queue import Queue
 from hpcrun.errors import InputError
@@ -93,8 +94,8 @@ def _claimed(q: Queue, n: int, timeout: float = 20) -> None:
 
 
 def _results(plan: Path) -> Dict[str, List[str]]:
-    done = plan / "queue" / "done"
-    return {p.name: p.read_text().rstrip("\n").split("\t") for p in done.iterdir()} if done.exists() else {}
+    """Every committed result, in done/ or folded into a ledger by a poll that recorded it."""
+    return {r[0]: r for r in ledger.results(plan / "queue")}
 
 
 def test_two_pilots_run_every_input_once_and_the_records_say_how(tmp_path):
@@ -297,6 +298,7 @@ def test_run_tends_the_pilots_and_the_live_page_shows_them(tmp_path, fake_slurm)
     assert "the campaign is done" in logs or "released" in logs or "pilot ends" in logs, logs
     assert len(list((tmp_path / "out").glob("*.out"))) == 6
     assert len(_results(plan)) == 6
+    assert not list((plan / "queue" / "done").iterdir()), "a recorded commit was not folded"
     assert any("--job-name=latelocal.pilot" in a and "--array=0-2" in a for a in fake_slurm.args()), \
         fake_slurm.args()   # one array of pilots for 6 inputs of 2 slots (3 nodes), no per-input sbatch
     assert sum(1 for a in fake_slurm.args() if "--job-name=latelocal.pilot" in a) == 1

@@ -45,10 +45,11 @@ LATE_OUTPUT_DIRS = 1
 CLAIM_WORK_ENTRIES = 2
 # late binding: a running claim's private output directory .hpcrun-claims/<claim>/
 CLAIM_OUT_ENTRIES = 1
-# late binding: the queue's record of each task done (queue/done/<task>; a task is a job of the plan)
-LATE_QUEUE_PER_INPUT = 1
-# late binding: queue/ and its fixed directories (backlog, ready, live, done, arrays, staging ...)
-QUEUE_DIRS = 16
+# late binding: a pilot's journal of its commits (queue/results/<pilot>) and the supervisor's ledger of them
+# (queue/folded/<pilot>@...): a commit's queue/done/<task> is folded into it by the poll that records it
+PER_PILOT_QUEUE_ENTRIES = 2
+# late binding: queue/ and its fixed directories (backlog, ready, live, done, folded, arrays, staging ...)
+QUEUE_DIRS = 17
 # late binding: a pilot's own entries: its Slurm log, run/pilots/<pilot>/ with claims/, agent.tsv, pilot.tsv,
 # db/ ... (its claims' run directories are folded into run/folded/ as an array job's are)
 PER_PILOT_ENTRIES = 12
@@ -167,7 +168,7 @@ class Counts(NamedTuple):
     failed: int             # runs failed: each keeps its run directory (array mode: and its Slurm log)
     running: int            # runs in flight: a run directory, a work directory (and a log) each
     pilots: int             # late binding: pilots started
-    tasks: int              # late binding: tasks done (queue/done/<task>)
+    tasks: int              # late binding: tasks done (their results folded into the queue's ledgers)
     output_bytes: int       # the outputs' bytes
     folded_bytes: Optional[int] = None   # the folded runs' bytes where known (else LOG_BYTES_PER_INPUT each)
 
@@ -199,7 +200,7 @@ def evaluated(shape: Shape, n: Counts) -> List[Tuple[str, str, int, int]]:
                        (PLAN_AT, "run records", run_dirs + FOLDED_FILES, 0)]
     logs = n.pilots * (PILOT_LOG_ENTRIES + shape.slots * PER_SLOT_ENTRIES)   # a failed claim's log is its slot's
     records = n.pilots * (PER_PILOT_ENTRIES - PILOT_LOG_ENTRIES)
-    queue = n.tasks * LATE_QUEUE_PER_INPUT + QUEUE_DIRS
+    queue = n.pilots * PER_PILOT_QUEUE_ENTRIES + QUEUE_DIRS
     return made + [(PLAN_AT, "logs", logs, log_bytes), (PLAN_AT, "run records", records + run_dirs + FOLDED_FILES, 0),
                    (PLAN_AT, "queue", queue, n.tasks * QUEUE_BYTES_PER_INPUT)]
 

@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 import yaml
 
+from hpcrun.backends.late import ledger
 from hpcrun.operate.outputs import folding
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -149,3 +150,16 @@ def run_files(plan: Path, pattern: str) -> list:
     folded = [data.decode() for name, data in folding.matching(str(plan / "run"), pattern)
               if tuple(name.split("/")[:2]) not in kept]
     return list(here.values()) + folded
+
+
+def queue_results(plan: Path) -> list:
+    """Every committed result of a late-bound campaign, in ``queue/done/`` or folded into a ledger once recorded:
+    one row per (task, claim), so that a task committed by two claims shows twice."""
+    rows = {}
+    for r in ledger.Ledgers(plan / "queue").lines():
+        rows[(r[0], r[1])] = r
+    done = plan / "queue" / "done"
+    for p in (done.iterdir() if done.exists() else ()):
+        r = p.read_text().rstrip("\n").split("\t")
+        rows[(r[0], r[1])] = r
+    return list(rows.values())

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from .campaigns import Campaign, supervising
+from .campaigns import Campaign, queue_results, supervising
 from .test_campaign_state import make_raw
 
 pytestmark = pytest.mark.cluster
@@ -323,7 +323,7 @@ def test_late_bound_pilots_wait_out_a_spent_allocation_and_count_what_they_hold(
         assert raised.returncode == 0, raised.stderr
     final = _status(c, env)
     assert final["counts"]["done"] == 10 and not final["budget_held"], final["counts"]
-    done = [p.read_text().split("\t") for p in (c.plan / "queue" / "done").iterdir()]
+    done = queue_results(c.plan)
     assert collections.Counter(r[8] for r in done) == {"COMPLETED": 10}, done
     log = _hp(c, env, "log", str(c.plan)).stdout
     assert "the allocation is spent" in log and "submitting again" in log, log[-2000:]

@@ -29,7 +29,7 @@ import yaml
 from hpcrun.operate.outputs import folding
 from tests import pg
 
-from .campaigns import Campaign, claim_log, run_jobs, run_record, supervising
+from .campaigns import Campaign, claim_log, queue_results, run_jobs, run_record, supervising
 from .test_campaign_state import make_raw
 
 pytestmark = pytest.mark.cluster
@@ -201,8 +201,8 @@ def _claims(c: Campaign) -> list:
     q = c.plan / "queue"
     out = []
     jobs = run_jobs(c.plan)
-    for p in sorted((q / "done").iterdir()):
-        task, cid, pilot, slot, node, _t0, _t1, rc, state = p.read_text().split("\t")[:9]
+    for r in sorted(queue_results(c.plan)):
+        task, cid, pilot, slot, node, _t0, _t1, rc, state = r[:9]
         limit = int((q / "arrays" / task.split("_")[0]).read_text().split("\t")[1])
         job = jobs[cid]
         log = claim_log(c.plan, cid)

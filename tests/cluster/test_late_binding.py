@@ -24,7 +24,7 @@ import yaml
 
 from hpcrun.backends.late.runs import CLAIM_HEADER
 
-from .campaigns import Campaign, claim_log, footprint, run_jobs, run_record
+from .campaigns import Campaign, claim_log, footprint, queue_results, run_jobs, run_record
 from .test_scheduler_rpcs import _read, _reset, split
 
 pytestmark = pytest.mark.cluster
@@ -98,11 +98,10 @@ def _done_once(c: Campaign, n: int, exact: bool = True) -> dict:
     outputs = sorted(c.out.glob("*.out"))
     assert len(outputs) == n, len(outputs)
     assert not list((c.out / ".hpcrun-claims").glob("*/*")), "a claim's outputs were left behind"
-    done = list((c.plan / "queue" / "done").iterdir())
-    completed = collections.Counter(p.read_text().split("\t")[0] for p in done
-                                    if p.read_text().split("\t")[8] == "COMPLETED")
+    done = queue_results(c.plan)
+    completed = collections.Counter(r[0] for r in done if r[8] == "COMPLETED")
     assert len(completed) == n and set(completed.values()) == {1}, completed
-    committed = {p.read_text().split("\t")[1] for p in done if p.read_text().split("\t")[8] == "COMPLETED"}
+    committed = {r[1] for r in done if r[8] == "COMPLETED"}
     runs: dict = collections.defaultdict(list)
     for line in c.ledger.read_text().splitlines():
         src, cid = line.split(" ")
@@ -140,7 +139,7 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     by_type, by_user, _dt, _du = _read(slurm_cluster)
     last = max(p.stat().st_mtime for p in c.out.glob("*.out"))
-    results = [p.read_text().split("\t") for p in (c.plan / "queue" / "done").iterdir()]
+    results = queue_results(c.plan)
     first = min(float(r[5]) for r in results)
     pilots = {r[2] for r in results}
     total = by_user.get(slurm_cluster.user, 0)
@@ -323,8 +322,8 @@ def test_pilots_survive_a_cancel_a_node_crash_a_walltime_and_two_supervisor_kill
     assert regenerated, log
     releases = collections.Counter()
     jobs = run_jobs(c.plan)
-    for p in (c.plan / "queue" / "done").iterdir():   # each input under its own job's generation
-        task, cid, pilot = p.read_text().split("\t")[:3]
+    for r in queue_results(c.plan):   # each input under its own job's generation
+        task, cid, pilot = r[:3]
         job = jobs[cid]
         said = claim_log(c.plan, cid)
         release = said.split(", release ", 1)[1].split(",", 1)[0]
@@ -383,9 +382,9 @@ def test_a_late_bound_reconstruction_copies_the_payload_once_per_pilot(slurm_clu
     assert st["pilots"] is not None and st["pilots"]["done"] == n + 1, st["pilots"]
     assert collections.Counter(j["status"] for j in st["jobs"]) == {"done": n}, st["jobs"]
     assert len(list(c.out.glob("*.reco.h5"))) == n
-    failed = [r for r in (c.plan / "queue" / "done").iterdir() if r.read_text().split("\t")[8] == "FAILED"]
-    assert len(failed) == 1 and failed[0].read_text().split("\t")[7] == "7", [r.read_text() for r in failed]
-    _failed_kept_and_done_folded(c, db, first, failed[0].read_text().split("\t")[1])
+    failed = [r for r in queue_results(c.plan) if r[8] == "FAILED"]
+    assert len(failed) == 1 and failed[0][7] == "7", failed
+    _failed_kept_and_done_folded(c, db, first, failed[0][1])
     _pilots_gone(slurm_cluster, f"{c.name}.pilot")
     report = json.loads(c.hp("report", str(c.plan), *db, "--json").stdout)
     assert report["attempts_by_class"] == {"chain": 1}, report["attempts_by_class"]
@@ -555,11 +554,9 @@ def test_late_binding_at_scale(slurm_cluster, hpcrun_bin, example_root):
         _pilots_gone(slurm_cluster, f"{c.name}.pilot", timeout=180)
     assert first is not None, "no input was committed; the supervisor said:\n" + out[-3000:]
     ends = []
-    for journal in (queue / "results").iterdir():
-        for task in journal.read_text().split():
-            fields = (queue / "done" / task).read_text().split("\t")
-            if len(fields) > 8 and fields[8] == "COMPLETED":
-                ends.append(float(fields[6]))
+    for fields in queue_results(queue.parent):
+        if len(fields) > 8 and fields[8] == "COMPLETED":
+            ends.append(float(fields[6]))
     ends.sort()
     # the steady rate: the pilots' start behind (20 s, or a fifth of a run shorter than the window), and its
     # tail (a run that ended within the window: its last tenth)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .campaigns import PY, REPO, run_jobs
+from .campaigns import PY, REPO, queue_results, run_jobs
 from .pytest_cluster import HARNESS
 from .test_campaign_state import make_raw
 
@@ -301,8 +301,7 @@ def test_plan_checks_each_clusters_own_allocation(slurm_cluster, beta, hpcrun_bi
 
 def _done_rows(plan: Path) -> list:
     """The queue's results: task, claim, pilot, slot, node, start, end, rc, state, ..."""
-    done = plan / "queue" / "done"
-    return [p.read_text().rstrip("\n").split("\t") for p in done.iterdir()] if done.exists() else []
+    return queue_results(plan)
 
 
 def test_late_pilots_of_two_clusters_hand_off_then_drain_before_a_maintenance(slurm_cluster, beta, hpcrun_bin,

@@ -21,7 +21,7 @@ import yaml
 from hpcrun.operate.outputs import folding
 from tests.xrootd import Servers, why_not
 
-from .campaigns import run_files
+from .campaigns import queue_results, run_files
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(why_not()), reason=why_not() or "ok")]
 
@@ -102,7 +102,7 @@ def test_inputs_under_a_mapped_prefix_are_read_where_the_nodes_mount_them(slurm_
     if binding == "late":   # the pilots' claims read in place the same way: the same bytes, a pilot per output
         for key, d in data.items():
             assert (out / f"{Path(key).name}.out").read_bytes() == d
-        done = [p.read_text().split("\t") for p in (plan / "queue" / "done").iterdir()]
+        done = queue_results(plan)
         assert sorted(r[8] for r in done) == ["COMPLETED"] * 2, done   # two jobs of 4 inputs, each claimed once
         return
 

@@ -73,6 +73,7 @@ class Cursor:
     journals: Dict[str, int] = field(default_factory=dict)   # journal -> bytes read
     cancelled: Set[str] = field(default_factory=set)          # cancelled/ entries recorded
     held: List[Tuple[str, int, int]] = field(default_factory=list)   # lines read but not recorded: (journal, from, to)
+    folded: Dict[str, int] = field(default_factory=dict)     # journal -> bytes whose commits were folded (ledger.py)
 
     @staticmethod
     def path(q: Queue, reader: str) -> str:
@@ -84,7 +85,8 @@ class Cursor:
             with open(cls.path(q, reader)) as f:
                 data = json.load(f)
             return cls({str(k): int(v) for k, v in data["journals"].items()}, set(data["cancelled"]),
-                       [(str(n), int(a), int(b)) for n, a, b in data.get("held", [])])
+                       [(str(n), int(a), int(b)) for n, a, b in data.get("held", [])],
+                       {str(k): int(v) for k, v in data.get("folded", {}).items()})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls()   # none yet, or unreadable: everything is read once
 
@@ -96,7 +98,8 @@ class Cursor:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"   # two readers (two login nodes) write their own
             with open(tmp, "w") as f:
-                json.dump({"journals": self.journals, "cancelled": sorted(self.cancelled), "held": self.held}, f)
+                json.dump({"journals": self.journals, "cancelled": sorted(self.cancelled), "held": self.held,
+                           "folded": self.folded}, f)
             os.replace(tmp, path)
         except OSError:
             pass
@@ -117,13 +120,16 @@ class Changes:
     entries: Dict[str, Set[str]] = field(default_factory=dict)   # new cancelled/ entry -> its tasks
     unread: Set[str] = field(default_factory=set)   # named by a line or an entry, but no record read (read again)
 
-    def advance(self, unknown: Collection[str]) -> bool:
+    def advance(self, unknown: Collection[str], fold: bool = False) -> bool:
         """The cursor past what was read, after the poll recorded it. A line or an entry naming a task the
         store does not know or did not take (``unknown``), or one whose record could not be read, is held:
         read again at every poll until it is recorded (the lines after it are not held up). Whether more new
         lines may wait (the read was full). Written only when it moved (a read every second of a quiet
-        campaign writes nothing on the shared filesystem)."""
-        before = (dict(self.cursor.journals), set(self.cursor.cancelled), list(self.cursor.held))
+        campaign writes nothing on the shared filesystem). ``fold``: the commits recorded up to the cursor
+        folded too (a process that polls on and on: a one-shot poll leaves them to it, lest each ``status``
+        leave a ledger of its own)."""
+        before = (dict(self.cursor.journals), set(self.cursor.cancelled), list(self.cursor.held),
+                  dict(self.cursor.folded))
         unknown = set(unknown) | self.unread
         held = [line for line in self.again if any(t in unknown for t in line.tasks)]
         for name, lines in self.lines.items():
@@ -134,9 +140,20 @@ class Changes:
         self.cursor.held = [(line.journal, line.start, line.end) for line in held] + self.stuck
         self.cursor.cancelled |= {e for e, tasks in self.entries.items() if not tasks & unknown}
         self.cursor.cancelled &= set(L.entries(self.q.d("cancelled"))) | set(self.entries)
-        if (self.cursor.journals, self.cursor.cancelled, self.cursor.held) != before:
+        if fold:
+            self._fold(unknown)
+        if (self.cursor.journals, self.cursor.cancelled, self.cursor.held, self.cursor.folded) != before:
             self.cursor.save(self.q, self.reader)
         return self.full
+
+    def _fold(self, unknown: Collection[str]) -> None:
+        """The commits recorded now folded out of ``done/`` (ledger.py): those the journals name up to the
+        cursor, but a task the store did not take (its line is held, read again by its journal)."""
+        for name, end in self.cursor.journals.items():
+            start = self.cursor.folded.get(name, 0)
+            if end > start:
+                self.q.ledgers.fold(name, start, end, unknown)
+                self.cursor.folded[name] = end
 
 
 # the journals' new lines a read takes at most (a line names one task, rarely a few), shared among the
@@ -167,7 +184,7 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
     out.full = sum(len(got) for got in out.lines.values()) >= lines
     for line in out.again + [line for got in out.lines.values() for line in got]:
         for task in line.tasks:
-            if not _committed(q, task, describe, chains, out.records, known):   # a line names only commits
+            if not _committed(q, task, describe, chains, out.records, known, line.journal):   # names only commits
                 out.unread.add(task)
     for name in set(L.entries(q.d("cancelled"))) - cur.cancelled:
         held_there = out.entries[name] = _held_by(q, name)
@@ -186,9 +203,9 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
 
 
 def _committed(q: Queue, task: str, describe: Described, chains: int, into: Dict[str, Record],
-               known: Sequence[str]) -> bool:
+               known: Sequence[str], journal: Optional[str] = None) -> bool:
     d = describe(task.rpartition("_")[0])
-    res = q.committed(task, d[1], known) if d else None
+    res = q.committed(task, d[1], known, journal) if d else None
     if d is None or res is None:
         return False
     into[task] = commit_record(task, d[0], res, chains)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from hpcrun.backends.late import ledger
 from hpcrun.backends.late.queue import Queue, _read, epoch
 
 
@@ -44,8 +45,7 @@ def figures(queue: Path, run_dir: Path, chains: int) -> Dict[str, Any]:
     CPU time against the pilots' own from the accounting."""
     q = Queue(queue)
     claims: Dict[str, List[Tuple[float, float, Optional[float]]]] = {}
-    for name in q.committed_tasks():
-        r = _read(q.d("done") / name).rstrip("\n").split("\t")
+    for r in ledger.results(queue):
         if len(r) >= 10 and r[5] and r[6]:
             claims.setdefault(r[2], []).append((epoch(r[5]), epoch(r[6]), _seconds(r[9])))
     acct = {line.split("\t")[0]: line.split("\t") for line in _read(queue / "pilots.tsv").splitlines()}

@@ -290,3 +290,36 @@ def shuffled(names: List[str]) -> List[str]:
         return names
     k = random.randrange(len(names))
     return names[k:] + names[:k]
+
+
+def move_tree(src: Path, dest: Path) -> Optional[str]:
+    """Every entry of ``src`` renamed into ``dest`` (a directory there already is merged into), then ``src``
+    removed; None, or why a move failed (what did not move stays in ``src``)."""
+    try:
+        names = sorted(os.listdir(src))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{src}: {exc.strerror}"
+    for name in names:
+        s, d = src / name, dest / name
+        if s.is_dir() and not s.is_symlink() and d.is_dir() and not d.is_symlink():
+            why = move_tree(s, d)
+            if why is not None:
+                return why
+            continue
+        try:
+            os.replace(s, d)
+        except FileNotFoundError:
+            if not os.path.lexists(s):   # moved by another reader meanwhile
+                continue
+            return f"{s} -> {d}: No such file or directory"
+        except OSError as exc:
+            return f"{s} -> {d}: {exc.strerror}"
+    try:
+        os.rmdir(src)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return f"{src}: {exc.strerror}"
+    return None

@@ -151,6 +151,7 @@ class Pilots(Scheduler):
         claims = {c.task: c for c in self.q.claims()}
         held = _read(self.q.root / "held").strip() or "None"   # the reason no pilot starts (a spent allocation)
         waiting, cancelled, withdrawn = self.q.waiting(), self.q.in_state("cancelled"), self.q.in_state("withdrawn")
+        unseen: Dict[str, Tuple[str, str]] = {}   # in none of the places read: folded, or moving meanwhile
         for qid in ours:
             desc = self.q.submission(qid)
             if desc is None:
@@ -163,15 +164,24 @@ class Pilots(Scheduler):
                 if in_flight is not None and task not in in_flight:   # its end is recorded: nothing new
                     continue
                 rec = self._task_record(task, tag, claims.get(task), held, outputs, i, ask)
-                if rec is not None:
+                if rec is None and i not in ask["withdrawn"]:
+                    unseen[task] = (tag, outputs)
+                elif rec is not None:
                     mine[task] = rec
+        folded = self.q.ledgers.find(unseen)   # one read of the ledgers for all of them
+        for task, (tag, outputs) in unseen.items():
+            res = self.q.committed(task, outputs, res=folded[task]) if task in folded else None
+            # in none of the places this reading looked, one after the other: moved between two of them meanwhile
+            # (a chunk split and put back between the look at the backlog and the look at the pilots). A task is
+            # always in one place, so it waits: never LOST, which would run it a second time
+            mine[task] = commit_record(task, tag, res, self.config.chains) if res else waiting_record(task, tag, held)
         out.update(mine)
         return out
 
     def _task_record(self, task: str, tag: str, claim: Optional[Claim], held: str, outputs: str, i: int,
                      ask: Mapping[str, Collection[int]]) -> Optional[Record]:
         """A task's record: held (RUNNING), waiting (PENDING), cancelled while waiting, or committed (read from
-        ``done/``, the one file read: the others come from this reading's listings)."""
+        ``done/``, the one file read: the others come from this reading's listings); None: not found there."""
         if claim is not None:
             return claim_record(task, tag, claim)
         if i in ask["waiting"]:
@@ -181,12 +191,7 @@ class Pilots(Scheduler):
         res = self.q.committed(task, outputs)
         if res is not None:
             return commit_record(task, tag, res, self.config.chains)
-        if i in ask.get("withdrawn", ()):   # a new generation took it: its input runs there
-            return None
-        # in none of the places this reading looked, one after the other: moved between two of them meanwhile
-        # (a chunk split and put back between the look at the backlog and the look at the pilots). A task is
-        # always in one place, so it waits: never LOST, which would run it a second time
-        return waiting_record(task, tag, held)
+        return None   # withdrawn (a new generation took it: its input runs there), or not found here
 
     def changes(self, running: Collection[str], reader: str) -> Changes:
         """What changed in the queue since ``reader`` (a state store) last recorded it (changes.py): a poll

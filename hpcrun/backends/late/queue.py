@@ -16,6 +16,7 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
                               moved into place: ``placed``, or ``unplaced:<why>``); looked up by name,
                               never listed
   queue/results/<pilot>       the pilot's journal: the tasks it committed, a line each (what changed)
+  queue/folded/<journal>@...  the done/ records of the commits a poll recorded, folded out of done/ (ledger.py)
   queue/cancel/<qid>_<i>      an operator's cancel of a running task; cancelled/: of a waiting one
   queue/withdrawn/<qid>_<i>   a task nobody had claimed when a new generation was planned (its input runs
                               under that generation); there and in cancelled/ a whole chunk
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.late import layout as L
+from hpcrun.backends.late.ledger import Ledgers, journals_of
 
 STATES = ("backlog", "ready", "live", "fenced", "ended", "done", "cancelled", "cancel", "arrays", "withdrawn",
           "results")
@@ -91,6 +93,7 @@ class Queue:
 
     def __init__(self, root: Path):
         self.root = root
+        self.ledgers = Ledgers(root)
         self._leases: Dict[str, Tuple[float, float]] = {}   # pilot -> (beat mtime seen, when it changed: our clock)
 
     def make(self) -> None:
@@ -229,29 +232,32 @@ class Queue:
     def write_expected(self, input_s: float) -> None:
         """``expected``: the longest of the last inputs' times (with a quarter more), or the spec's
         per-input time before any ended; a pilot claims only what its time left covers. The last inputs are
-        the journals' last lines (``done/`` is never listed)."""
+        the journals' last lines (``done/`` is never listed; a folded one is read from its journal's ledgers)."""
         times: List[float] = []
-        for name in self._recent(200):
-            res = _read(self.d("done") / name).split("\t")
-            if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
-                times.append(epoch(res[6]) - epoch(res[5]))
+        for journal, names in self._recent(200).items():
+            found = {n: r for n in names if (r := self.result(n))}
+            found.update(self.ledgers.find(set(names) - set(found), journals_of(journal), tail=1 << 16))
+            for res in found.values():
+                if len(res) > 8 and res[8] == "COMPLETED" and res[5] and res[6]:
+                    times.append(epoch(res[6]) - epoch(res[5]))
         value = max(times) * 1.25 if times else input_s
         _write_new(self.root / "expected", f"{int(math.ceil(value))}\n")
 
-    def _recent(self, n: int) -> List[str]:
-        """About the last ``n`` tasks committed: the tails of the newest journals."""
-        out: List[str] = []
-        journals = sorted(self.d("results").glob("[!.]*"), key=_mtime, reverse=True)
-        for path in journals:
+    def _recent(self, n: int) -> Dict[str, List[str]]:
+        """About the last ``n`` tasks committed, by journal: the tails of the newest journals."""
+        out: Dict[str, List[str]] = {}
+        got = 0
+        for path in sorted(self.d("results").glob("[!.]*"), key=_mtime, reverse=True):
             try:
                 with open(path, "rb") as f:
                     f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * n))
-                    out += f.read().decode(errors="replace").splitlines()[1:][-n:]
+                    out[path.name] = f.read().decode(errors="replace").splitlines()[1:][-(n - got):]
             except FileNotFoundError:
                 continue
-            if len(out) >= n:
+            got += len(out[path.name])
+            if got >= n:
                 break
-        return out[-n:]
+        return out
 
     def committed_tasks(self) -> Iterator[str]:
         """Every task the journals name (a task committed once is named once, or twice when the supervisor
@@ -277,16 +283,21 @@ class Queue:
                     fields += [""] * (4 - len(fields))
                     yield Claim(name, pilot, fields[0] or name, fields[1], fields[2] or node, fields[3])
 
-    def result(self, task: str) -> Optional[List[str]]:
+    def result(self, task: str, journal: Optional[str] = None) -> Optional[List[str]]:
+        """``done/<task>``, or once folded its ledger line when the journal naming it is known (ledger.py)."""
         text = _read(self.d("done") / task).rstrip("\n")
-        return text.split("\t") if text else None
+        if text or journal is None:
+            return text.split("\t") if text else None
+        return self.ledgers.find((task,), journals_of(journal)).get(task)
 
-    def committed(self, task: str, outputs: str, known: Optional[Sequence[str]] = None) -> Optional[List[str]]:
+    def committed(self, task: str, outputs: str, known: Optional[Sequence[str]] = None,
+                  journal: Optional[str] = None, res: Optional[List[str]] = None) -> Optional[List[str]]:
         """A task's committed result with its outputs in place (placed now if they were not yet): the
         record's twelve fields and, thirteenth, why the input failed after its commit ("" if it did not).
         ``outputs``: its submission's outputs location, looked at first; ``known``: every location (read once by
-        a reader of thousands of commits; else read here)."""
-        res = self.result(task)
+        a reader of thousands of commits; else read here); ``journal``: the one naming it (a folded one is found);
+        ``res``: its result, read already."""
+        res = self.result(task, journal) if res is None else res
         if res is None:
             return None
         res = (res + [""] * 12)[:12]
@@ -312,7 +323,7 @@ class Queue:
         for outputs in filter(None, locations):
             private = Path(outputs) / CLAIMS_DIR / result[1]
             if os.path.isdir(private):
-                why = move_tree(private, Path(outputs))
+                why = L.move_tree(private, Path(outputs))
                 mark = PLACED if why is None else f"{UNPLACED}{why} (kept in {private})"
                 break
         now = self.result(task) or []
@@ -349,10 +360,10 @@ class Queue:
         for pilot in self.pilots("fenced"):
             base = self.d("fenced") / pilot
             L.settle(self.d("backlog"), base)
-            for task in _entries(base):
-                if "_" not in task or "." in task:
-                    continue
-                if (self.d("done") / task).exists():   # a journal of its own: the stalled pilot may still append
+            tokens = [t for t in _entries(base) if "_" in t and "." not in t]
+            folded = self.ledgers.committed_by(pilot, [t for t in tokens if not (self.d("done") / t).exists()])
+            for task in tokens:
+                if task in folded or (self.d("done") / task).exists():   # the stalled pilot may still append
                     with open(self.d("results") / f"released-{pilot}", "a") as journal:
                         journal.write(task + "\n")
                     continue
@@ -465,36 +476,3 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except FileNotFoundError:
         return 0.0
-
-
-def move_tree(src: Path, dest: Path) -> Optional[str]:
-    """Every entry of ``src`` renamed into ``dest`` (a directory there already is merged into), then ``src``
-    removed; None, or why a move failed (what did not move stays in ``src``)."""
-    try:
-        names = sorted(os.listdir(src))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{src}: {exc.strerror}"
-    for name in names:
-        s, d = src / name, dest / name
-        if s.is_dir() and not s.is_symlink() and d.is_dir() and not d.is_symlink():
-            why = move_tree(s, d)
-            if why is not None:
-                return why
-            continue
-        try:
-            os.replace(s, d)
-        except FileNotFoundError:
-            if not os.path.lexists(s):   # moved by another reader meanwhile
-                continue
-            return f"{s} -> {d}: No such file or directory"
-        except OSError as exc:
-            return f"{s} -> {d}: {exc.strerror}"
-    try:
-        os.rmdir(src)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        return f"{src}: {exc.strerror}"
-    return None

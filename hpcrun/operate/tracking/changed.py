@@ -22,7 +22,7 @@ from hpcrun.store.store import StateStore
 
 ENDED = frozenset(TERMINAL) | {"LOST"}
 Poller = Any   # hpcrun.operate.tracking.track.Poller (which imports this module)
-Observed = Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float, Callable[[], bool]]
+Observed = Tuple[List[NewStateChange], List[Tuple[ActiveSubmission, str]], float, Callable[[bool], bool]]
 
 
 def follows_changes(poller: Poller) -> bool:
@@ -33,7 +33,8 @@ def follows_changes(poller: Poller) -> bool:
 def observe_changes(poller: Poller, store: StateStore, campaign_id: int,
                     extra: Sequence[Tuple[str, dt.datetime]]) -> Observed:
     """The changes to record and the jobs that ended (as ``Poller.observe``), the seconds spent asking,
-    and what moves the queue's cursor on once they are recorded."""
+    and what moves the queue's cursor on once they are recorded (and, for a process that folds across its
+    polls, folds what was recorded out of ``done/``: ledger.py)."""
     sched = poller.sched
     assert isinstance(sched, Pilots)
     t0 = time.monotonic()
@@ -66,7 +67,7 @@ def observe_changes(poller: Poller, store: StateStore, campaign_id: int,
     held = sched.held()
     if held and sched.budget_reason(held):   # a spent allocation holds every waiting task
         poller.spent.setdefault(poller.first.name, {})[held] = sched.q.waiting_count()
-    return changes, ended, acct_s, lambda: got.advance(unknown)
+    return changes, ended, acct_s, lambda fold: got.advance(unknown, fold)
 
 
 def _finalize_records(poller: Poller, extra: Sequence[Tuple[str, dt.datetime]]) -> None:
@@ -93,4 +94,4 @@ def record_changes(poller: Poller, store: StateStore, campaign_id: int,
     ended = [(a, raw) for a, raw in ended if a.id in recorded]
     provenance.record_outcomes(store, campaign_id, poller.job_dir, poller.qa_outcomes(ended), ended)
     fold_completed(folder, poller, changes, ended)
-    return len(recorded), len(ended), advance()
+    return len(recorded), len(ended), advance(folder is not None)

@@ -441,7 +441,7 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
     fold_completed(folder, poller, changes, ended)
     if late:
-        advance()   # recorded: the queue's cursor moves past what was read
+        advance(folder is not None)   # recorded: the cursor moves past what was read (a one-shot poll folds nothing)
     if fin is not None:
         observe_finalize(poller, store, fin)
     report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting, bool(manifest.export))
