@@ -57,17 +57,19 @@ def _as(user: Optional[str], base: Path) -> Dict[str, str]:
     return {"cwd": str(base), **({"user": user} if user and os.geteuid() == 0 else {})}
 
 
-def start(base: Path, user: Optional[str]) -> str:
-    """Start a server with its files in ``base``; returns its SQLAlchemy URL."""
+def start(base: Path, user: Optional[str], port: Optional[int] = None) -> str:
+    """Start a server with its files in ``base`` (``port``: the one it had, when started again); returns its
+    SQLAlchemy URL."""
     bins = bindir()
     assert bins is not None
     base.mkdir(parents=True, exist_ok=True)
     if user and os.geteuid() == 0:
         shutil.chown(base, user)
     data = base / "data"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     run = dict(check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
     if not (data / "PG_VERSION").exists():
         subprocess.run([str(bins / "initdb"), "-D", str(data), "-U", ROLE, "-A", "trust", "-E", "UTF8",
@@ -96,6 +98,26 @@ def restart(url: str) -> None:
     subprocess.run([str(bins / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "log"), "-m", "fast", "-w",
                     "-t", "60", "restart"],
                    check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
+
+
+def halt(url: str) -> None:
+    """Stop the server at ``url`` (fast shutdown: every session dropped, nothing lost), as a maintenance does."""
+    from sqlalchemy.engine import make_url
+
+    base, user = _STARTED[make_url(url).port or 5432]
+    bins = bindir()
+    assert bins is not None
+    subprocess.run([str(bins / "pg_ctl"), "-D", str(base / "data"), "-m", "fast", "-w", "-t", "60", "stop"],
+                   check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
+
+
+def resume(url: str) -> None:
+    """Start the server :func:`halt` stopped again, on the same port."""
+    from sqlalchemy.engine import make_url
+
+    port = make_url(url).port or 5432
+    base, user = _STARTED[port]
+    start(base, user, port)
 
 
 def stop(base: Path, user: Optional[str]) -> None:

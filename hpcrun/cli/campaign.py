@@ -44,8 +44,12 @@ def register(main: click.Group, db_option: Any, reported: Any, out: Any) -> None
                 for name in rnd.parked[:20]:
                     out.print(f"  parked {name}", highlight=False, markup=False)
 
+        def say(text: str) -> None:   # the store's outages: told as they happen, whatever --json says
+            stamp = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            click.echo(f"{stamp} {text}", err=as_json)
+
         report = run(plan_dir, db=db, once=once, follow=follow, interval=interval, max_rounds=max_rounds,
-                     metrics=False if no_metrics else metrics, take_over=take_over, on_round=show)
+                     metrics=False if no_metrics else metrics, take_over=take_over, on_round=show, say=say)
         if as_json:
             click.echo(json.dumps(report.as_dict(), indent=1))
         elif report.took_over:

@@ -136,8 +136,8 @@ class RetrySpec(_Strict):
         "exclude_node, restage"))
 
 
-EventName = Literal["done", "parked", "stalled", "budget"]
-EVENT_NAMES: Tuple[EventName, ...] = ("done", "parked", "stalled", "budget")
+EventName = Literal["done", "parked", "stalled", "budget", "store_unreachable", "store_back"]
+EVENT_NAMES: Tuple[EventName, ...] = ("done", "parked", "stalled", "budget", "store_unreachable", "store_back")
 
 
 class EventsSpec(_Strict):
@@ -148,7 +148,8 @@ class EventsSpec(_Strict):
         "as JSON on stdin"))
     on: List[EventName] = Field(default_factory=lambda: list(EVENT_NAMES), description=(
         "which events run it: done (the campaign finished), parked (jobs were parked), stalled (nothing "
-        "changed for stall_after), budget (an allocation found spent, or raised again)"))
+        "changed for stall_after), budget (an allocation found spent, or raised again), store_unreachable "
+        "(the supervisor's state store cannot be reached: it waits), store_back (it answers again)"))
     stall_after: Duration = Field(6 * 3600, description="no change for this long is a stall")
     timeout: Duration = Field(60, description="the command is killed after this long")
 

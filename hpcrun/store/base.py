@@ -17,6 +17,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from typing_extensions import Self
 
 from hpcrun.errors import HpcrunError
+from hpcrun.store import outage
 from hpcrun.store.locking.fence import Lease, check_fence
 from hpcrun.store.sql import schema
 
@@ -25,6 +26,17 @@ _IN_CHUNK = 900  # bound parameters per IN (...) list: below every backend's lim
 
 class StateStoreError(HpcrunError):
     """The state database cannot be used as asked (locked, too new, inconsistent request)."""
+
+
+class StoreUnreachable(StateStoreError):
+    """The store cannot be reached now (its server or filesystem away): try again later, nothing is lost."""
+
+    exit_code = 75   # EX_TEMPFAIL
+
+    def __init__(self, location: str, exc: BaseException):
+        super().__init__(f"the state store {location} cannot be reached now ({outage.first_line(exc)}). Nothing "
+                         "is lost: jobs and pilots go on without it, and a running `hpcrun run` waits for it; "
+                         "try again when it answers")
 
 
 class SchemaVersionError(StateStoreError):
@@ -116,6 +128,8 @@ class StoreBase:
         except IntegrityError as exc:
             raise StateStoreError(f"{self.location}: the state database refused the change: {exc.orig}") from exc
         except DBAPIError as exc:
+            if outage.is_outage(self.engine.dialect.name, exc):
+                raise StoreUnreachable(self.location, exc) from exc
             hint = ""
             if "locked" in str(exc.orig).lower():
                 hint = (" (another hpcrun process held the lock for longer than the busy timeout; "

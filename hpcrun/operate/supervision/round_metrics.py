@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 from hpcrun.operate.campaign import forecast, generations
 from hpcrun.operate.metrics import Family, render, write_atomically
@@ -77,4 +77,23 @@ def write(sup: Any, rnd: Any, beat_at: float, path: Path) -> None:
                       ("requeued", "Failed plan jobs this supervisor sent back to pending."),
                       ("parked", "Plan jobs this supervisor parked for a human.")):
         fams.append(Family(f"hpcrun_supervisor_{key}_total", text, "counter").add(sup.totals[key]))
-    write_atomically(path, render(fams, {"campaign": sup.campaign.name}))
+    sup.metrics_kept = fams
+    write_atomically(path, render(fams + _store_up(None), {"campaign": sup.campaign.name}))
+
+
+def store_down(sup: Any, since: Optional[float], path: Path) -> None:
+    """The metrics file during an outage of the store (``since``: when it began; None: it ended): the last
+    round's figures kept, the store said to be away (nothing can be read of it)."""
+    try:
+        write_atomically(path, render(list(sup.metrics_kept) + _store_up(since), {"campaign": sup.campaign.name}))
+    except OSError:
+        pass   # the plan directory's filesystem may be the one away
+
+
+def _store_up(since: Optional[float]) -> List[Family]:
+    fams = [Family("hpcrun_store_up", "1 while the supervisor reaches its state store, 0 during an outage "
+                   "(it waits it out; nothing is lost).").add(int(since is None))]
+    if since is not None:
+        fams.append(Family("hpcrun_store_unreachable_since_timestamp_seconds",
+                           "When the state store's current outage began (Unix time).").add(since))
+    return fams

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from hpcrun.backends.scheduler.base import PACE, SubmitUncertain, Unreachable
 from hpcrun.errors import HpcrunError, InputError
@@ -54,7 +54,7 @@ from hpcrun.operate.submission.moves import move_stuck
 from hpcrun.operate.submission.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
 from hpcrun.operate.supervision import events as campaign_events
 from hpcrun.operate.supervision import pilots as pilot_care
-from hpcrun.operate.supervision import queue_reads, round_metrics
+from hpcrun.operate.supervision import queue_reads, round_metrics, store_outage
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
 from hpcrun.operate.tracking.track import poll_store
@@ -65,9 +65,6 @@ from hpcrun.store.records import Campaign, Outage, SupervisorRecord
 from hpcrun.store.store import StateStore
 
 STALE_MIN_S = 600.0       # a heartbeat older than this (and 3 pauses) is a dead supervisor's
-# waits before each reconnection to a database that dropped the supervisor's sessions: about
-# six minutes of outage (a server restart, a failover) are ridden out before it gives up
-RECONNECT_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 60.0, 60.0, 60.0, 60.0)
 METRICS_NAME = "metrics.prom"
 
 
@@ -181,6 +178,7 @@ class Supervisor:
         self.outages: List[Outage] = []   # each daemon's last outage, as this round left them
         self.spent_since, _ = budget.turns({}, store.outages(campaign.id))   # spent before: no event again
         self.forecast_kept: Tuple[float, List[Family]] = (0.0, [])   # when made, and its families
+        self.metrics_kept: List[Family] = []   # the last round's metrics (rewritten during a store outage)
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
@@ -346,11 +344,12 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
         interval: Optional[float] = None, max_rounds: Optional[int] = None,
         metrics: Union[str, Path, None, bool] = None, take_over: bool = False,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT, on_round: Optional[Callable[[Round], None]] = None,
-        sleep: Callable[[float], None] = time.sleep) -> RunReport:
+        sleep: Callable[[float], None] = time.sleep, say: Optional[Callable[[str], None]] = None) -> RunReport:
     """Drive the campaign of ``plan_dir`` until every plan job is done or parked and the finalize job
     has ended (``follow``: keep going after that, for work unparked or retried by hand; ``once``: one
     round, for cron or scrontab). Metrics go to ``PLAN_DIR/metrics.prom`` (``metrics``: another path,
-    or False for none)."""
+    or False for none). An outage of the store is waited out however long it lasts (store_outage.py), told
+    to ``say`` (the supervisor's log), the event hook and the metrics file."""
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir)
     metrics_path = None if metrics is False else Path(metrics) if metrics else plan_dir / METRICS_NAME  # type: ignore[arg-type]
@@ -358,16 +357,19 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
     with open_plan_store(plan_dir, db) as store:
         campaign = register(store, manifest)
         started: Optional[Tuple[Supervisor, RunReport]] = None
-        outages = 0
+        outage: Optional[store_outage.Outage] = None
         while True:
             try:
                 with supervisor_lock(store.engine, store.location, campaign.name) as held:
                     if started is None:
                         started = _start(plan_dir, manifest, store, campaign, holder, take_over, lock_timeout,
                                          metrics_path)
+                        outage = _outage_of(started[0], say)
                     else:   # back after an outage: only if nobody took the campaign meanwhile
                         store.check_fences()
                     sup, report = started
+                    if outage is not None:
+                        outage.back()
                     _loop(sup, report, holder, held, once=once, follow=follow, interval=interval,
                           max_rounds=max_rounds, on_round=on_round, sleep=sleep)
                     sup.exporter.close(wait=once)   # one round from cron: record its copies before leaving
@@ -376,15 +378,30 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
                 if started is None:
                     raise SupervisorBusy(str(exc)) from None
                 raise _taken_over(store, campaign) from None
-            except (_LockLost, StateStoreError, DBAPIError) as exc:
-                if started is None or not _disconnected(store, exc) or outages >= len(RECONNECT_DELAYS_S):
+            except (store_outage.SessionLost, StateStoreError, DBAPIError, OSError) as exc:
+                if started is None or outage is None or not store_outage.is_outage(store.engine.dialect.name, exc):
                     raise
-                wait = RECONNECT_DELAYS_S[outages]
-                outages += 1
-                started[1].outages.append(f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S} {_first_line(exc)}; "
-                                          f"reconnecting in {wait:.0f} s")
+                pause = outage.wait(exc)
+                started[1].outages[:] = outage.seen
                 store.engine.dispose()   # every pooled session may be dead: start afresh
-                sleep(wait)
+                if _wait_out(pause, sleep):
+                    started[1].outcome = "stopped"
+                    return started[1]
+
+
+def _outage_of(sup: Supervisor, say: Optional[Callable[[str], None]]) -> store_outage.Outage:
+    """How this supervisor tells of its store's outages: the event hook, its log, its metrics file."""
+    def mark(since: Optional[float]) -> None:
+        if sup.metrics_path is not None:
+            round_metrics.store_down(sup, since, sup.metrics_path)
+    return store_outage.Outage(sup.events.emit, say or (lambda _text: None), mark)
+
+
+def _wait_out(pause: float, sleep: Callable[[float], None]) -> bool:
+    """The pause of an outage, in which SIGTERM or SIGINT still stops the supervisor; whether one did."""
+    with Stop() as stop:
+        stop.sleep(pause, sleep)
+        return stop.asked
 
 
 def _start(plan_dir: Path, manifest: Manifest, store: StateStore, campaign: Campaign, holder: str,
@@ -400,35 +417,11 @@ def _start(plan_dir: Path, manifest: Manifest, store: StateStore, campaign: Camp
     return sup, RunReport(campaign.name, took_over=took)
 
 
-class _LockLost(Exception):
-    """The session holding the supervisor lock is gone (a server restart, a dropped connection)."""
-
-    def __str__(self) -> str:
-        return "the database session holding the supervisor lock was dropped"
-
-
-def _disconnected(store: StateStore, exc: BaseException) -> bool:
-    """A lost server session, as opposed to a refusal: worth reconnecting for (never with SQLite)."""
-    if store.engine.dialect.name == "sqlite":
-        return False
-    seen: Optional[BaseException] = exc
-    while seen is not None:
-        if isinstance(seen, _LockLost) or (isinstance(seen, DBAPIError) and (
-                seen.connection_invalidated or isinstance(seen, (OperationalError, InterfaceError)))):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def _taken_over(store: StateStore, campaign: Campaign) -> Fenced:
     lease = store.lease(campaign.id, "supervisor")
     mine = store.fences.get("supervisor")
     return lost(store.location, mine.holder if mine else _whoami(), "supervisor",
                 lease.holder if lease else "another process")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: bool, follow: bool,
@@ -440,7 +433,7 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
     with Stop() as stop:
         while True:
             if not held.alive():
-                raise _LockLost()
+                raise store_outage.SessionLost()
             with sup.store.one_round():   # counts read once a round, not once a question
                 rnd = sup.round(len(report.rounds) + 1)
             pause = next_interval(base, pause, rnd.changed) if report.rounds else base

@@ -1,0 +1,186 @@
+"""The supervisor outlives its own store (issue 57): a real PostgreSQL server stopped mid-campaign, then started
+again. The supervisor's pauses are shortened (``STORE_WAITS_S``) so that the outage spans many more tries than
+the old give-up horizon of 11, in seconds rather than minutes: the same code path as a 20-minute outage
+(benchmarks/store_outage.py runs that one). Fake sbatch/squeue/sacct (tests/fake_slurm.py) for array mode; late
+binding's real bash pilot and agent (as tests/test_late_binding.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcrun.operate.plandir import open_plan_store
+from hpcrun.operate.supervision import store_outage
+from hpcrun.operate.supervision.supervise import run
+
+from .test_supervise import Cluster, _plan
+
+pytestmark = pytest.mark.postgres
+OUTAGE_S = 12.0
+WAITS_S = (0.2, 0.4)   # the growing pause, shortened: about 30 tries in the outage (the old horizon: 11)
+
+
+@pytest.fixture
+def own_server(monkeypatch):
+    """A PostgreSQL server of this test's own (the shared one serves other tests meanwhile), and a database."""
+    from tests import pg
+    user = pg.default_user()
+    reason = pg.why_not(user)
+    if reason:
+        if os.environ.get("HPCRUN_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (HPCRUN_REQUIRE_POSTGRES=1): {reason}")
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-outage-"))
+    monkeypatch.setattr(store_outage, "STORE_WAITS_S", WAITS_S)
+    try:
+        yield pg.fresh_database(pg.start(base, user))
+    finally:
+        pg.stop(base, user)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _hook(seen: Path) -> list:
+    return [sys.executable, "-c", "import os, sys; open(sys.argv[1], 'a').write("
+            "os.environ['HPCRUN_EVENT'] + ' ' + sys.stdin.read() + chr(10))", str(seen)]
+
+
+def _status(plan_dir: Path, url: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpcrun.cli", "status", str(plan_dir), "--db", url],
+                          capture_output=True, text=True, timeout=120)
+
+
+class Outage(threading.Thread):
+    """Stops the server, lets ``meanwhile`` run (the campaign goes on without its store), looks at what the
+    operator sees, starts the server again."""
+
+    def __init__(self, url: str, plan_dir: Path, meanwhile):
+        super().__init__(daemon=True)
+        self.url, self.plan_dir, self.meanwhile = url, plan_dir, meanwhile
+        self.seen: dict = {}
+
+    def run(self) -> None:
+        from tests import pg
+        pg.halt(self.url)
+        self.seen["halted"] = time.time()
+        try:
+            time.sleep(OUTAGE_S / 2)
+            self.meanwhile()
+            self.seen["metrics"] = (self.plan_dir / "metrics.prom").read_text()
+            self.seen["status"] = _status(self.plan_dir, self.url)
+            time.sleep(max(0.0, self.seen["halted"] + OUTAGE_S - time.time()))
+        finally:
+            pg.resume(self.url)
+            self.seen["back"] = time.time()
+
+
+def test_array_jobs_that_end_while_the_store_is_away_are_recorded_at_its_return(tmp_path, spec_factory, fake_slurm,
+                                                                               own_server):
+    url = own_server
+    seen = tmp_path / "events.txt"
+    plan_dir = _plan(tmp_path, spec_factory, events={"command": _hook(seen), "on": ["store_unreachable",
+                                                                                    "store_back"]})
+    cluster = Cluster(fake_slurm, {})
+    outage: list = []
+    rounds: list = []
+    said: list = []
+
+    def between(rnd):
+        rounds.append((time.time(), rnd))
+        if not outage:   # the jobs are out: the store goes away, and they end while it is away
+            with open_plan_store(plan_dir, url) as store:
+                c = store.get_campaign("test-campaign")
+                cluster.names = {j.slurm_id: j.job_name for j in store.job_states(c.id) if j.slurm_id}
+            assert len(cluster.names) == 3
+            outage.append(Outage(url, plan_dir, lambda: cluster.after_round(None)))
+            outage[0].start()
+
+    report = run(plan_dir, db=url, interval=1, on_round=between, sleep=time.sleep, max_rounds=30,
+                 say=said.append)
+    assert report.outcome == "finished", [r.summary() for _, r in rounds]
+    o = outage[0]
+    o.join(10)
+    tries = [s for s in said if "cannot be reached" in s]
+    assert len(tries) > 11, said          # more tries than the old horizon allowed: it did not give up
+    assert any("answers again" in s for s in said), said
+    after = [(t, r) for t, r in rounds if t > o.seen["back"]]
+    assert after and after[0][1].observed == 3, [(t - o.seen["back"], r.summary()) for t, r in after]
+    assert after[0][0] - o.seen["back"] < 2 * WAITS_S[-1] + 5   # within one round of its return
+    assert len([a for a in fake_slurm.args() if "--job-name=" in a]) == 3   # each job once, none twice
+    with open_plan_store(plan_dir, url) as store:
+        c = store.get_campaign("test-campaign")
+        assert {j.state for j in store.job_states(c.id)} == {"done"}
+    events = [line.split(" ", 1) for line in seen.read_text().splitlines()]
+    assert [e for e, _ in events] == ["store_unreachable", "store_back"], events
+    back = json.loads(events[1][1])
+    assert back["seconds"] >= OUTAGE_S - 1 and "since" in back and "back_at" in back
+    assert "hpcrun_store_up" in o.seen["metrics"] and 'hpcrun_store_up{campaign="test-campaign"} 0' in \
+        o.seen["metrics"], o.seen["metrics"]
+    st = o.seen["status"]
+    assert st.returncode not in (0, 70) and "Traceback" not in st.stderr, st.stderr
+    assert len(st.stderr.strip().splitlines()) == 1 and "cannot be reached" in st.stderr, st.stderr
+
+
+def test_late_bound_results_committed_while_the_store_is_away_are_recorded_at_its_return(tmp_path, fake_slurm,
+                                                                                        own_server):
+    """The pilot keeps claiming and committing while the store is away (it never touches it); the supervisor
+    keeps it (no fence, no new pilot), and its first round after the store's return records every result."""
+    from hpcrun.backends.late import ledger
+    from hpcrun.backends.late.queue import Queue
+
+    from .test_late_binding import _pilot, _plan as _late_plan, _spec
+
+    url = own_server
+    runs = tmp_path / "runs.txt"   # written by the chain itself, a line per run: hpcrun never writes it
+    chain = ["/bin/sh", "-c", 'echo "$0" >> "$2"; sleep 1; exec cp "$0" "$1"', "{input}", "{output}", str(runs)]
+    n = 8
+    plan = _late_plan(tmp_path, _spec(tmp_path, n, chain, jobs__pilot={
+        "walltime": "00:10:00", "slots": 2, "idle_release": "60s", "input_time": "5s"}))
+    q = Queue(plan / "queue")
+    pilots: list = []
+    outage: list = []
+    rounds: list = []
+
+    def committed() -> int:
+        return len({t for p in q.d("results").glob("*") for t in p.read_text().split()})
+
+    def meanwhile() -> None:   # the pilot works on: every input committed while the store is away
+        deadline = time.monotonic() + 60
+        while committed() < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def between(rnd):
+        rounds.append((time.time(), rnd))
+        if not pilots and q.waiting():
+            pilots.append(_pilot(plan, "900"))
+        if pilots and not outage and any(q.claims(("live",))):
+            outage.append(Outage(url, plan, meanwhile))
+            outage[0].start()
+
+    report = run(plan, db=url, interval=1, on_round=between, sleep=time.sleep, max_rounds=60)
+    assert report.outcome == "finished", [r.summary() for _, r in rounds]
+    o = outage[0]
+    o.join(10)
+    assert committed() == n
+    lines = runs.read_text().splitlines()
+    assert len(lines) == n and len(set(lines)) == n, lines   # every input run once, none twice
+    during = [r for t, r in rounds if o.seen["halted"] < t < o.seen["back"]]
+    assert not during, "a round ran while the store was away"
+    after = [(t, r) for t, r in rounds if t > o.seen["back"]]
+    assert after and after[0][1].inputs.get("done") == n, [(t - o.seen["back"], r.summary()) for t, r in after]
+    assert not list(q.d("fenced").iterdir()) and not list(q.d("ended").iterdir()), "the pilot was fenced"
+    assert len([a for a in fake_slurm.args() if "--job-name=latelocal.pilot" in a]) == 1   # no second pilot
+    assert len({r[0] for r in ledger.results(q.root)}) == n
+    with open_plan_store(plan, url) as store:
+        c = store.get_campaign("latelocal")
+        assert {s: k for s, k in store.counts_by_state(c.id).items() if k} == {"done": n}
+    pilots[0].kill()
