@@ -117,8 +117,32 @@ class SshfsMount:
                 return f[2]
         return "?"
 
+    def ssh_pids(self) -> list:
+        """The ssh client processes that carry this mount (sshfs starts one; it outlives its parent)."""
+        found = subprocess.run(["pgrep", "-f", f"^ssh .*-oPort={self.port} "], capture_output=True, text=True)
+        return [int(p) for p in found.stdout.split()]
+
+    def cut(self) -> None:
+        """The mount cut off: its ssh client stopped (SIGSTOP), so every call on it hangs, as an NFS or Lustre
+        client's does while its server fails over."""
+        import signal
+        pids = self.ssh_pids()
+        assert pids, "no ssh process under this sshfs mount"
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        self._stopped = pids
+
+    def restore(self) -> None:
+        import signal
+        for pid in getattr(self, "_stopped", []):
+            os.kill(pid, signal.SIGCONT)
+        self._stopped = []
+
     def close(self) -> None:
-        subprocess.run(["fusermount", "-u", str(self.mount_point)], capture_output=True)
+        self.restore()
+        if subprocess.run(["fusermount", "-u", str(self.mount_point)], capture_output=True).returncode:
+            subprocess.run(["fusermount", "-u", "-z", str(self.mount_point)], capture_output=True)   # busy: lazily
+        subprocess.run(["pkill", "-f", f"sshfs .*{self.mount_point}"], capture_output=True)
         self.sshd.kill()
         self.sshd.wait(timeout=10)
         shutil.rmtree(self.export, ignore_errors=True)

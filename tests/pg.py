@@ -120,6 +120,33 @@ def resume(url: str) -> None:
     start(base, user, port)
 
 
+def standby(primary: str, base: Path, user: Optional[str]) -> str:
+    """A streaming-replication standby of the server at ``primary`` (pg_basebackup -R), started in ``base``;
+    returns its URL (read-only until :func:`promote`)."""
+    from sqlalchemy.engine import make_url
+
+    bins = bindir()
+    assert bins is not None
+    base.mkdir(parents=True, exist_ok=True)
+    if user and os.geteuid() == 0:
+        shutil.chown(base, user)
+    subprocess.run([str(bins / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(make_url(primary).port), "-U", ROLE,
+                    "-D", str(base / "data"), "-R", "-X", "stream", "--no-sync"],
+                   check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
+    return start(base, user)
+
+
+def promote(url: str) -> None:
+    """The standby at ``url`` made a primary (pg_ctl promote), as a failover does."""
+    from sqlalchemy.engine import make_url
+
+    base, user = _STARTED[make_url(url).port or 5432]
+    bins = bindir()
+    assert bins is not None
+    subprocess.run([str(bins / "pg_ctl"), "-D", str(base / "data"), "-w", "-t", "60", "promote"],
+                   check=True, capture_output=True, text=True, timeout=120, **_as(user, base))
+
+
 def stop(base: Path, user: Optional[str]) -> None:
     bins = bindir()
     if bins is None or not (base / "data").exists():

@@ -40,8 +40,10 @@ def _journaled(q: Queue) -> list:
 
 
 def _poll(plan: Path):
-    """A poll as the supervisor makes it: with a folder held across its polls (a one-shot poll folds nothing)."""
-    return track.poll(plan, folder=Folder(str(plan / "run")))
+    """A poll as the supervisor's round makes it: it folds (no other poll does)."""
+    with open_plan_store(plan) as store:
+        return track.poll_store(plan, read_manifest(plan, jobs=False), store, folder=Folder(str(plan / "run")),
+                                fold_queue=True)
 
 
 def _done(tmp_path: Path, n: int) -> Path:
@@ -118,7 +120,8 @@ def test_a_fold_that_cannot_be_written_keeps_every_done_file(tmp_path, monkeypat
     assert sorted(p.name for p in q.d("done").iterdir()) == _journaled(q)
     monkeypatch.undo()
     assert _poll(plan).observed == 0   # kept as files, read as before: nothing is recorded twice
-    assert sorted(r[0] for r in ledger.results(q.root)) == _journaled(q)
+    assert list(q.d("done").iterdir()) == [], "a fold that failed was not tried again"
+    assert sorted(r[0] for r in ledger.Ledgers(q.root).lines()) == _journaled(q)
 
 
 def test_the_expected_input_time_is_read_from_folded_commits(tmp_path):
@@ -132,13 +135,74 @@ def test_the_expected_input_time_is_read_from_folded_commits(tmp_path):
     assert 3 <= int((q.root / "expected").read_text()) < 10   # the inputs' own time, not the spec's 1000 s
 
 
-def test_a_one_shot_poll_records_but_leaves_the_folding_to_the_supervisor(tmp_path):
-    """``hpcrun status`` run every few seconds must not leave a ledger of its own each time: it records, and
-    the next poll of a process that polls on (the supervisor) folds what it recorded."""
+def test_a_poll_other_than_the_supervisors_records_but_leaves_the_folding_to_it(tmp_path):
+    """``hpcrun status`` (``--wait`` too) must not leave a ledger of its own: it records, and the supervisor's
+    next round folds what it recorded."""
     plan = _done(tmp_path, 3)
     q = Queue(plan / "queue")
-    assert track.poll(plan).observed == 3 and _states(plan) == {"done": 3}
+    assert track.poll(plan, folder=Folder(str(plan / "run"))).observed == 3 and _states(plan) == {"done": 3}
     assert sorted(p.name for p in q.d("done").iterdir()) == _journaled(q)
     assert not q.d(ledger.FOLDED).exists()
     assert _poll(plan).observed == 0
     assert list(q.d("done").iterdir()) == [] and len(list(q.d(ledger.FOLDED).iterdir())) == 1
+
+
+# -- the queue alone (no pilot): what a review found ------------------------------------------------------------
+def _queue(tmp_path: Path, n: int) -> Queue:
+    q = Queue(tmp_path / "q")
+    q.make()
+    (q.d("arrays") / "L1").write_text(f"s.sh\t60\ttag\t0-{n - 1}\t\n")
+    for i in range(n):
+        (q.d("done") / f"L1_{i}").write_text(_line(f"L1_{i}"))
+    (q.d("results") / "P").write_text("".join(f"L1_{i}\n" for i in range(n)))
+    return q
+
+
+def _line(task: str, mark: str = "placed") -> str:
+    return "\t".join([task, "c" + task, "P", "0", "n1", "1.0", "2.0", "0", "COMPLETED", "1", "1", mark]) + "\n"
+
+
+def test_a_store_that_has_folded_tasks_running_reads_them_committed_not_waiting(tmp_path):
+    """Store A recorded and folded both commits; store B (restored from a backup, or a second one) has them
+    running and reads one journal line this poll: the other is found in the ledgers, never made PENDING."""
+    from hpcrun.backends.late.changes import read_changes
+    q = _queue(tmp_path, 2)
+    assert q.ledgers.fold("P", 0, 10) == 2 and list(q.d("done").iterdir()) == []
+    got = read_changes(q, {"L1_0", "L1_1"}, "store-b", lambda qid: ("tag", ""), "None", 1, lines=1)
+    assert {t: r.state for t, r in got.records.items()} == {"L1_0": "COMPLETED", "L1_1": "COMPLETED"}
+
+
+def test_release_reads_done_before_the_ledgers_so_a_fold_between_the_two_is_seen(tmp_path, monkeypatch):
+    """The fold writes the ledger, then removes done/: a release that looked at the ledgers first and at
+    done/ after could miss a fold made in between (another process's), and run the input again."""
+    q = _queue(tmp_path, 1)
+    stale = q.d("fenced") / "P"   # the pilot killed between its journal line and its token's unlink
+    stale.mkdir(parents=True)
+    (stale / "L1_0").write_text(_line("L1_0")[:-len("\tplaced\n")] + "\n")
+    real = ledger.Ledgers.committed_by
+
+    def fold_meanwhile(self, pilot, tasks):
+        ledger.Ledgers(q.root).fold("P", 0, 10)   # another process folds right now
+        return real(self, pilot, tasks)
+    monkeypatch.setattr(ledger.Ledgers, "committed_by", fold_meanwhile)
+    assert q.release() == [] and not (q.d("ready") / "L1_0").exists()
+
+
+def test_a_ledger_write_cut_short_loses_no_line_at_the_next_append(tmp_path, monkeypatch):
+    """A write that fails half-way (a quota) keeps the done/ files; what it wrote is cut off, so the next fold's
+    first line is not glued to it (and then lost with its done/ file removed)."""
+    q = _queue(tmp_path, 2)
+    real_fsync = ledger.os.fsync
+
+    def full(fd):
+        raise OSError(122, "Disk quota exceeded")
+    monkeypatch.setattr(ledger.os, "fsync", full)
+    assert q.ledgers.fold("P", 0, len("L1_0\n")) is None
+    assert (q.d("done") / "L1_0").exists()
+    monkeypatch.setattr(ledger.os, "fsync", real_fsync)
+    [led] = list(q.d(ledger.FOLDED).iterdir())
+    with open(led, "a") as f:   # and a crash's torn tail: half a line
+        f.write(_line("L1_0")[:30])
+    assert q.ledgers.fold("P", 0, 10) == 2 and list(q.d("done").iterdir()) == []
+    assert sorted(r[0] for r in ledger.Ledgers(q.root).lines()) == ["L1_0", "L1_1"]
+    assert q.result("L1_1", "P") == _line("L1_1").rstrip("\n").split("\t")

@@ -51,7 +51,7 @@ ROOMS: Dict[str, List[str]] = {
     "hpcrun.operate": ["manifest", "results", "metrics", "plandir", "campaign", "outputs", "submission",
                        "tracking", "retries", "supervision"],
     "hpcrun.plan": ["intake", "checks", "site", "values", "footprint", "job", "budget", "build", "load"],
-    "hpcrun.store": ["sql", "records", "locking", "base", "queries", "rows", "store"],
+    "hpcrun.store": ["sql", "records", "outage", "locking", "base", "queries", "rows", "store"],
     "hpcrun.iotune": ["points", "readers", "engines", "sweeps", "advice", "apply", "history", "plot", "collect"],
 }
 # Late references up the room order: (importer, imported) -> why (an import inside a function only).

@@ -28,8 +28,9 @@ class StateStoreError(HpcrunError):
     """The state database cannot be used as asked (locked, too new, inconsistent request)."""
 
 
-class StoreUnreachable(StateStoreError):
-    """The store cannot be reached now (its server or filesystem away): try again later, nothing is lost."""
+class StoreUnreachable(HpcrunError):
+    """The store cannot be reached now (its server or filesystem away): try again later, nothing is lost. Not a
+    StateStoreError, which callers take for "no such campaign" and the like: an outage must not read as that."""
 
     exit_code = 75   # EX_TEMPFAIL
 

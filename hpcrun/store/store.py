@@ -22,6 +22,7 @@ on it.
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -129,7 +130,7 @@ class StateStore(Claims, Control, Exports, Failures, Observations, Generations, 
     def _engine_for_url(text: str, allow_network_fs: bool, busy_timeout_s: float,
                         mount_table: Optional[str]) -> Tuple[Engine, str]:
         try:
-            url = make_url(text)
+            url = make_url(_hosts_in_query(text))
         except ArgumentError as exc:
             raise InputError([Problem(text, None, "", f"is not a database URL: {exc}")]) from None
         location = _display(url)
@@ -144,7 +145,9 @@ class StateStore(Claims, Control, Exports, Failures, Observations, Generations, 
             elif url.get_backend_name() == "postgresql":
                 # the server shows each session as its hpcrun process (pg_stat_activity), so that a
                 # refused lock can name its holder
-                engine = create_engine(url, pool_pre_ping=True, connect_args={"application_name": _whoami()[:63]})
+                engine = create_engine(url, pool_pre_ping=True, connect_args={
+                    "application_name": _whoami()[:63],
+                    "connect_timeout": CONNECT_TIMEOUT_S})
             else:
                 engine = create_engine(url, pool_pre_ping=True)
         except NoSuchModuleError as exc:
@@ -180,6 +183,42 @@ class StateStore(Claims, Control, Exports, Failures, Observations, Generations, 
                     pass
                 time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+# seconds libpq waits for each host (a failed primary that drops packets rather than refusing would otherwise
+# cost the kernel's two minutes before the standby is tried)
+CONNECT_TIMEOUT_S = 10
+_SEVERAL_HOSTS = re.compile(r"^(postgresql(?:\+\w+)?://)([^@/?]*@)?([^/?@]*,[^/?@]*)(/[^?]*)?(?:\?(.*))?$")
+
+
+def _hosts_in_query(text: str) -> str:
+    """libpq's URL of several hosts (``postgresql://u@a:5432,b:5433/db?target_session_attrs=read-write``, a
+    primary and its standby) as SQLAlchemy reads it: ``?host=a,b&port=5432,5433`` (passed on to libpq, which
+    tries them in turn; a host without a port gets libpq's default). Other URLs as they are."""
+    m = _SEVERAL_HOSTS.match(text)
+    if m is None:
+        return text
+    scheme, user, hosts, path, query = m.groups()
+    if query and re.search(r"(^|&)(host|port)=", query):
+        raise InputError([Problem(_display_text(text), None, "", (
+            "names its hosts twice (in the address and as ?host= or ?port=); give them once: "
+            "postgresql+psycopg://USER@HOST1:PORT1,HOST2:PORT2/DB?target_session_attrs=read-write"))])
+    names, ports = [], []
+    for one in hosts.split(","):
+        if one.startswith("["):   # [IPv6]:port
+            name, _, port = one[1:].partition("]")
+            port = port.lstrip(":")
+        else:
+            name, _, port = one.partition(":")
+        names.append(name)
+        ports.append(port)
+    extra = f"host={','.join(names)}" + (f"&port={','.join(ports)}" if any(ports) else "")
+    return f"{scheme}{user or ''}{path or '/'}?{extra}{'&' + query if query else ''}"
+
+
+def _display_text(text: str) -> str:
+    """A URL as given, its password hidden."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", text)
 
 
 def open_store(target: Union[str, os.PathLike], **options: Any) -> StateStore:

@@ -26,6 +26,7 @@ from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tu
 
 from hpcrun.backends.late import layout as L
 from hpcrun.backends.late.figures import _seconds
+from hpcrun.backends.late.ledger import journals_of
 from hpcrun.backends.late.queue import Claim, Queue, _local_time, epoch
 from hpcrun.backends.scheduler.base import Record
 
@@ -126,8 +127,8 @@ class Changes:
         read again at every poll until it is recorded (the lines after it are not held up). Whether more new
         lines may wait (the read was full). Written only when it moved (a read every second of a quiet
         campaign writes nothing on the shared filesystem). ``fold``: the commits recorded up to the cursor
-        folded too (a process that polls on and on: a one-shot poll leaves them to it, lest each ``status``
-        leave a ledger of its own)."""
+        folded too (the supervisor's round alone: the one process that also releases fenced pilots' claims,
+        so it reads its own ledgers, and no ``status`` leaves a ledger of its own)."""
         before = (dict(self.cursor.journals), set(self.cursor.cancelled), list(self.cursor.held),
                   dict(self.cursor.folded))
         unknown = set(unknown) | self.unread
@@ -148,11 +149,14 @@ class Changes:
 
     def _fold(self, unknown: Collection[str]) -> None:
         """The commits recorded now folded out of ``done/`` (ledger.py): those the journals name up to the
-        cursor, but a task the store did not take (its line is held, read again by its journal)."""
+        cursor or to its first held line (folded once it is recorded); a fold that could not be written is
+        tried again at the next round."""
+        held: Dict[str, int] = {}
+        for name, start, _end in self.cursor.held:
+            held[name] = min(start, held.get(name, start))
         for name, end in self.cursor.journals.items():
-            start = self.cursor.folded.get(name, 0)
-            if end > start:
-                self.q.ledgers.fold(name, start, end, unknown)
+            start, end = self.cursor.folded.get(name, 0), min(end, held.get(name, end))
+            if end > start and self.q.ledgers.fold(name, start, end, unknown) is not None:
                 self.cursor.folded[name] = end
 
 
@@ -182,10 +186,14 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
             out.stuck.append((name, start, end))
     out.lines = _new_lines(q, cur, lines)
     out.full = sum(len(got) for got in out.lines.values()) >= lines
+    folded: Dict[str, List[str]] = {}   # journal -> the tasks it names whose done/ file is gone: folded
     for line in out.again + [line for got in out.lines.values() for line in got]:
-        for task in line.tasks:
-            if not _committed(q, task, describe, chains, out.records, known, line.journal):   # names only commits
-                out.unread.add(task)
+        for task in line.tasks:   # a line names only commits
+            if not _committed(q, task, describe, chains, out.records, known):
+                folded.setdefault(line.journal, []).append(task)
+    for journal, tasks in folded.items():   # one read of that journal's ledgers for all of them
+        found = q.ledgers.find(tasks, journals_of(journal))
+        out.unread |= {t for t in tasks if not _committed(q, t, describe, chains, out.records, known, found.get(t))}
     for name in set(L.entries(q.d("cancelled"))) - cur.cancelled:
         held_there = out.entries[name] = _held_by(q, name)
         for task in held_there:
@@ -193,19 +201,37 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
                 out.unread.add(task)
             elif task not in out.records:
                 out.records[task] = waiting_record(task, d[0], "", "CANCELLED")
+    _running_unclaimed(q, running, claims, out, describe, chains, known, held)
+    return out
+
+
+def _running_unclaimed(q: Queue, running: Collection[str], claims: Collection[str], out: Changes,
+                       describe: Described, chains: int, known: Sequence[str], held: str) -> None:
+    """The tasks the store has running that no pilot holds: committed (in done/, or folded: a store whose
+    cursor passed their lines, or another store's fold), cancelled, or back to waiting."""
+    left: Dict[str, str] = {}
     for task in running:   # (a task a journal names committed, even if its result cannot be read yet)
         if task in claims or task in out.records or task in out.unread or not (d := describe(task.rpartition("_")[0])):
             continue
         if not _committed(q, task, describe, chains, out.records, known):
-            cancelled = (q.d("cancelled") / task).exists()
-            out.records[task] = waiting_record(task, d[0], held, "CANCELLED" if cancelled else "PENDING")
-    return out
+            left[task] = d[0]
+    if not left:
+        return
+    waiting = q.waiting()
+    cancelled = {t for t in left if (q.d("cancelled") / t).exists()}
+    gone = [t for t in left if t not in cancelled and int(t.rpartition("_")[2]) not in waiting.get(
+        t.rpartition("_")[0], ())]
+    found = q.ledgers.find(gone) if gone else {}   # neither waiting nor cancelled: a read of the ledgers
+    for task, tag in left.items():
+        if not _committed(q, task, describe, chains, out.records, known, found.get(task)):
+            out.records[task] = waiting_record(task, tag, held, "CANCELLED" if task in cancelled else "PENDING")
 
 
 def _committed(q: Queue, task: str, describe: Described, chains: int, into: Dict[str, Record],
-               known: Sequence[str], journal: Optional[str] = None) -> bool:
+               known: Sequence[str], res: Optional[List[str]] = None) -> bool:
+    """A committed task's record into ``into``: read from done/, or given (``res``: its folded result)."""
     d = describe(task.rpartition("_")[0])
-    res = q.committed(task, d[1], known, journal) if d else None
+    res = q.committed(task, d[1], known, res=res) if d else None
     if d is None or res is None:
         return False
     into[task] = commit_record(task, d[0], res, chains)

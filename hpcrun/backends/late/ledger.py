@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Collection, Dict, Iterator, List, Optional, Set, Tuple
+from typing import BinaryIO, Collection, Dict, Iterator, List, Optional, Set, Tuple
 
 from hpcrun.backends.late import layout as L
 
 FOLDED = "folded"
 RELEASED = "released-"   # the journal the supervisor writes for a fenced pilot's commit it stopped before naming
 FIELDS = 12              # a committed result once its outputs were placed: the only kind folded
+TAIL_MAX = 1 << 16       # a ledger's last bytes read to find its last whole line (a line is ~150 bytes)
 
 
 def journals_of(pilot_or_journal: str) -> Tuple[str, str]:
@@ -40,12 +41,12 @@ class Ledgers:
     def __init__(self, root: Path):
         self.dir = root / FOLDED
         self.root = root
+        self._names: Optional[List[str]] = None   # folded/ as listed once
 
-    def fold(self, journal: str, start: int, end: int, skip: Collection[str] = ()) -> int:
+    def fold(self, journal: str, start: int, end: int, skip: Collection[str] = ()) -> Optional[int]:
         """The commits that ``journal`` names between bytes ``start`` and ``end`` (recorded: the caller's cursor is
-        past them) folded, but those in ``skip`` and those whose outputs are not placed yet; how many. A failed
-        write or sync keeps every ``done/`` file of this call (the next poll does not fold them again: they stay
-        files, read as before)."""
+        past them) folded, but those in ``skip`` and those whose outputs are not placed yet; how many, or None
+        when the ledger could not be written (every ``done/`` file of this call kept: try again)."""
         lines: List[str] = []
         paths: List[Path] = []
         for task in _names(self.root / "results" / journal, start, end):
@@ -54,7 +55,7 @@ class Ledgers:
             path = self.root / "done" / task
             text = L.read(path)
             fields = text.rstrip("\n").split("\t")
-            if not text.endswith("\n") or len(fields) < FIELDS or not fields[11]:
+            if not text.endswith("\n") or len(fields) != FIELDS or not _marked(fields[11]):
                 continue   # gone (folded before: a crash before the cursor moved), or not placed: stays a file
             lines.append(text)
             paths.append(path)
@@ -63,32 +64,43 @@ class Ledgers:
         try:
             self._append(journal, "".join(lines))
         except OSError:
-            return 0
+            return None
         for path in paths:
             try:
                 os.unlink(path)
             except FileNotFoundError:
-                pass   # folded by another process meanwhile (its copy is synced too)
+                pass
         return len(paths)
 
     def _append(self, journal: str, text: str) -> None:
-        """Appended to this process's ledger of the journal (named by host and pid: every poll of a supervisor
+        """Appended to this process's ledger of the journal (named by host and pid: every round of a supervisor
         appends to the same file, however many Queue objects it makes), synced; a new file's name synced too,
-        before a done/ file it stands for goes."""
+        before a done/ file it stands for goes. A write cut short (a quota, a full disk) is cut off again, so
+        that the next append starts on a line of its own."""
         self.dir.mkdir(exist_ok=True)
         path = self.dir / f"{journal}@{socket.gethostname()}.{os.getpid()}"
         new = not path.exists()
-        with open(path, "a") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(path, "wb" if new else "r+b") as f:
+            size = _whole_lines(f)
+            f.truncate(size)
+            f.seek(size)
+            try:
+                f.write(text.encode())
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                f.truncate(size)
+                raise
         if new:
             _sync_dir(self.dir)
+            self._names = None
 
     def files(self, journals: Optional[Collection[str]] = None) -> List[Path]:
-        """The ledgers (of these journals only), oldest first by name within a journal."""
-        names = sorted(L.entries(self.dir))
-        return [self.dir / n for n in names if "@" in n and (journals is None or n.rpartition("@")[0] in journals)]
+        """The ledgers (of these journals only); ``folded/`` listed once for this object's life (a poll: the
+        supervisor, the one process that folds, sees its own files)."""
+        if self._names is None:
+            self._names = sorted(n for n in L.entries(self.dir) if "@" in n)
+        return [self.dir / n for n in self._names if journals is None or n.rpartition("@")[0] in journals]
 
     def lines(self, journals: Optional[Collection[str]] = None, tail: int = 0) -> Iterator[List[str]]:
         """Every folded result (a task folded by two processes: each copy), streamed; ``tail``: only from the
@@ -104,7 +116,7 @@ class Ledgers:
                     for raw in f:
                         line = raw.decode(errors="replace")
                         fields = line.rstrip("\n").split("\t")
-                        if line.endswith("\n") and len(fields) >= FIELDS:
+                        if line.endswith("\n") and len(fields) == FIELDS and _marked(fields[11]):
                             yield fields
             except OSError:
                 continue
@@ -129,6 +141,18 @@ class Ledgers:
         return set(self.find(tasks, journals_of(pilot)))
 
 
+def _whole_lines(f: BinaryIO) -> int:
+    """Where a file's last whole line ends (a write a crash cut short leaves a tail without its newline)."""
+    size = f.seek(0, os.SEEK_END)
+    if not size:
+        return 0
+    f.seek(max(0, size - TAIL_MAX))
+    tail = f.read()
+    if tail.endswith(b"\n"):
+        return size
+    return size - len(tail) + tail.rfind(b"\n") + 1
+
+
 def _names(journal: Path, start: int, end: int) -> List[str]:
     """The task names of a journal's whole lines between two offsets."""
     try:
@@ -138,6 +162,10 @@ def _names(journal: Path, start: int, end: int) -> List[str]:
     except OSError:
         return []
     return data[:data.rfind(b"\n") + 1].decode(errors="replace").split()
+
+
+def _marked(mark: str) -> bool:
+    return mark == "placed" or mark.startswith("unplaced:")
 
 
 def _sync_dir(path: Path) -> None:

@@ -361,9 +361,11 @@ class Queue:
             base = self.d("fenced") / pilot
             L.settle(self.d("backlog"), base)
             tokens = [t for t in _entries(base) if "_" in t and "." not in t]
-            folded = self.ledgers.committed_by(pilot, [t for t in tokens if not (self.d("done") / t).exists()])
+            # done/ read before the ledgers, never after: a fold writes its ledger before it removes the file
+            unseen = {t for t in tokens if not (self.d("done") / t).exists()}
+            folded = self.ledgers.committed_by(pilot, unseen)
             for task in tokens:
-                if task in folded or (self.d("done") / task).exists():   # the stalled pilot may still append
+                if task not in unseen or task in folded:   # committed: the stalled pilot may still append
                     with open(self.d("results") / f"released-{pilot}", "a") as journal:
                         journal.write(task + "\n")
                     continue

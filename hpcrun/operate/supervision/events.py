@@ -20,6 +20,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from hpcrun.operate.manifest import Manifest
 
 DEFAULT_STALL_S = 6 * 3600.0
+# told while the plan directory's own filesystem may be the one away (a hung mount): the hook runs from
+# OUTSIDE, not from the plan directory, lest it hang in its first step
+AWAY = ("store_unreachable",)
+OUTSIDE = "/"
 LOG_NAME = "events.log"
 
 
@@ -56,7 +60,8 @@ class Hook:
                "HPCRUN_PLAN_DIR": str(self.plan_dir)}
         try:
             proc = subprocess.run(list(self.command), input=body, capture_output=True, text=True, env=env,
-                                  timeout=self.timeout_s, cwd=self.plan_dir, check=False)
+                                  timeout=self.timeout_s, cwd=OUTSIDE if event in AWAY else self.plan_dir,
+                                  check=False)
         except subprocess.TimeoutExpired:
             return -1, f"killed after {self.timeout_s:.0f} s"
         except OSError as exc:

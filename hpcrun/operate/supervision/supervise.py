@@ -58,7 +58,7 @@ from hpcrun.operate.supervision import queue_reads, round_metrics, store_outage
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
 from hpcrun.operate.tracking.track import poll_store
-from hpcrun.store.base import StateStoreError, _whoami
+from hpcrun.store.base import StateStoreError, StoreUnreachable, _whoami
 from hpcrun.store.locking.fence import Fenced, lost
 from hpcrun.store.locking.lock import Held, LockTimeout, supervisor_lock
 from hpcrun.store.records import Campaign, Outage, SupervisorRecord
@@ -209,7 +209,7 @@ class Supervisor:
     def round(self, number: int) -> Round:
         self.follow_plan()
         # rides out daemons that do not answer
-        status = poll_store(self.plan_dir, self.manifest, self.store, folder=self.folder)
+        status = poll_store(self.plan_dir, self.manifest, self.store, folder=self.folder, fold_queue=True)
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
         waited = False
         try:
@@ -354,7 +354,7 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
     manifest = read_manifest(plan_dir)
     metrics_path = None if metrics is False else Path(metrics) if metrics else plan_dir / METRICS_NAME  # type: ignore[arg-type]
     holder = _whoami()
-    with open_plan_store(plan_dir, db) as store:
+    with open_plan_store(plan_dir, db) as store, store_outage.Watch(store.engine) as watch:
         campaign = register(store, manifest)
         started: Optional[Tuple[Supervisor, RunReport]] = None
         outage: Optional[store_outage.Outage] = None
@@ -364,29 +364,31 @@ def run(plan_dir: Union[str, Path], *, db: Optional[str] = None, once: bool = Fa
                     if started is None:
                         started = _start(plan_dir, manifest, store, campaign, holder, take_over, lock_timeout,
                                          metrics_path)
-                        outage = _outage_of(started[0], say)
+                        outage = watch.tell(_outage_of(started[0], say))
                     else:   # back after an outage: only if nobody took the campaign meanwhile
                         store.check_fences()
                     sup, report = started
-                    if outage is not None:
-                        outage.back()
-                    _loop(sup, report, holder, held, once=once, follow=follow, interval=interval,
-                          max_rounds=max_rounds, on_round=on_round, sleep=sleep)
+                    _loop(sup, report, holder, held, once=once, follow=follow, interval=interval, max_rounds=max_rounds,
+                          on_round=store_outage.after_round(outage, watch, on_round), sleep=sleep)
                     sup.exporter.close(wait=once)   # one round from cron: record its copies before leaving
                 return report
             except LockTimeout as exc:
                 if started is None:
                     raise SupervisorBusy(str(exc)) from None
-                raise _taken_over(store, campaign) from None
-            except (store_outage.SessionLost, StateStoreError, DBAPIError, OSError) as exc:
+                if outage is None or outage.since is None or not store_outage.lease_still_mine(store, campaign.id):
+                    raise _taken_over(store, campaign) from None
+                why: BaseException = store_outage.SessionLost()   # our own old session, still held by the server
+            except (store_outage.SessionLost, StateStoreError, StoreUnreachable, DBAPIError, OSError) as exc:
                 if started is None or outage is None or not store_outage.is_outage(store.engine.dialect.name, exc):
                     raise
-                pause = outage.wait(exc)
-                started[1].outages[:] = outage.seen
-                store.engine.dispose()   # every pooled session may be dead: start afresh
-                if _wait_out(pause, sleep):
-                    started[1].outcome = "stopped"
-                    return started[1]
+                why = exc
+            pause = outage.wait(why)
+            started[1].outages[:] = outage.seen
+            store.engine.dispose()   # every pooled session may be dead: start afresh
+            if store_outage.wait_out(pause, sleep):
+                started[0].exporter.close(wait=False)
+                started[1].outcome = "stopped"
+                return started[1]
 
 
 def _outage_of(sup: Supervisor, say: Optional[Callable[[str], None]]) -> store_outage.Outage:
@@ -395,13 +397,6 @@ def _outage_of(sup: Supervisor, say: Optional[Callable[[str], None]]) -> store_o
         if sup.metrics_path is not None:
             round_metrics.store_down(sup, since, sup.metrics_path)
     return store_outage.Outage(sup.events.emit, say or (lambda _text: None), mark)
-
-
-def _wait_out(pause: float, sleep: Callable[[float], None]) -> bool:
-    """The pause of an outage, in which SIGTERM or SIGINT still stops the supervisor; whether one did."""
-    with Stop() as stop:
-        stop.sleep(pause, sleep)
-        return stop.asked
 
 
 def _start(plan_dir: Path, manifest: Manifest, store: StateStore, campaign: Campaign, holder: str,

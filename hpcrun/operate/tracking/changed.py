@@ -33,8 +33,8 @@ def follows_changes(poller: Poller) -> bool:
 def observe_changes(poller: Poller, store: StateStore, campaign_id: int,
                     extra: Sequence[Tuple[str, dt.datetime]]) -> Observed:
     """The changes to record and the jobs that ended (as ``Poller.observe``), the seconds spent asking,
-    and what moves the queue's cursor on once they are recorded (and, for a process that folds across its
-    polls, folds what was recorded out of ``done/``: ledger.py)."""
+    and what moves the queue's cursor on once they are recorded (and, in the supervisor's round, folds what
+    was recorded out of ``done/``: ledger.py)."""
     sched = poller.sched
     assert isinstance(sched, Pilots)
     t0 = time.monotonic()
@@ -94,4 +94,4 @@ def record_changes(poller: Poller, store: StateStore, campaign_id: int,
     ended = [(a, raw) for a, raw in ended if a.id in recorded]
     provenance.record_outcomes(store, campaign_id, poller.job_dir, poller.qa_outcomes(ended), ended)
     fold_completed(folder, poller, changes, ended)
-    return len(recorded), len(ended), advance(folder is not None)
+    return len(recorded), len(ended), advance(False)   # the next round folds what this recorded

@@ -410,15 +410,15 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
 
 
 def poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool = False,
-               folder: Optional[Folder] = None) -> StatusReport:
+               folder: Optional[Folder] = None, fold_queue: bool = False) -> StatusReport:
     """``poll`` on a plan directory already open (retry and submit reuse their manifest and store); the
     supervisor passes its ``folder`` (see folding.fold_completed)."""
     with bulk():   # a poll of 10^5 ended jobs makes ~10 objects each: no collector passes over them
-        return _poll_store(plan_dir, manifest, store, all_jobs, folder)
+        return _poll_store(plan_dir, manifest, store, all_jobs, folder, fold_queue)
 
 
 def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool,
-                folder: Optional[Folder]) -> StatusReport:
+                folder: Optional[Folder], fold_queue: bool = False) -> StatusReport:
     try:
         campaign = store.get_campaign(manifest.campaign)
     except StateStoreError:
@@ -441,7 +441,7 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
     fold_completed(folder, poller, changes, ended)
     if late:
-        advance(folder is not None)   # recorded: the cursor moves past what was read (a one-shot poll folds nothing)
+        advance(fold_queue)   # recorded: the cursor moves past what was read (the supervisor's round folds too)
     if fin is not None:
         observe_finalize(poller, store, fin)
     report = _report(campaign.name, store, campaign.id, all_jobs, poller.waiting, bool(manifest.export))
