@@ -139,12 +139,7 @@ def pg_server():
     if given:
         yield given
         return
-    user = pg.default_user()
-    reason = pg.why_not(user)
-    if reason:
-        if os.environ.get("HPCRUN_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required here (HPCRUN_REQUIRE_POSTGRES=1): {reason}")
-        pytest.skip(reason)
+    user = pg.user_or_skip()
     import tempfile
     base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-"))
     try:

@@ -52,6 +52,19 @@ def why_not(user: Optional[str]) -> str:
     return ""
 
 
+def user_or_skip() -> Optional[str]:
+    """Who runs a test's server; where none can run, the test skips with the reason (fails under
+    HPCRUN_REQUIRE_POSTGRES=1, set by tests/run-all.sh)."""
+    import pytest
+    user = default_user()
+    reason = why_not(user)
+    if reason:
+        if os.environ.get("HPCRUN_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required here (HPCRUN_REQUIRE_POSTGRES=1): {reason}")
+        pytest.skip(reason)
+    return user
+
+
 def _as(user: Optional[str], base: Path) -> Dict[str, str]:
     """Run as ``user`` (as root), in ``base``: the checkout may be a directory that user cannot enter."""
     return {"cwd": str(base), **({"user": user} if user and os.geteuid() == 0 else {})}

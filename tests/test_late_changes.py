@@ -39,9 +39,9 @@ def _counted(monkeypatch) -> list:
     seen: list = []
     real = Queue.committed
 
-    def committed(self, task, outputs, known=None, journal=None, res=None):
+    def committed(self, task, outputs, known=None, res=None):
         seen.append(task)
-        return real(self, task, outputs, known, journal, res)
+        return real(self, task, outputs, known, res)
     monkeypatch.setattr(Queue, "committed", committed)
     return seen
 

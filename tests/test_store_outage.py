@@ -35,12 +35,7 @@ WAITS_S = store_outage.STORE_WAITS_S if os.environ.get("HPCRUN_OUTAGE_REAL_WAITS
 def own_server(monkeypatch):
     """A PostgreSQL server of this test's own (the shared one serves other tests meanwhile), and a database."""
     from tests import pg
-    user = pg.default_user()
-    reason = pg.why_not(user)
-    if reason:
-        if os.environ.get("HPCRUN_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required here (HPCRUN_REQUIRE_POSTGRES=1): {reason}")
-        pytest.skip(reason)
+    user = pg.user_or_skip()
     base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-outage-"))
     monkeypatch.setattr(store_outage, "STORE_WAITS_S", WAITS_S)
     try:
@@ -196,12 +191,7 @@ def primary_and_standby(monkeypatch):
     from sqlalchemy.engine import make_url
 
     from tests import pg
-    user = pg.default_user()
-    reason = pg.why_not(user)
-    if reason:
-        if os.environ.get("HPCRUN_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required here (HPCRUN_REQUIRE_POSTGRES=1): {reason}")
-        pytest.skip(reason)
+    user = pg.user_or_skip()
     bases = [Path(tempfile.mkdtemp(prefix=f"hpcrun-pg-{role}-")) for role in ("primary", "standby")]
     monkeypatch.setattr(store_outage, "STORE_WAITS_S", WAITS_S)
     try:

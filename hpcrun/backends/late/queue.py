@@ -291,13 +291,13 @@ class Queue:
         return self.ledgers.find((task,), journals_of(journal)).get(task)
 
     def committed(self, task: str, outputs: str, known: Optional[Sequence[str]] = None,
-                  journal: Optional[str] = None, res: Optional[List[str]] = None) -> Optional[List[str]]:
+                  res: Optional[List[str]] = None) -> Optional[List[str]]:
         """A task's committed result with its outputs in place (placed now if they were not yet): the
         record's twelve fields and, thirteenth, why the input failed after its commit ("" if it did not).
         ``outputs``: its submission's outputs location, looked at first; ``known``: every location (read once by
-        a reader of thousands of commits; else read here); ``journal``: the one naming it (a folded one is found);
-        ``res``: its result, read already."""
-        res = self.result(task, journal) if res is None else res
+        a reader of thousands of commits; else read here); ``res``: its result, read already (a folded one:
+        from its ledger)."""
+        res = self.result(task) if res is None else res
         if res is None:
             return None
         res = (res + [""] * 12)[:12]
