@@ -356,3 +356,21 @@ def test_pilots_claim_their_nodes_hinted_inputs_and_leave_the_others_to_their_no
     assert len(results) == 8, logs
     for task, r in results.items():
         assert r[4] == near[task], (task, r, logs)   # the node that ran it is the one its cache is on
+
+
+def test_a_first_round_asks_the_accounting_nothing(tmp_path, monkeypatch):
+    """No pilot submitted yet nor seen in the queue: the round submits the pilots without asking the accounting
+    for pilots of the campaign's name first (a tenth of a second before the first claim); once submitted, it asks."""
+    import datetime as dt
+
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", 'exec cp "$0" "$1"', "{input}", "{output}"]))
+    sched = _pilots(plan)
+    inner = next(iter(sched.scheds.values()))
+    asked: List[int] = []
+    monkeypatch.setattr(inner, "records", lambda *a, **k: asked.append(1) or {})
+    monkeypatch.setattr(inner, "submit", lambda *a, **k: "77")
+    since = dt.datetime.now(dt.timezone.utc)
+    first = sched.tend(since=since, settled=False, paused=False, spent=False, work=2)
+    assert asked == [] and first.added == 1, first
+    sched.tend(since=since, settled=False, paused=False, spent=False, work=2)
+    assert asked == [1]

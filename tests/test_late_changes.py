@@ -331,3 +331,34 @@ def test_a_held_range_is_read_again_whole(tmp_path):
     assert set(got.records) == {"L1_0", "L1_1"}
     got.advance(set())
     assert Cursor.load(q, "store").held == []
+
+
+def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(monkeypatch):
+    """Once every input left may be running (no more than the running pilots' slots), the end may come at any moment:
+    the queue is read every FAST_TICK_S instead of every TICK_S, for at most FAST_FOR_S; the pause's slices follow."""
+    from types import SimpleNamespace
+
+    from hpcrun.operate.supervision import queue_reads
+    from hpcrun.operate.supervision.stopping import Stop
+
+    now = [1000.0]
+    monkeypatch.setattr(queue_reads.time, "monotonic", lambda: now[0])
+    sup = SimpleNamespace(manifest=SimpleNamespace(pilots={"queue": "q"}), left=30, tick_ends=0, slots=24,
+                          near_since=None)
+    assert queue_reads.tick_s(sup) == queue_reads.TICK_S and sup.near_since is None   # 30 left, 24 slots
+    sup.tick_ends = 10
+    assert queue_reads.tick_s(sup) == queue_reads.FAST_TICK_S < queue_reads.TICK_S   # 20 left: none waits
+    now[0] += queue_reads.FAST_FOR_S - 1
+    assert queue_reads.tick_s(sup) == queue_reads.FAST_TICK_S
+    now[0] += 2
+    assert queue_reads.tick_s(sup) == queue_reads.TICK_S   # a last input of hours is not watched so
+    for left, ends, slots in ((20, 20, 24), (20, 0, 0)):   # nothing left; no pilot running
+        sup.left, sup.tick_ends, sup.slots, sup.near_since = left, ends, slots, None
+        assert queue_reads.tick_s(sup) == queue_reads.TICK_S
+    sup.manifest.pilots = None   # array mode: no queue to read
+    sup.left, sup.tick_ends, sup.slots = 20, 0, 24
+    assert queue_reads.tick_s(sup) == queue_reads.TICK_S
+    slept: list = []
+    stop = Stop()
+    stop.sleep(1.0, slept.append, lambda: False, lambda: 0.25)
+    assert slept == [0.25] * 4

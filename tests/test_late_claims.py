@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcrun.backends.late.agent import Agent
 from hpcrun.backends.late.queue import Queue
-from hpcrun.backends.late.runs import CLAIM_HEADER
+from hpcrun.backends.late.runs import CLAIM_HEADER, shares
 
 from .test_late_binding import _claimed, _enqueue, _pilot, _pilots, _plan, _results, _spec, _wait
 
@@ -197,3 +198,34 @@ def _claims_run(plan, pilot):
     """The claims' headers in the pilot's slot logs (a run of the script each): the ids each ran."""
     return [line for log in (plan / "run" / "pilots" / pilot / "claims").glob("*.log")
             for line in log.read_text().splitlines() if line.startswith(CLAIM_HEADER)]
+
+
+
+def test_slots_freed_together_take_one_claim_between_them(tmp_path, monkeypatch):
+    """A pilot's free slots claim together: one claim (one split of a backlog chunk) dealt out between them, not a
+    claim each, so slots freed at once start at once; fewer tasks than slots leave the other slots free."""
+    q = Queue(tmp_path / "queue")
+    q.make()
+    agent = Agent(q.root, "p", "n1", 4, 1e12, 60, 10, 0, 5, 600, 10, "", tmp_path / "run")   # 10 s: one a claim
+    asked, started = [], {}
+    offer = [[f"L1_{i}" for i in range(4)], [], ["L1_4", "L1_5"]]
+    monkeypatch.setattr(agent, "_claim", lambda n: asked.append(n) or offer.pop(0))
+    monkeypatch.setattr(agent, "_start", lambda tasks, slot: started.update({slot: tasks}) or agent.running.update(
+        {slot: object()}))
+    agent._fill()
+    assert asked == [4] and started == {s: [f"L1_{s}"] for s in range(4)}
+    agent.running.clear()
+    started.clear()
+    agent._fill()   # nothing to claim: no slot started, the next look later
+    assert asked == [4, 4] and started == {} and agent.next_look > time.monotonic()
+    agent.next_look = 0
+    agent.recent.extend([0.1] * 5)   # inputs of 0.1 s: 20 a claim, 80 asked for four slots; two came, 40 for two
+    offer.append([])
+    agent._fill()
+    assert asked == [4, 4, 80, 40] and started == {0: ["L1_4"], 1: ["L1_5"]}
+
+
+def test_a_claim_is_dealt_out_evenly_in_order():
+    assert shares(["a", "b", "c", "d", "e"], 2) == [["a", "b", "c"], ["d", "e"]]
+    assert shares(["a", "b"], 4) == [["a"], ["b"]]
+    assert shares([], 3) == []

@@ -212,10 +212,8 @@ class Agent:
                 self.log(why)
             self.draining = True
             return
-        for slot in free:
-            if self.stopping:
-                return
-            tasks = self._claim(self._claim_size())
+        while free and not self.stopping:
+            tasks = self._claim(self._claim_size() * len(free))   # for every free slot: one split, dealt out
             if not tasks:   # nothing left: the campaign's end (queue/stop) is looked at now, not at the next beat
                 self.flags["stop"] = self.flags.get("stop") or (self.queue / "stop").exists()
                 self.next_look = time.monotonic() + NAPS[self.nap]
@@ -223,9 +221,12 @@ class Agent:
                 return
             self.nap = 0
             self.idle_since = time.monotonic()
-            self._start(tasks, slot)
-            if slot not in self.running:   # not started (no descriptor, cancelled): look again later
+            dealt = list(zip(free, R.shares(tasks, len(free))))
+            for slot, share in dealt:
+                self._start(share, slot)
+            if any(slot not in self.running for slot, _ in dealt):   # not started (no descriptor): look again later
                 return
+            free = [s for s in range(self.slots) if s not in self.running]
         self.next_look = time.monotonic() + 0.05
 
     def _claim(self, n: int) -> List[str]:
@@ -468,7 +469,6 @@ class Agent:
             shutil.rmtree(self.me, ignore_errors=True)
         self.log("pilot ends")
         return 0
-
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -328,9 +328,9 @@ class Pilots(Scheduler):
         """One cluster's pilots this round; on a campaign of several, a cluster that does not answer is down
         (the others go on) and its maintenance windows are asked."""
         sched = self.scheds[seat.cluster]
-        try:
+        try:   # none submitted here nor seen (a first round): nothing of ours to ask the accounting for
             records = self._ours(sched.records([], sched.since_text(since), names=[self.config.name],
-                                               in_flight=self._running_pilots(seat)), seat)
+                                               in_flight=self._running_pilots(seat)), seat) if self._any(seat) else {}
         except Unreachable as exc:
             if not self.config.several:
                 raise
@@ -371,6 +371,10 @@ class Pilots(Scheduler):
             if len(parts) >= 3 and (parts[3] if len(parts) > 3 else first) == (seat.cluster or ""):
                 rows.append(parts)
         return rows
+
+    def _any(self, seat: PilotSeat) -> bool:
+        """Whether this cluster may hold a pilot of ours: one was submitted to it, or one is in the queue."""
+        return bool(self._submitted(seat)) or any(self.q.pilots(d) for d in ("live", "fenced", "ended"))
 
     def _ours(self, records: Mapping[str, Record], seat: PilotSeat) -> Dict[str, Record]:
         """The pilots of this queue on this cluster: submitted by it, or seen in it (an earlier plan of a

@@ -204,3 +204,16 @@ def count_ops(counts: Dict[str, int]) -> None:
     for name in METADATA:
         setattr(os, name, counted(name, getattr(os, name)))
     builtins.open = counted("open", builtins.open)
+
+
+def shares(tasks: List[str], slots: int) -> List[List[str]]:
+    """A claim for several free slots dealt out evenly, in order: each slot one share, no share empty (fewer
+    tasks than slots: one each, the other slots left free)."""
+    n = min(slots, len(tasks))
+    base, extra = divmod(len(tasks), n) if n else (0, 0)
+    out, at = [], 0
+    for k in range(n):
+        size = base + (1 if k < extra else 0)
+        out.append(tasks[at:at + size])
+        at += size
+    return out

@@ -75,9 +75,10 @@ def tend_all(store: StateStore, campaign_id: int, scheds: List[Scheduler], *, se
             store.audit(campaign_id, "pilot", f"{care.failing} pilot(s) failed within a minute of their start in "
                                               "the last 10 minutes: no new pilot until that changes; see their "
                                               f"logs ({sched.config.name}-<id>.out in the plan's logs/)")
-        shown = {**care.pilots, "submitted": care.added, "fenced": len(care.fenced),
-                 "returned": len(care.returned), "spent": care.spent, "failing": care.failing,
-                 "down": [c for c, _why in care.down], "handed": sum(n for _c, n, _a in care.handed)}
+        shown = {**care.pilots, "slots": care.pilots["running"] * sched.config.slots, "submitted": care.added,
+                 "fenced": len(care.fenced), "returned": len(care.returned), "spent": care.spent,
+                 "failing": care.failing, "down": [c for c, _why in care.down],
+                 "handed": sum(n for _c, n, _a in care.handed)}
     return shown
 
 

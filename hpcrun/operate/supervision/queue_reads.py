@@ -16,11 +16,26 @@ from hpcrun.operate.tracking.track import record_queue
 
 # how often; a read with nothing changed costs a few metadata operations and writes nothing (2 ms at 10^6)
 TICK_S = 1.0
+# ... and while every input left may be running (no more than the running pilots' slots): the end may come at any
+# moment, so the queue is read this often, for at most FAST_FOR_S (a last input of hours is not watched so)
+FAST_TICK_S = 0.2
+FAST_FOR_S = 120.0
 
 
 def open_jobs(jobs: Dict[str, int]) -> int:
     """Plan jobs pending or in flight."""
     return jobs["pending"] + sum(jobs[s] for s in IN_FLIGHT)
+
+
+def tick_s(sup: Any) -> float:
+    """How long until the next read: FAST_TICK_S once no input may be waiting for a slot (the end is near), for
+    FAST_FOR_S after that began; TICK_S otherwise."""
+    now = time.monotonic()
+    if not (sup.manifest.pilots and 0 < sup.left - sup.tick_ends <= sup.slots):
+        sup.near_since = None
+        return TICK_S
+    sup.near_since = sup.near_since or now
+    return FAST_TICK_S if now - sup.near_since < FAST_FOR_S else TICK_S
 
 
 def read(sup: Any) -> bool:
@@ -30,7 +45,7 @@ def read(sup: Any) -> bool:
     hiccup) is left to the next round. True once what it recorded may have ended the campaign (at least as many
     ends as jobs were open at the last round, and the store holds no input pending or in flight): the next
     round comes at once."""
-    if not sup.manifest.pilots or time.monotonic() - sup.ticked < TICK_S:
+    if not sup.manifest.pilots or time.monotonic() - sup.ticked < tick_s(sup) - 0.01:
         return False
     try:
         recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id, sup.folder)

@@ -29,13 +29,13 @@ class Stop:
             signal.signal(sig, old)
 
     def sleep(self, seconds: float, sleep: Callable[[float], None],
-              between: Optional[Callable[[], bool]] = None) -> None:
-        """The pause, in slices of a second; ``between`` runs after each, its own time counted in the pause
-        (a read of the queue that takes seconds on a busy login node does not stretch it), and cuts the pause
-        short by returning True (the campaign may have ended)."""
+              between: Optional[Callable[[], bool]] = None, slice_s: Callable[[], float] = lambda: 1.0) -> None:
+        """The pause, in slices of a second (or ``slice_s()``); ``between`` runs after each, its own time counted
+        in the pause (a read of the queue that takes seconds on a busy login node does not stretch it), and cuts
+        the pause short by returning True (the campaign may have ended)."""
         left = seconds
         while not self.asked and left > 0:   # in slices, so a stop is seen within a second
-            step = min(1.0, left)
+            step = min(1.0, slice_s(), left)
             sleep(step)
             left -= step
             if between is not None:

@@ -181,6 +181,7 @@ class Supervisor:
         self.metrics_kept: List[Family] = []   # the last round's metrics (rewritten during a store outage)
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
+        self.slots, self.near_since = 0, None   # the running pilots' slots; since when no input waits for one
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
 
     def _clusters(self, manifest: Manifest) -> None:
@@ -246,7 +247,7 @@ class Supervisor:
             rnd.ended = outcome_of(rnd.inputs, self.store.operator_cancelled(self.campaign.id))
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
-        self.left = queue_reads.open_jobs(rnd.jobs)
+        self.left, self.slots = queue_reads.open_jobs(rnd.jobs), (pilots or {}).get("slots", 0)
         return rnd
 
     def between_rounds(self) -> bool:
@@ -454,7 +455,7 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
                 report.outcome = "once" if once else "stopped" if stop.asked else "rounds"
                 return
             sup.ticked = time.monotonic()
-            stop.sleep(rnd.pause, sleep, sup.between_rounds)
+            stop.sleep(rnd.pause, sleep, sup.between_rounds, lambda: queue_reads.tick_s(sup))
             if stop.asked:   # stopped while waiting: no new round, say so in the heartbeat
                 sup.store.beat(sup.campaign.id, holder, rounds=rnd.number, phase="stopped", note=rnd.summary(),
                                poll_interval_s=rnd.pause)

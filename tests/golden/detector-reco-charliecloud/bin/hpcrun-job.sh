@@ -342,10 +342,11 @@ log "QA passed for ${#HPCRUN_STEMS[@]} output(s)"
 for i in "${!HPCRUN_STEMS[@]}"; do
   out="$HPCRUN_OUTDIR/${HPCRUN_OUTPUT_NAMES[$i]}"
   [ -f "$out" ] || continue
-  size=$(stat -c %s -- "$out")
+  # LC_ALL=C: the two programs' locale is not loaded from its files once more for each output
+  size=$(LC_ALL=C stat -c %s -- "$out")
   sum=""
   # the sum's last line read in place (no file per output); what the program said is kept only if it failed
-  if said=$(sha256sum -- "$out" 2>&1); then
+  if said=$(LC_ALL=C sha256sum -- "$out" 2>&1); then
     read -r sum _ <<< "${said##*$'\n'}" || true
     sum=sha256:${sum#\\}
   else
