@@ -19,6 +19,8 @@ from typing import Dict, Tuple
 
 import pytest
 
+from hpcrun.operate.supervision import array_ends
+
 from .campaigns import Campaign, footprint
 
 pytestmark = pytest.mark.cluster
@@ -138,3 +140,31 @@ def test_a_campaign_of_one_node_inputs_asks_the_controller_little(slurm_cluster,
     if inputs <= 200 and float(work_s) == 0:   # the issue's figure (was 419: two srun RPCs per job)
         assert total <= 30, figures
     Path(os.environ.get("HPCRUN_RPC_RESULT", os.devnull)).write_text(json.dumps(figures))
+
+
+def test_an_array_campaign_is_finished_at_its_last_result_not_a_poll_later(slurm_cluster, hpcrun_bin, example_root):
+    """Array mode (issue 55): the supervisor polls once a minute, but once few jobs are open it looks for their exit
+    codes between polls, so the campaign is reported finished seconds after its last job ended, not a poll later;
+    the scheduler is asked no more often than a few times at the end."""
+    raw = slurm_cluster.pfs / "arrayend-raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for i in range(4):
+        (raw / f"r{i:05d}.dat").write_bytes(b"x" * 512)
+    slurm_cluster.chown(raw)
+    c = Campaign(slurm_cluster, hpcrun_bin, example_root, "arrayend", burst_buffer=None, database=None,
+                 merge=None, qa=None, inputs={"glob": str(raw / "*.dat"), "checksum": "none"}, walltime="00:05:00",
+                 jobs={"files_per_job": 1, "chains_per_node": 1},
+                 chain={"command": ["/bin/sh", "-c", 'sleep "$0"; exec cp "$1" "$2"', "3", "{input}", "{output}"]},
+                 outputs={"location": "", "pattern": "{stem}.out"})
+    slurm_cluster.chown(slurm_cluster.workdir)
+    proc = c.hp("plan", str(c.spec), "--out", str(c.plan), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = c.hp("run", str(c.plan), "--interval", "60", timeout=300)
+    ended = time.time()
+    assert proc.returncode == 0 and "finished: 4 inputs, 4 done" in proc.stdout, proc.stdout[-3000:] + proc.stderr
+    outputs = list(c.out.glob("*.out"))
+    assert len(outputs) == 4, outputs
+    late = ended - max(p.stat().st_mtime for p in outputs)
+    rounds = len(re.findall(r"^\S+ \S+ round \d+:", proc.stdout, re.M))
+    print(f"\narray_end: finished {late:.1f} s after the last output, {rounds} rounds", flush=True)
+    assert late < 15 and rounds <= 2 + array_ends.QUICK_ROUNDS, (late, proc.stdout)   # a poll later: about 60 s

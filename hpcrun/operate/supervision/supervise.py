@@ -52,9 +52,9 @@ from hpcrun.operate.submission.finalize import finalize_summary
 from hpcrun.operate.submission.locality import release_waiting
 from hpcrun.operate.submission.moves import move_stuck
 from hpcrun.operate.submission.submit import DEFAULT_LOCK_TIMEOUT, register, submit_store
+from hpcrun.operate.supervision import array_ends, queue_reads, round_metrics, store_outage
 from hpcrun.operate.supervision import events as campaign_events
 from hpcrun.operate.supervision import pilots as pilot_care
-from hpcrun.operate.supervision import queue_reads, round_metrics, store_outage
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
 from hpcrun.operate.tracking.track import poll_store
@@ -182,6 +182,7 @@ class Supervisor:
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
         self.slots, self.near_since = 0, None   # the running pilots' slots; since when no input waits for one
+        self.watch = array_ends.Watch(str(plan_dir / "run"))   # array mode: the last jobs' ends, between rounds
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
 
     def _clusters(self, manifest: Manifest) -> None:
@@ -248,17 +249,19 @@ class Supervisor:
         for key in self.totals:
             self.totals[key] += rnd.submitted if key == "submitted" else len(getattr(rnd, key))
         self.left, self.slots = queue_reads.open_jobs(rnd.jobs), (pilots or {}).get("slots", 0)
+        late = bool(self.manifest.pilots)
+        self.watch.after_round(self.store, self.campaign.id, 0 if rnd.finished else self.left, late)
         return rnd
 
     def between_rounds(self) -> bool:
         """While it pauses: exports go on; in each second either the metrics file's forecast is made again,
-        when due, or a late-bound campaign's queue is read (queue_reads.py). True when the next round should
-        come at once."""
+        when due, or a late-bound campaign's queue is read (queue_reads.py), or an array campaign's last jobs'
+        ends looked for (array_ends.py). True when the next round should come at once."""
         self.exporter.pump()
         if self.metrics_path is not None and round_metrics.forecast_due(self):
             round_metrics.refresh_forecast(self)
             return False
-        return queue_reads.read(self)
+        return queue_reads.read(self) or self.watch.read()
 
     def _names(self, job_indices: List[int]) -> List[str]:
         named = self.store.job_names(self.campaign.id, job_indices) if job_indices else {}
