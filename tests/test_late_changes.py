@@ -348,10 +348,16 @@ def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(m
     assert queue_reads.tick_s(sup) == queue_reads.TICK_S and sup.near_since is None   # 30 left, 24 slots
     sup.tick_ends = 10
     assert queue_reads.tick_s(sup) == queue_reads.FAST_TICK_S < queue_reads.TICK_S   # 20 left: none waits
+    since = sup.near_since
+    sup.tick_ends, sup.slots = 30, 0   # a read counted every end (failures to retry), a round saw no pilot
+    assert queue_reads.tick_s(sup) == queue_reads.TICK_S and sup.near_since == since   # the window goes on
+    sup.tick_ends, sup.slots = 10, 24
     now[0] += queue_reads.FAST_FOR_S - 1
     assert queue_reads.tick_s(sup) == queue_reads.FAST_TICK_S
     now[0] += 2
     assert queue_reads.tick_s(sup) == queue_reads.TICK_S   # a last input of hours is not watched so
+    sup.tick_ends = 0   # 30 left again (inputs returned): they wait for a slot, a new window when none does
+    assert queue_reads.tick_s(sup) == queue_reads.TICK_S and sup.near_since is None
     for left, ends, slots in ((20, 20, 24), (20, 0, 0)):   # nothing left; no pilot running
         sup.left, sup.tick_ends, sup.slots, sup.near_since = left, ends, slots, None
         assert queue_reads.tick_s(sup) == queue_reads.TICK_S

@@ -5,6 +5,7 @@ directory. The real pilot script and agent, run by bash on the queue as in tests
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -223,9 +224,45 @@ def test_slots_freed_together_take_one_claim_between_them(tmp_path, monkeypatch)
     offer.append([])
     agent._fill()
     assert asked == [4, 4, 80, 40] and started == {0: ["L1_4"], 1: ["L1_5"]}
+    # a TERM while the claim is dealt out: the shares not started stay the pilot's, handed back as it leaves
+    agent.running.clear()
+    started.clear()
+    agent.recent.clear()
+    offer.append(["L1_6", "L1_7", "L1_8"])
+
+    def start_then_term(tasks, slot):
+        started[slot], agent.running[slot], agent.stopping = tasks, object(), "cancelled (SIGTERM)"
+
+    monkeypatch.setattr(agent, "_start", start_then_term)
+    agent._fill()
+    assert started == {0: ["L1_6"]}
 
 
 def test_a_claim_is_dealt_out_evenly_in_order():
     assert shares(["a", "b", "c", "d", "e"], 2) == [["a", "b", "c"], ["d", "e"]]
     assert shares(["a", "b"], 4) == [["a"], ["b"]]
     assert shares([], 3) == []
+
+
+def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_ended(tmp_path):
+    """The claim's run removes its inputs' empty work directories once, at its end; a TERM (a cancel, the drain)
+    ends it early, and still the inputs that ended leave none behind (the one it stopped keeps its own)."""
+    marker = tmp_path / "first"
+    chain = _ledgered(tmp_path, f'if mkdir "{marker}" 2>/dev/null; then exec cp "$0" "$1"; else sleep 60; fi')
+    data = _spec(tmp_path, 2, chain)
+    data["jobs"]["pilot"].update(slots=1, input_time="1s")   # both inputs in one claim, one after the other
+    plan = _plan(tmp_path, data)
+    _enqueue(plan, 2)
+    pilot = _pilot(plan, "806")
+    deadline = time.monotonic() + 30
+    while len((tmp_path / "ledger").read_text().splitlines()) < 2:   # the second input runs
+        assert time.monotonic() < deadline and pilot.poll() is None, _wait(pilot, 5)
+        time.sleep(0.1)
+    os.killpg(pilot.pid, signal.SIGTERM)
+    logs = _wait(pilot, 60)
+    first, second = (line.split(" ")[1] for line in (tmp_path / "ledger").read_text().splitlines())
+    assert first.rsplit(".", 1)[0] == second.rsplit(".", 1)[0], logs   # one claim: <pilot>.<slot>.<n>
+    work = tmp_path / "out" / ".hpcrun-work"
+    left = sorted(str(p.relative_to(work)) for p in work.glob("*/*")) if work.exists() else []
+    assert not any(p.endswith("/" + first) for p in left), (left, logs)   # the input that ended: removed
+    assert any(p.endswith("/" + second) for p in left), (left, logs)   # the one stopped: its own kept

@@ -222,7 +222,7 @@ class Agent:
             self.nap = 0
             self.idle_since = time.monotonic()
             dealt = list(zip(free, R.shares(tasks, len(free))))
-            for slot, share in dealt:
+            for slot, share in (d for d in dealt if not self.stopping):   # a TERM: the rest go back with the pilot
                 self._start(share, slot)
             if any(slot not in self.running for slot, _ in dealt):   # not started (no descriptor): look again later
                 return
@@ -296,8 +296,8 @@ class Agent:
         claiming), its inputs not begun sent back to the queue and the script told to end."""
         while r.fed < len(r.items):
             item = r.items[r.fed]
-            if r.fed and (time.monotonic() - r.batch_t0 >= 2 * CLAIM_S or not self._may_claim()
-                          or self._left() is not None):
+            if self.stopping or r.fed and (time.monotonic() - r.batch_t0 >= 2 * CLAIM_S or not self._may_claim()
+                                           or self._left() is not None):
                 break
             if not (self.me / item.task).exists():   # fenced since the claim: nothing more starts here
                 self.stopping = "fenced: its claims were returned to the queue"

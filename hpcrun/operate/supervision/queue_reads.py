@@ -29,11 +29,15 @@ def open_jobs(jobs: Dict[str, int]) -> int:
 
 def tick_s(sup: Any) -> float:
     """How long until the next read: FAST_TICK_S once no input may be waiting for a slot (the end is near), for
-    FAST_FOR_S after that began; TICK_S otherwise."""
-    now = time.monotonic()
-    if not (sup.manifest.pilots and 0 < sup.left - sup.tick_ends <= sup.slots):
-        sup.near_since = None
+    FAST_FOR_S from then on, whatever the rounds meanwhile, until inputs wait for a slot again; TICK_S otherwise."""
+    rest = sup.left - sup.tick_ends
+    if not sup.manifest.pilots or rest <= 0:
         return TICK_S
+    if rest > sup.slots:
+        if sup.slots:   # inputs wait for a slot again (not a round that could not count the pilots)
+            sup.near_since = None
+        return TICK_S
+    now = time.monotonic()
     sup.near_since = sup.near_since or now
     return FAST_TICK_S if now - sup.near_since < FAST_FOR_S else TICK_S
 

@@ -182,7 +182,8 @@ class Supervisor:
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
         self.slots, self.near_since = 0, None   # the running pilots' slots; since when no input waits for one
-        self.watch = array_ends.Watch(str(plan_dir / "run"))   # array mode: the last jobs' ends, between rounds
+        # array mode: the last jobs' ends looked for between rounds
+        self.watch = array_ends.Watch(str(plan_dir / "run"), float(manifest.submit.min_poll_interval))
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
 
     def _clusters(self, manifest: Manifest) -> None:
@@ -435,7 +436,9 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
                 raise store_outage.SessionLost()
             with sup.store.one_round():   # counts read once a round, not once a question
                 rnd = sup.round(len(report.rounds) + 1)
-            pause = next_interval(base, pause, rnd.changed) if report.rounds else base
+            if not sup.watch.brought:   # a round brought forward by the jobs' own ends keeps the pause
+                pause = next_interval(base, pause, rnd.changed) if report.rounds else base
+            sup.watch.brought = False
             pause = sup.paced(pause)
             rnd.pause = 0.0 if rnd.finished and not follow else pause
             report.rounds.append(rnd)
