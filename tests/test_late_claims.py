@@ -246,7 +246,7 @@ def test_a_claim_is_dealt_out_evenly_in_order():
 
 def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_ended(tmp_path):
     """The claim's run removes its inputs' empty work directories once, at its end; a TERM (a cancel, the drain)
-    ends it early, and still the inputs that ended leave none behind (the one it stopped keeps its own)."""
+    ends it early, and still the inputs that ended leave none behind."""
     marker = tmp_path / "first"
     chain = _ledgered(tmp_path, f'if mkdir "{marker}" 2>/dev/null; then exec cp "$0" "$1"; else sleep 60; fi')
     data = _spec(tmp_path, 2, chain)
@@ -265,4 +265,25 @@ def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_en
     work = tmp_path / "out" / ".hpcrun-work"
     left = sorted(str(p.relative_to(work)) for p in work.glob("*/*")) if work.exists() else []
     assert not any(p.endswith("/" + first) for p in left), (left, logs)   # the input that ended: removed
-    assert any(p.endswith("/" + second) for p in left), (left, logs)   # the one stopped: its own kept
+
+
+def test_a_claim_started_as_the_pilot_is_stopped_starts_no_input(tmp_path):
+    """A TERM between a claim's start and its first input: the script is told nothing to run, the claim's inputs go
+    back to the queue (never started: no attempt) and the script's input is closed, so it ends."""
+    import subprocess
+
+    from hpcrun.backends.late.runs import Item, Running
+    q = Queue(tmp_path / "q")
+    q.make()
+    me = q.d("live") / "p"
+    me.mkdir()
+    agent = Agent(q.root, "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    for task in ("L1_0", "L1_1"):
+        (me / task).touch()
+    proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    r = Running(0, proc, [Item("L1_0", "p.0.0", "0", ""), Item("L1_1", "p.0.1", "1", "")], 60)
+    agent.stopping = "cancelled (SIGTERM): its claims return to the queue"
+    agent._next(r)
+    assert proc.stdin is not None and proc.stdin.closed and proc.wait(timeout=10) == 0   # its input closed: it ended
+    assert proc.stdout is not None and proc.stdout.read() == b"" and r.fed == 0   # told no "go"
+    assert sorted(os.listdir(q.d("ready"))) == ["L1_0", "L1_1"]

@@ -424,11 +424,19 @@ def _taken_over(store: StateStore, campaign: Campaign) -> Fenced:
                 lease.holder if lease else "another process")
 
 
+def next_pause(base: float, pause: float, changed: bool, *, brought: bool, first: bool) -> float:
+    """The pause after a round: back off while nothing changes, back to ``base`` once something did; a round that
+    the jobs' own ends brought forward and that saw nothing change keeps the pause it cut short."""
+    if first:
+        return base
+    return pause if brought and not changed else next_interval(base, pause, changed)
+
+
 def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: bool, follow: bool,
           interval: Optional[float], max_rounds: Optional[int], on_round: Optional[Callable[[Round], None]],
           sleep: Callable[[float], None]) -> None:
     base = poll_interval(sup.manifest, interval)
-    pause = base
+    pause, sup.watch.brought = base, False
     stall_after = sup.events.stall_after_s
     with Stop() as stop:
         while True:
@@ -436,8 +444,7 @@ def _loop(sup: Supervisor, report: RunReport, holder: str, held: Held, *, once: 
                 raise store_outage.SessionLost()
             with sup.store.one_round():   # counts read once a round, not once a question
                 rnd = sup.round(len(report.rounds) + 1)
-            if not sup.watch.brought:   # a round brought forward by the jobs' own ends keeps the pause
-                pause = next_interval(base, pause, rnd.changed) if report.rounds else base
+            pause = next_pause(base, pause, rnd.changed, brought=sup.watch.brought, first=not report.rounds)
             sup.watch.brought = False
             pause = sup.paced(pause)
             rnd.pause = 0.0 if rnd.finished and not follow else pause
