@@ -102,3 +102,27 @@ def test_a_look_lists_at_most_per_s_jobs_a_second(tmp_path, monkeypatch):
     assert not watch.read() and len(listed) == array_ends.PER_S   # not again within the second
     watch.next_at = 0
     assert not watch.read() and len(set(listed)) == 2 * array_ends.PER_S   # the next ones, round the list
+
+
+def test_a_look_held_by_a_filesystem_that_hangs_never_holds_the_supervisor(tmp_path, monkeypatch):
+    """A run directory on a filesystem that does not answer (a network mount cut off): the look is left to end on
+    its own after LOOK_S and no other starts meanwhile, so the supervisor's rounds go on (and tell of a store on
+    the same filesystem that hangs); once it ended, the looks go on."""
+    import threading
+
+    monkeypatch.setattr(array_ends, "LOOK_S", 0.2)
+    answers = threading.Event()
+    looked: list = []
+    monkeypatch.setattr(array_ends, "_ended_since", lambda job_dir, since: looked.append(job_dir) or answers.wait(30))
+    _subs, store = _store(["c.00001"], time.time())
+    watch = array_ends.Watch(str(tmp_path / "run"))
+    watch.after_round(store, 7, 1, late=False)
+    t0 = time.monotonic()
+    assert not watch.read() and time.monotonic() - t0 < 5 and len(looked) == 1
+    watch.next_at = 0
+    assert not watch.read() and len(looked) == 1   # none while the first still hangs
+    answers.set()
+    watch.looking.join(5)
+    watch.next_at = 0
+    watch.last_round = 0
+    assert watch.read() and len(looked) == 2   # it answers again: the job ended

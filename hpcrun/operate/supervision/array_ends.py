@@ -15,12 +15,14 @@ not lengthen the pause. No scheduler RPC is made here, and nothing is written.
 from __future__ import annotations
 
 import os
+import threading
 import time
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 WATCH_MAX = 64      # plan jobs open at most for their files to be looked at
 PER_S = 16          # job directories listed per second at most
 QUICK_ROUNDS = 5    # rounds brought forward for one set of watched submissions, at most
+LOOK_S = 5.0        # a look that takes longer (its filesystem hangs) is left to end on its own: none meanwhile
 
 
 class Watch:
@@ -35,6 +37,7 @@ class Watch:
         self.quick, self.turn, self.last_round = 0, 0, 0.0
         self.last: Optional[Tuple[Tuple[str, float], ...]] = None
         self.brought = False   # the round about to come was brought forward
+        self.looking: Optional[threading.Thread] = None   # a look that did not end in LOOK_S
 
     def after_round(self, store: Any, campaign_id: int, open_jobs: int, late: bool) -> None:
         """The jobs to watch until the next round: none for late binding (its queue is read instead), none while
@@ -54,14 +57,25 @@ class Watch:
         """True once every watched job wrote its exit code since its submission (and rounds may still be brought
         forward, the last long enough ago): the next round should come now."""
         now = time.monotonic()
-        if not self.jobs or self.quick >= QUICK_ROUNDS or now < self.next_at:
+        if not self.jobs or self.quick >= QUICK_ROUNDS or now < self.next_at or (
+                self.looking is not None and self.looking.is_alive()):
             return False
         left = [name for name in self.jobs if name not in self.ended]
         self.turn = (self.turn + PER_S) % len(left) if left else 0   # each look the next PER_S, round the list
-        for name in (left[self.turn:] + left[:self.turn])[:PER_S]:
-            if _ended_since(os.path.join(self.run_dir, name), self.jobs[name]):
-                self.ended.add(name)
-        self.next_at = now + 1.0
+        names = (left[self.turn:] + left[:self.turn])[:PER_S]
+        found: List[str] = []
+        since = {n: self.jobs[n] for n in names}
+        # in a thread of its own: a filesystem that hangs holds the look, never the supervisor (its rounds go on,
+        # and tell of a store that hangs with it)
+        look = threading.Thread(target=lambda: found.extend(
+            n for n in names if _ended_since(os.path.join(self.run_dir, n), since[n])), daemon=True)
+        look.start()
+        look.join(LOOK_S)
+        self.next_at = time.monotonic() + 1.0
+        if look.is_alive():
+            self.looking = look
+            return False
+        self.ended.update(found)
         if len(self.ended) < len(self.jobs) or now - self.last_round < max(2.0 ** self.quick, self.min_interval_s):
             return False
         self.quick += 1
