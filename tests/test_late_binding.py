@@ -136,7 +136,10 @@ def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
     logs = _wait(pilot, 30)
     assert _results(plan) == {}, logs           # nothing committed by the fenced pilot
     assert not list((tmp_path / "out").glob("*.out")), "a fenced claim moved its output into place"
-    assert sorted(q.release()) == [f"{qid}_0", f"{qid}_1"]   # back in the queue, no attempt counted
+    before = sorted(str(p.relative_to(plan)) for p in (plan / "queue").rglob("*"))
+    claims = "".join(p.read_text() for p in sorted(plan.glob("run/**/claims/*.log")))
+    returned = sorted(q.release())
+    assert returned == [f"{qid}_0", f"{qid}_1"], (returned, logs, before, claims)   # no attempt counted
     assert {r.state for r in _pilots(plan).records([qid], "").values()} == {"PENDING"}
     assert (plan / "queue" / "ended" / "601").is_dir()
     # another pilot then runs them

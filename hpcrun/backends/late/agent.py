@@ -14,6 +14,7 @@ pilot's journal ``results/<pilot>``; a pilot whose directory is gone (fenced) co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import shutil
@@ -119,10 +120,8 @@ class Agent:
     def _on_drain(self, *_: object) -> None:
         if not self.draining:
             self.draining = True
-            try:
+            with contextlib.suppress(OSError):
                 (self.me / "draining").touch()
-            except OSError:
-                pass
             self.log("drain signal: claiming nothing more; running inputs finish")
 
     def _done_for_good(self) -> bool:
@@ -311,10 +310,8 @@ class Agent:
             return
         self._give_back(r)
         if r.proc.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):
                 r.proc.stdin.close()   # the script's last input is done: it ends
-            except OSError:
-                pass
 
     def _give_back(self, r: R.Running, start: int = -1) -> None:
         """The claim's inputs from ``start`` (default: those not told to start) back to ``ready/`` (never started,
@@ -411,7 +408,10 @@ class Agent:
             rc = 128 - rc if rc < 0 else (rc or 1)
             self._commit(r, r.items[r.at], rc, r.state or "FAILED", time.time(), cpu, str(usage.ru_maxrss))
             r.at = -1
-        self._give_back(r, r.begun)   # told to start but never begun (the script died first) included
+        if r.begun < len(r.items):   # told to start but never begun (the script died first) included
+            self.log(f"slot {r.slot}: its script ended (exit {os.waitstatus_to_exitcode(status)}) before "
+                     f"{len(r.items) - r.begun} input(s) began: back to the queue, no attempt counted")
+        self._give_back(r, r.begun)
 
     def _commit(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
         line = "\t".join([item.task, item.cid, self.pilot, str(r.slot), self.node, f"{item.t0:.6f}", f"{t1:.6f}",
