@@ -287,3 +287,82 @@ def test_a_claim_started_as_the_pilot_is_stopped_starts_no_input(tmp_path):
     assert proc.stdin is not None and proc.stdin.closed and proc.wait(timeout=10) == 0   # its input closed: it ended
     assert proc.stdout is not None and proc.stdout.read() == b"" and r.fed == 0   # told no "go"
     assert sorted(os.listdir(q.d("ready"))) == ["L1_0", "L1_1"]
+
+
+def _spy(tmp_path: Path, names: list) -> Path:
+    """Programs of these names first on the pilot's PATH: each notes its call in ``calls``, then runs the real one."""
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    for name in names:
+        (spy / name).write_text(f'#!/bin/sh\necho {name} >> {tmp_path}/calls\nexec /usr/bin/{name} "$@"\n')
+        (spy / name).chmod(0o755)
+    return spy
+
+
+def test_the_agent_sums_each_inputs_outputs_and_the_job_starts_no_program_for_them(tmp_path):
+    """Late binding writes outputs.tsv from the agent (a thread, no process per output): each output's size and
+    sha256 as the test computes them from the claim's output, and neither stat nor sha256sum started by the job."""
+    import hashlib
+    chain = ["/bin/sh", "-c", 'cp "$0" "$1"; printf "%s\\n" "$HPCRUN_JOB_ID" >> "$1"', "{input}", "{output}"]
+    data = _spec(tmp_path, 6, chain)
+    data["jobs"]["pilot"].update(slots=2, input_time="1s")
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 6)
+    spy = _spy(tmp_path, ["sha256sum", "stat"])
+    logs = _wait(_pilot(plan, "811", PATH=f"{spy}:/usr/bin:/bin"), 60)
+    results = _results(plan)
+    assert sorted(results) == sorted(f"{qid}_{i}" for i in range(6)) and {r[8] for r in results.values()} == {
+        "COMPLETED"}, logs
+    for i in range(6):
+        cid = results[f"{qid}_{i}"][1]
+        out = tmp_path / "out" / ".hpcrun-claims" / cid / f"r{i:03d}.out"   # not placed: no supervisor here
+        body = out.read_bytes()
+        assert body.endswith(f"{cid}\n".encode())
+        tsv = (plan / "run" / f"latelocal.{i + 1:05d}" / cid / "outputs.tsv").read_text()
+        assert tsv == f"r{i:03d}.out\t{len(body)}\tsha256:{hashlib.sha256(body).hexdigest()}\n"
+    assert not (tmp_path / "calls").exists(), (tmp_path / "calls").read_text()
+
+
+def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path):
+    """The sums' record cannot be written (its run directory is gone): the input fails with why, and the sums of an
+    output that cannot be read are left empty with the reason in checksums.log, as the job's programs would."""
+    from hpcrun.backends.late.runs import Summer, outputs_tsv
+    r, w = os.pipe()
+    summer = Summer(w)
+    summer.start("first", ["a.out"], str(tmp_path), str(tmp_path / "gone"), "sha256")
+    assert os.read(r, 1) == b"s"
+    seen: list = []
+    summer.finished(lambda then, why: seen.append((then, why)))
+    assert summer.pending == 0 and seen[0][0] == "first" and "could not be written" in seen[0][1], seen
+    (tmp_path / "unreadable").mkdir()
+    (tmp_path / "a.out").write_bytes(b"abc")
+    text, errors = outputs_tsv(["a.out", "missing.out"], str(tmp_path), "md5")
+    assert text == "a.out\t3\tmd5:900150983cd24fb0d6963f7d28e17f72\n" and errors == ""
+
+
+@pytest.mark.parametrize("algo,program", [("md5", "md5sum"), ("sha256", "sha256sum"), ("adler32", "xrdadler32")])
+def test_the_agents_sums_are_the_programs_sums(tmp_path, algo, program):
+    """What the job's programs print for a file of several MiB (the agent reads 1 MiB at a time)."""
+    import shutil
+    import subprocess
+
+    from hpcrun.backends.late.runs import file_sum
+    if shutil.which(program) is None:
+        pytest.skip(f"{program} is not installed")
+    path = tmp_path / "data"
+    path.write_bytes(os.urandom(3 * (1 << 20) + 12345))
+    said = subprocess.run([program, str(path)], capture_output=True, text=True, check=True).stdout.split()[0]
+    assert file_sum(str(path), algo) == said.lower()
+
+
+def test_a_pilot_done_for_good_commits_the_input_whose_outputs_it_still_sums(tmp_path):
+    """The campaign's end comes while the last input's output (64 MiB) is being summed: the pilot commits it before
+    it leaves, rather than hand it back to run again."""
+    stop = tmp_path / "plan" / "queue" / "stop"   # the campaign's end, said by the queue as the supervisor says it
+    # the end said first, and seen by the pilot before the input ends (its free slot finds nothing to claim)
+    chain = ["/bin/sh", "-c", 'touch "$1" && sleep 3 && head -c 67108864 /dev/zero > "$0"', "{output}", str(stop)]
+    plan = _plan(tmp_path, _spec(tmp_path, 1, chain))
+    qid = _enqueue(plan, 1)
+    logs = _wait(_pilot(plan, "812"), 60)
+    assert [r[8] for r in _results(plan).values()] == ["COMPLETED"], logs
+    assert f"{qid}_0" in _results(plan)

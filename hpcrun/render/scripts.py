@@ -17,10 +17,11 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.backends.late.runs import SUMS
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.backends.scheduler.base import Scheduler
 from hpcrun.model.retry import KILL_SIGNALS
-from hpcrun.plan.job.pilots import BEAT_S, QUEUE_DIR
+from hpcrun.plan.job.pilots import BEAT_S, QUEUE_DIR, claims_base
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
 from hpcrun.resources import site_template_dirs
@@ -143,6 +144,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "checksum": _checksum_context(plan),
         "provenance": _provenance_context(plan), "generation": plan.succession.number,
         "remote": _remote_context(plan), "late": plan.pilots is not None, "claim_copies": _claim_copies(plan),
+        "agent_sums": _agent_sums(plan),
         **_staged_names(plan),
     }
 
@@ -156,6 +158,18 @@ def _claim_copies(plan: Plan) -> Optional[Dict[str, Any]]:
     bb = plan.campaign.burst_buffer
     return {"inputs": bool(bb and bb.stage_inputs),
             "out": None if plan.copy_out_expr is None else Shell(plan.copy_out_expr)}
+
+
+def _agent_sums(plan: Plan) -> Optional[Dict[str, str]]:
+    """Late binding with the outputs written straight to the claim's own directory: the pilot's agent sums them
+    (a thread of its own, no process per output) with the provenance's algorithm where it knows it; else the job
+    does. The job script says so to the agent (templates/_shell.j2), so a pilot runs any generation's script."""
+    if plan.pilots is None:
+        return None
+    base, algo = claims_base(plan.campaign), _provenance_context(plan)["algo"]
+    if algo not in SUMS or plan.out_dir_expr != quote(base) + '/"${HPCRUN_JOB_ID}"':
+        return None
+    return {"algo": algo, "base": base}
 
 
 def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:

@@ -13,7 +13,6 @@ pilot's journal ``results/<pilot>``; a pilot whose directory is gone (fenced) co
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import select
@@ -70,6 +69,7 @@ class Agent:
     scripts: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)   # qid -> script, limit, plan dir
     recent: Deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
     table: R.TaskTable = field(default_factory=R.TaskTable)
+    summer: R.Summer = field(default_factory=lambda: R.Summer(-1))   # outputs summed here, for scripts that ask
 
     me = property(lambda self: self.queue / "live" / self.pilot)
 
@@ -82,6 +82,7 @@ class Agent:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
+        self.summer.wake = wake_w
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGUSR1, self._on_drain)
@@ -97,9 +98,10 @@ class Agent:
             self._limits(now)
             if now >= self.next_look:
                 self._fill()
-            if not self.running and not self._may_claim() and self._done_for_good():
+            busy = self.running or self.summer.pending   # an input summed is not yet committed
+            if not busy and not self._may_claim() and self._done_for_good():
                 break
-            if not self.running and time.monotonic() - self.idle_since >= self.idle_s:
+            if not busy and time.monotonic() - self.idle_since >= self.idle_s:
                 self.log(f"nothing to claim for {self.idle_s:.0f} s: released")
                 break
             timeout = min([self.next_beat, self.next_look] + [r.warn_at for r in self.running.values()]
@@ -112,6 +114,7 @@ class Agent:
             for r in list(self.running.values()):
                 if r.out in ready:
                     self._read_worker(r)
+            self.summer.finished(self._summed)
         return self._leave()
 
     def _on_term(self, *_: object) -> None:
@@ -129,16 +132,8 @@ class Agent:
 
     def _left(self) -> Optional[str]:
         """Why no input may start now for lack of time (the drain, a maintenance window), or None."""
-        stop_at = self.ends - self.drain_s
-        until = self.flags.get("until")
-        if isinstance(until, int) and until < stop_at:
-            stop_at = until
-        expected = self.flags.get("expected") or self.input_s
-        left = stop_at - time.time()
-        if float(expected) > left:   # type: ignore[arg-type]
-            return (f"{left:.0f} s left before the drain or the cluster's maintenance, an input takes about "
-                    f"{expected} s: claiming nothing more")
-        return None
+        f = self.flags
+        return R.time_short(self.ends - self.drain_s, f.get("until"), f.get("expected") or self.input_s)
 
     def _may_claim(self) -> bool:
         return not (self.draining or self.stopping or self.flags.get("stop") or self.flags.get("paused"))
@@ -152,15 +147,8 @@ class Agent:
         except FileNotFoundError:
             self.stopping = "fenced: its claims were returned to the queue"
             return
-        q = self.queue
-        self.flags["stop"] = (q / "stop").exists()
-        self.flags["paused"] = (q / "paused").exists()
-        expected = L.read(q / "expected").strip()
-        self.flags["expected"] = int(expected) if expected.isdigit() else None
-        until = L.read(self.me / "until").strip()
-        self.flags["until"] = int(until) if until.isdigit() else None
-        self.flags["hinted"] = {t for n in L.entries(q / "near") for t in L.entries(q / "near" / n)}
-        cancels = set(L.entries(q / "cancel"))
+        self.flags.update(R.flags(self.queue, self.me))
+        cancels = set(L.entries(self.queue / "cancel"))
         for r in self.running.values():
             if r.at >= 0 and r.task in cancels and not r.state:
                 r.state = "CANCELLED"
@@ -326,16 +314,10 @@ class Agent:
     def _descriptor(self, qid: str) -> Optional[Tuple[str, int, str]]:
         """A submission's script (this cluster's copy), per-input limit and plan directory, read once."""
         if qid not in self.scripts:
-            fields = L.read(self.queue / "arrays" / qid).split("\t")
-            if len(fields) < 2 or not fields[1].strip().isdigit():
+            desc = R.descriptor(self.queue, qid, self.seat_dir)
+            if desc is None:
                 return None
-            script = fields[0]
-            plan = R.plan_dir(script) or script.rpartition("/jobs/")[0]
-            if self.seat_dir and "/jobs/" in script:   # the task names the first cluster's script
-                head, _, tail = script.rpartition("/jobs/")
-                mine = f"{head}/{self.seat_dir}jobs/{tail}"
-                script = mine if os.path.exists(mine) else script
-            self.scripts[qid] = (script, int(fields[1]), plan)
+            self.scripts[qid] = desc
         return self.scripts[qid]
 
     # -- results -------------------------------------------------------------------------------------------
@@ -347,6 +329,8 @@ class Agent:
                 self._begin(r, int(f[1]), int(f[2]), float(f[3]))
             elif f[0] == "end" and len(f) >= 5 and f[1].isdigit() and int(f[1]) == r.at:
                 self._end(r, int(f[2]), float(f[3]), f[4])
+            elif f[0] == "sums" and len(f) >= 3 and f[1] in R.SUMS:   # the script leaves its outputs' sums to us
+                r.sums = (f[1], "\t".join(f[2:]))
         return more
 
     def _begin(self, r: R.Running, n: int, pid: int, t0: float) -> None:
@@ -372,7 +356,7 @@ class Agent:
         if len(r.items) == 1 and r.fed >= len(r.items):
             r.ended.append((item, rc, t1, cpu, state))   # committed at its reaping, with the run's own figures
         elif not self.stopping:
-            self._commit(r, item, rc, state, t1, cpu, "")
+            self._settle(r, item, rc, state, t1, cpu, "")
         if not self.stopping and r.proc.poll() is None:   # a script that ended is told nothing more
             self._next(r)
 
@@ -401,7 +385,7 @@ class Agent:
         ran alone); an input begun that it never said ended fails with the script's exit; the rest go back."""
         cpu = f"{usage.ru_utime:.3f}+{usage.ru_stime:.3f}"
         for item, rc, t1, _cpu, state in r.ended:
-            self._commit(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
+            self._settle(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
         if r.at >= 0:   # its input leads a group of its own: stopped before its failure is committed
             R.group(r.items[r.at].pid, signal.SIGKILL)
             rc = os.waitstatus_to_exitcode(status)
@@ -412,6 +396,28 @@ class Agent:
             self.log(f"slot {r.slot}: its script ended (exit {os.waitstatus_to_exitcode(status)}) before "
                      f"{len(r.items) - r.begun} input(s) began: back to the queue, no attempt counted")
         self._give_back(r, r.begun)
+
+    def _settle(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
+        """An input's end committed, once its outputs are summed where its script left that to the agent."""
+        algo, base = r.sums
+        if not algo or rc != 0 or state != "COMPLETED":   # a failed input has no outputs' record, as in the job
+            return self._commit(r, item, rc, state, t1, cpu, rss)
+        desc = self._descriptor(item.task.rpartition("_")[0])
+        plan = desc[2] if desc else ""
+        where = R.outputs_of(item.rows or (self.table.rows(plan, int(item.idx)) if plan else ""), base, plan, item.cid)
+        if where is None:
+            self.log(f"{item.task} ({item.cid}): its job's rows cannot be read, so its outputs cannot be summed")
+            return self._commit(r, item, 3, "FAILED", t1, cpu, rss)
+        self.summer.start((r, item, rc, state, t1, cpu, rss), *where, algo)
+
+    def _summed(self, then: Tuple[R.Running, R.Item, int, str, float, str, str], why: Optional[str]) -> None:
+        r, item, rc, state, t1, cpu, rss = then
+        if self.stopping:   # as an input that ended meanwhile: its claim goes back with the pilot
+            return
+        if why is not None:
+            self.log(f"{item.task} ({item.cid}) failed: {why}")
+            rc, state = 3, "FAILED"
+        self._commit(r, item, rc, state, t1, cpu, rss)
 
     def _commit(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
         line = "\t".join([item.task, item.cid, self.pilot, str(r.slot), self.node, f"{item.t0:.6f}", f"{t1:.6f}",
@@ -472,15 +478,7 @@ class Agent:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description="a late-bound campaign's pilot agent (run by the pilot's batch script)")
-    for name in ("queue", "pilot", "node", "rundir"):
-        ap.add_argument(f"--{name}", required=True)
-    ap.add_argument("--slots", type=int, required=True)
-    for name in ("ends", "idle-s", "beat-s", "drain-s", "claim-before", "steal-s", "input-s"):
-        ap.add_argument(f"--{name}", type=float, required=True)
-    ap.add_argument("--seat-dir", default="")
-    ap.add_argument("--bb-root", default="")
-    a = ap.parse_args(argv)
+    a = R.arguments(argv)
     agent = Agent(Path(a.queue), a.pilot, a.node, a.slots, a.ends, a.idle_s, a.beat_s, a.drain_s, a.claim_before,
                   a.steal_s, a.input_s, a.seat_dir, Path(a.rundir), a.bb_root)
     (agent.queue / "results").mkdir(exist_ok=True)

@@ -5,19 +5,25 @@ Standard library only: shipped beside the agent as ``bin/hpcrun_late_runs.py`` (
 layout.py is. The claim's protocol with the job script (templates/_shell.j2, ``claim_loop``): the agent writes
 ``item <task> <index> <claim id> <rows>`` and the rows for each input, ``ready``, then ``go <n>`` for each one to
 start; the script answers ``begin <n> <pid> <start>`` and ``end <n> <exit> <end> <cpu s>`` on the fd named by
-``HPCRUN_CLAIM_FEED``.
+``HPCRUN_CLAIM_FEED``, first ``sums <algo> <claims' outputs base>`` when the script leaves its outputs' sums to
+the agent (``Summer``: no process per output).
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import os
 import select
 import shlex
 import subprocess
+import threading
 import time
+import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Dict, List, Tuple
+from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -50,6 +56,7 @@ class Running:
     begun: int = 0                # items that said they began (the last one: ``at`` until its end)
     ended: List[Tuple[Item, int, float, str, str]] = field(default_factory=list)   # item rc end cpu state
     out: int = -1                 # its result lines (begin, end) come on this pipe
+    sums: Tuple[str, str] = ("", "")   # the algorithm and the claims' outputs base, when the agent sums the outputs
     batch_t0: float = field(default_factory=time.monotonic)
 
     @property
@@ -97,6 +104,82 @@ def plan_dir(script: str) -> str:
                 return ""
             return words[0] if len(words) == 1 else ""
     return ""
+
+
+def arguments(argv: Optional[List[str]]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="a late-bound campaign's pilot agent (run by the pilot's batch script)")
+    for name in ("queue", "pilot", "node", "rundir"):
+        ap.add_argument(f"--{name}", required=True)
+    ap.add_argument("--slots", type=int, required=True)
+    for name in ("ends", "idle-s", "beat-s", "drain-s", "claim-before", "steal-s", "input-s"):
+        ap.add_argument(f"--{name}", type=float, required=True)
+    ap.add_argument("--seat-dir", default="")
+    ap.add_argument("--bb-root", default="")
+    return ap.parse_args(argv)
+
+
+def _number(path: Path) -> Optional[int]:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def flags(queue: Path, me: Path) -> Dict[str, object]:
+    """What the supervisor says, read once a beat: the campaign's stop, a pause, the inputs' expected time, this
+    pilot's end (a maintenance), the hints of inputs cached on nodes."""
+    near = queue / "near"
+    hinted = {t for n in _names(near) for t in _names(near / n)}
+    return {"stop": (queue / "stop").exists(), "paused": (queue / "paused").exists(),
+            "expected": _number(queue / "expected"), "until": _number(me / "until"), "hinted": hinted}
+
+
+def _names(path: Path) -> List[str]:
+    try:
+        return [n for n in os.listdir(path) if not n.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def time_short(stop_at: float, until: object, expected: object) -> Optional[str]:
+    """Why no input may start now for lack of time before ``stop_at`` (the drain) or ``until`` (the cluster's
+    maintenance), when an input takes ``expected`` seconds; None when it may."""
+    if isinstance(until, int) and until < stop_at:
+        stop_at = until
+    left = stop_at - time.time()
+    if float(expected) > left:   # type: ignore[arg-type]
+        return (f"{left:.0f} s left before the drain or the cluster's maintenance, an input takes about "
+                f"{expected} s: claiming nothing more")
+    return None
+
+
+def descriptor(queue: Path, qid: str, seat_dir: str) -> Optional[Tuple[str, int, str]]:
+    """A submission's script (this cluster's copy), per-input limit and plan directory (``arrays/<qid>``)."""
+    try:
+        with open(queue / "arrays" / qid) as f:
+            fields = f.read().split("\t")
+    except OSError:
+        return None
+    if len(fields) < 2 or not fields[1].strip().isdigit():
+        return None
+    script = fields[0]
+    plan = plan_dir(script) or script.rpartition("/jobs/")[0]
+    if seat_dir and "/jobs/" in script:   # the task names the first cluster's script
+        head, _, tail = script.rpartition("/jobs/")
+        mine = f"{head}/{seat_dir}jobs/{tail}"
+        script = mine if os.path.exists(mine) else script
+    return script, int(fields[1]), plan
+
+
+def outputs_of(rows: str, base: str, plan: str, cid: str) -> Optional[Tuple[List[str], str, str]]:
+    """An input's output names (its rows of tasks.tsv), the directory its claim wrote them to (under ``base``,
+    as the job script's ``HPCRUN_OUTDIR``) and its run directory (``run/<job>/<claim id>``); None without rows."""
+    rows_ = [row.split("\t") for row in rows.splitlines() if row.count("\t") >= 6]
+    if not rows_ or not plan:
+        return None
+    return [r[6] for r in rows_], os.path.join(base, cid), os.path.join(plan, "run", rows_[0][1], cid)
 
 
 class TaskTable:
@@ -217,3 +300,80 @@ def shares(tasks: List[str], slots: int) -> List[List[str]]:
         out.append(tasks[at:at + size])
         at += size
     return out
+
+
+SUMS = ("sha256", "md5", "adler32")   # what the agent sums itself (the plan's provenance algorithm, else the job does)
+CHUNK = 1 << 20
+
+
+def file_sum(path: str, algo: str) -> str:
+    """A file's sum as the job's programs print it (hex, lower case): read 1 MiB at a time, the GIL let go."""
+    with open(path, "rb") as f:
+        if algo == "adler32":
+            value = 1
+            while True:
+                block = f.read(CHUNK)
+                if not block:
+                    return f"{value:08x}"
+                value = zlib.adler32(block, value)
+        h = hashlib.new(algo)
+        while True:
+            block = f.read(CHUNK)
+            if not block:
+                return h.hexdigest()
+            h.update(block)
+
+
+def outputs_tsv(names: List[str], outdir: str, algo: str) -> Tuple[str, str]:
+    """``outputs.tsv`` of an input that succeeded, as the job writes it (each output there: name, size, sum), and
+    what could not be read (for ``checksums.log``)."""
+    lines, errors = [], []
+    for name in names:
+        path = os.path.join(outdir, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            size, value = str(os.stat(path).st_size), f"{algo}:{file_sum(path, algo)}"
+        except OSError as e:
+            size, value = "", ""
+            errors.append(f"{path}: {e.strerror or e}\n")
+        lines.append(f"{name}\t{size}\t{value}\n")
+    return "".join(lines), "".join(errors)
+
+
+class Summer:
+    """Outputs summed in threads of the agent, one an input, the commit left to the loop once written: a big output
+    holds neither the loop (the lease, other slots) nor a process per output. ``wake``: written when one is done."""
+
+    def __init__(self, wake: int) -> None:
+        self.wake = wake
+        self.pending = 0
+        self.done: Deque[Tuple[Any, Optional[str]]] = deque()
+
+    def start(self, then: Any, names: List[str], outdir: str, rundir: str, algo: str) -> None:
+        self.pending += 1
+        threading.Thread(target=self._run, args=(then, names, outdir, rundir, algo), daemon=True).start()
+
+    def _run(self, then: Any, names: List[str], outdir: str, rundir: str, algo: str) -> None:
+        why: Optional[str] = None
+        try:
+            text, errors = outputs_tsv(names, outdir, algo)
+            with open(os.path.join(rundir, "outputs.tsv"), "w") as f:
+                f.write(text)
+            if errors:
+                with open(os.path.join(rundir, "checksums.log"), "a") as f:
+                    f.write(errors)
+        except OSError as e:
+            why = f"its outputs' record could not be written in {rundir}: {e.strerror or e}"
+        self.done.append((then, why))
+        try:
+            os.write(self.wake, b"s")
+        except OSError:
+            pass
+
+    def finished(self, each: Callable[[Any, Optional[str]], None]) -> None:
+        """``each(then, why)`` for every sum written since the last look (``why``: it could not be)."""
+        while self.done:
+            then, why = self.done.popleft()
+            self.pending -= 1
+            each(then, why)

@@ -139,6 +139,11 @@ def with_buffer(pilots: PilotPlan, campaign: Campaign, buffer: BufferChoice, job
                    bb_root=f'"${{{buffer.root_var}%/}}"')
 
 
+def claims_base(campaign: Campaign) -> str:
+    """Where the claims' outputs wait, each in a directory named by its claim id, until they are placed."""
+    return campaign.outputs.location.rstrip("/") + "/" + CLAIMS_DIR
+
+
 def late_dirs(campaign: Campaign, workdir: str, db_plan: Optional[DatabasePlan], buffer: BufferChoice
               ) -> Tuple[str, str, str, Optional[str], Optional[DatabasePlan]]:
     """Where a claim reads, works and writes: directories of its own (in the pilot's buffer, if any), and
@@ -147,7 +152,7 @@ def late_dirs(campaign: Campaign, workdir: str, db_plan: Optional[DatabasePlan],
     (the fourth value).
     The database is the pilot's, so its node-local copy is named by the pilot's job id and node key (the
     pilot may be of an earlier generation than the input)."""
-    private = quote(campaign.outputs.location.rstrip("/") + "/" + CLAIMS_DIR) + '/"${HPCRUN_JOB_ID}"'
+    private = quote(claims_base(campaign)) + '/"${HPCRUN_JOB_ID}"'
     input_dir, work_dir, out_dir, copy_out = "", quote(workdir) + '/"${HPCRUN_JOB}"/"${HPCRUN_JOB_ID}"', private, None
     if buffer.root_var and buffer.spec:
         mine = f'"${{{buffer.root_var}%/}}"/claims/"${{HPCRUN_JOB_ID}}"'

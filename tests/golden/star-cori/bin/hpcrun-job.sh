@@ -346,8 +346,9 @@ for i in "${!HPCRUN_STEMS[@]}"; do
   # LC_ALL=C: the two programs' locale is not loaded from its files once more for each output
   size=$(LC_ALL=C stat -c %s -- "$out")
   sum=""
-  # the sum's last line read in place (no file per output); what the program said is kept only if it failed
-  if said=$(LC_ALL=C md5sum -- "$out" 2>&1); then
+  # the sum's last line read in place (no file per output); what the program said is kept only if it failed;
+  # exec: the program replaces the substitution's shell (bash forks twice for it otherwise, 2>&1 being there)
+  if said=$(LC_ALL=C exec md5sum -- "$out" 2>&1); then
     read -r sum _ <<< "${said##*$'\n'}" || true
     sum=md5:${sum#\\}
   else
