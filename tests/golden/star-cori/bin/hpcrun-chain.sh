@@ -22,7 +22,9 @@ on_term() {
   [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
 }
 trap on_term TERM INT
-printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >> "$timeline"
+# the timeline opened once for the chain's lines, not once a line (an open is a metadata call on a shared filesystem)
+exec {timeline_fd}>> "$timeline"
+printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
   if [ "$stopping" -eq 1 ]; then
     rc=143
@@ -37,8 +39,8 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
     export HPCRUN_FIRST_EVENT=$first HPCRUN_NEVENTS=$(( next - first )) HPCRUN_LAST_EVENT=$(( next - 1 ))
   fi
   export HPCRUN_OUTPUT="$HPCRUN_WORKDIR/$stem.part$chain"
-  printf 'begin %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" >> "$timeline"
-  root4star -b -q 'bfc.C('"${HPCRUN_FIRST_EVENT}","${HPCRUN_LAST_EVENT}"',"P2019a,StiCA,BAna,PicoVtxDefault","'"${HPCRUN_INPUT}"'","'"${HPCRUN_OUTPUT}"'")' >> "$log" 2>&1 &
+  printf 'begin %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" >&"$timeline_fd"
+  root4star -b -q 'bfc.C('"${HPCRUN_FIRST_EVENT}","${HPCRUN_LAST_EVENT}"',"P2019a,StiCA,BAna,PicoVtxDefault","'"${HPCRUN_INPUT}"'","'"${HPCRUN_OUTPUT}"'")' >> "$log" 2>&1 {timeline_fd}>&- &
   child=$!
   step=0
   wait "$child" || step=$?
@@ -47,7 +49,7 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
     wait "$child" || step=$?
   done
   child=""
-  printf 'end %s %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" "$step" >> "$timeline"
+  printf 'end %s %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" "$step" >&"$timeline_fd"
   if [ "$stopping" -eq 1 ]; then
     printf 'chain %s stopped by a signal during %s\n' "$chain" "$stem" >> "$log"
     rc=143
@@ -58,6 +60,6 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
     printf 'chain %s failed on %s with exit code %s\n' "$chain" "$stem" "$step" >> "$log"
   fi
 done < "$HPCRUN_RUNDIR/inputs.tsv"
-printf 'stop %s %s\n' "${EPOCHREALTIME/,/.}" "$rc" >> "$timeline"
+printf 'stop %s %s\n' "${EPOCHREALTIME/,/.}" "$rc" >&"$timeline_fd"
 printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
 exit "$rc"
