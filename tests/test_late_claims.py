@@ -366,3 +366,31 @@ def test_a_pilot_done_for_good_commits_the_input_whose_outputs_it_still_sums(tmp
     logs = _wait(_pilot(plan, "812"), 60)
     assert [r[8] for r in _results(plan).values()] == ["COMPLETED"], logs
     assert f"{qid}_0" in _results(plan)
+
+
+@pytest.mark.parametrize("ready", ["ready\tsums", "ready"])
+def test_a_script_sums_its_outputs_itself_unless_the_agent_says_it_will(tmp_path, ready):
+    """The job script leaves the sums to an agent that says ``ready sums``; told only ``ready`` (an agent of an older
+    hpcrun, which would ignore ``sums``), each input writes its own outputs.tsv, as before."""
+    import hashlib
+    import subprocess
+
+    from hpcrun.backends.late.runs import TaskTable
+    plan = _plan(tmp_path, _spec(tmp_path, 1, ["/bin/cp", "{input}", "{output}"]))
+    rows = TaskTable().rows(str(plan), 0)
+    feed_r, feed_w = os.pipe()
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "HPCRUN_CLAIM_FEED": str(feed_w), "SLURMD_NODENAME": "n1"}
+    proc = subprocess.run(["bash", str(next((plan / "jobs").glob("*")))], pass_fds=(feed_w,), env=env,
+                          input=f"item\tL1_0\t0\tp.0.0\t{rows.count(chr(10))}\n{rows}{ready}\ngo\t0\n", text=True,
+                          capture_output=True, timeout=60)
+    os.close(feed_w)
+    said = os.read(feed_r, 65536).decode()
+    assert proc.returncode == 0 and "\nend\t0\t0\t" in "\n" + said, proc.stderr + said
+    tsv = plan / "run" / "latelocal.00001" / "p.0.0" / "outputs.tsv"
+    if ready == "ready":
+        body = (tmp_path / "out" / ".hpcrun-claims" / "p.0.0" / "r000.out").read_bytes()
+        assert tsv.read_text() == f"r000.out\t{len(body)}\tsha256:{hashlib.sha256(body).hexdigest()}\n"
+        assert "sums\t" not in said
+    else:
+        assert not tsv.exists()
+        assert said.startswith(f"sums\tsha256\t{tmp_path}/out/.hpcrun-claims\n"), said

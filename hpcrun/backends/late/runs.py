@@ -3,7 +3,7 @@ task table read at known places, process groups, and the count of metadata opera
 
 Standard library only: shipped beside the agent as ``bin/hpcrun_late_runs.py`` (agent.py imports it), as
 layout.py is. The claim's protocol with the job script (templates/_shell.j2, ``claim_loop``): the agent writes
-``item <task> <index> <claim id> <rows>`` and the rows for each input, ``ready``, then ``go <n>`` for each one to
+``item <task> <index> <claim id> <rows>`` and the rows for each input, ``ready sums``, then ``go <n>`` for each one to
 start; the script answers ``begin <n> <pid> <start>`` and ``end <n> <exit> <end> <cpu s>`` on the fd named by
 ``HPCRUN_CLAIM_FEED``, first ``sums <algo> <claims' outputs base>`` when the script leaves its outputs' sums to
 the agent (``Summer``: no process per output).
