@@ -323,10 +323,11 @@ def test_the_agent_sums_each_inputs_outputs_and_the_job_starts_no_program_for_th
     assert not (tmp_path / "calls").exists(), (tmp_path / "calls").read_text()
 
 
-def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path):
-    """The sums' record cannot be written (its run directory is gone): the input fails with why, and the sums of an
-    output that cannot be read are left empty with the reason in checksums.log, as the job's programs would."""
-    from hpcrun.backends.late.runs import Summer, outputs_tsv
+def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path, monkeypatch):
+    """The sums' record cannot be written (its run directory is gone): the input fails (exit 3) with why. An output
+    that cannot be read keeps its size, its sum left empty and why in checksums.log, as the job's programs would."""
+    from hpcrun.backends.late import runs
+    from hpcrun.backends.late.runs import Item, Running, Summer, outputs_tsv
     r, w = os.pipe()
     summer = Summer(w)
     summer.start("first", ["a.out"], str(tmp_path), str(tmp_path / "gone"), "sha256")
@@ -334,10 +335,62 @@ def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path):
     seen: list = []
     summer.finished(lambda then, why: seen.append((then, why)))
     assert summer.pending == 0 and seen[0][0] == "first" and "could not be written" in seen[0][1], seen
-    (tmp_path / "unreadable").mkdir()
     (tmp_path / "a.out").write_bytes(b"abc")
-    text, errors = outputs_tsv(["a.out", "missing.out"], str(tmp_path), "md5")
-    assert text == "a.out\t3\tmd5:900150983cd24fb0d6963f7d28e17f72\n" and errors == ""
+    assert outputs_tsv(["a.out", "missing.out"], str(tmp_path), "md5") == (
+        "a.out\t3\tmd5:900150983cd24fb0d6963f7d28e17f72\n", "")
+
+    def unreadable(path: str, algo: str) -> str:
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(runs, "file_sum", unreadable)
+    text, errors = outputs_tsv(["a.out"], str(tmp_path), "md5")
+    assert text == "a.out\t3\t\n" and errors == f"{tmp_path}/a.out: Permission denied\n"
+    with pytest.raises(FileNotFoundError):
+        outputs_tsv(["a.out"], str(tmp_path / "nowhere"), "md5")
+    # the agent: a sum that could not be recorded fails its input, committed with exit 3
+    q = Queue(tmp_path / "q")
+    q.make()
+    (q.d("live") / "p").mkdir()
+    (q.d("live") / "p" / "L1_0").touch()
+    agent = Agent(q.root, "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    run = Running(0, None, [], 60)   # type: ignore[arg-type]
+    agent._summed((run, Item("L1_0", "p.0.0", "0", ""), 0, "COMPLETED", 1.0, "0+0", ""), "its record: no room")
+    assert (q.d("done") / "L1_0").read_text().split("\t")[7:9] == ["3", "FAILED"]
+
+
+def test_an_input_is_committed_only_once_its_outputs_record_is_written(tmp_path, monkeypatch):
+    """The commit (the link into done/) comes after outputs.tsv, never before: a reader of a committed input finds
+    its sums."""
+    import threading
+
+    from hpcrun.backends.late import runs
+    from hpcrun.backends.late.runs import Item, Running
+    q = Queue(tmp_path / "q")
+    q.make()
+    me = q.d("live") / "p"
+    me.mkdir()
+    (me / "L1_0").touch()
+    plan, base = tmp_path / "plan", tmp_path / "out" / ".hpcrun-claims"
+    (plan / "run" / "job.00001" / "p.0.0").mkdir(parents=True)
+    (base / "p.0.0").mkdir(parents=True)
+    (base / "p.0.0" / "s.out").write_bytes(b"abc")
+    agent = Agent(q.root, "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    wake_r, wake_w = os.pipe()
+    agent.summer.wake = wake_w
+    agent.scripts["L1"] = ("script", 60, str(plan))
+    go = threading.Event()
+    real = runs.outputs_tsv
+    monkeypatch.setattr(runs, "outputs_tsv", lambda *a: (go.wait(10), real(*a))[1])
+    run = Running(0, None, [], 60, sums=("md5", str(base)))   # type: ignore[arg-type]
+    item = Item("L1_0", "p.0.0", "0", "0\tjob.00001\t1\t/in/s.dat\t-\ts\ts.out\t-\t3\n")
+    agent._settle(run, item, 0, "COMPLETED", 1.0, "0+0", "")
+    time.sleep(0.2)
+    assert not (q.d("done") / "L1_0").exists() and agent.summer.pending == 1   # summing: not committed
+    go.set()
+    assert os.read(wake_r, 1) == b"s"
+    agent.summer.finished(agent._summed)
+    tsv = (plan / "run" / "job.00001" / "p.0.0" / "outputs.tsv").read_text()
+    assert tsv == "s.out\t3\tmd5:900150983cd24fb0d6963f7d28e17f72\n"
+    assert (q.d("done") / "L1_0").read_text().split("\t")[7:9] == ["0", "COMPLETED"]
 
 
 @pytest.mark.parametrize("algo,program", [("md5", "md5sum"), ("sha256", "sha256sum"), ("adler32", "xrdadler32")])
@@ -365,13 +418,17 @@ def test_a_pilot_done_for_good_commits_the_input_whose_outputs_it_still_sums(tmp
     qid = _enqueue(plan, 1)
     logs = _wait(_pilot(plan, "812"), 60)
     assert [r[8] for r in _results(plan).values()] == ["COMPLETED"], logs
-    assert f"{qid}_0" in _results(plan)
+    cid = _results(plan)[f"{qid}_0"][1]
+    zeros = "3b6a07d0d404fab4e23b6d34bc6696a6a312dd92821332385e5af7c01c421351"   # sha256 of 64 MiB of zero bytes
+    tsv = (plan / "run" / "latelocal.00001" / cid / "outputs.tsv").read_text()
+    assert tsv == f"r000.out\t67108864\tsha256:{zeros}\n"
 
 
-@pytest.mark.parametrize("ready", ["ready\tsums", "ready"])
+@pytest.mark.parametrize("ready", ["ready\tsums\tmd5,sha256", "ready", "ready\tsums\tmd5"])
 def test_a_script_sums_its_outputs_itself_unless_the_agent_says_it_will(tmp_path, ready):
-    """The job script leaves the sums to an agent that says ``ready sums``; told only ``ready`` (an agent of an older
-    hpcrun, which would ignore ``sums``), each input writes its own outputs.tsv, as before."""
+    """The job script leaves the sums to an agent that says ``ready sums`` with its algorithm; told only ``ready`` (an
+    agent of an older hpcrun, which would ignore ``sums``), or an agent that does not know its algorithm, each input
+    writes its own outputs.tsv, as before."""
     import hashlib
     import subprocess
 
@@ -387,10 +444,27 @@ def test_a_script_sums_its_outputs_itself_unless_the_agent_says_it_will(tmp_path
     said = os.read(feed_r, 65536).decode()
     assert proc.returncode == 0 and "\nend\t0\t0\t" in "\n" + said, proc.stderr + said
     tsv = plan / "run" / "latelocal.00001" / "p.0.0" / "outputs.tsv"
-    if ready == "ready":
+    if "sha256" not in ready:
         body = (tmp_path / "out" / ".hpcrun-claims" / "p.0.0" / "r000.out").read_bytes()
         assert tsv.read_text() == f"r000.out\t{len(body)}\tsha256:{hashlib.sha256(body).hexdigest()}\n"
         assert "sums\t" not in said
     else:
         assert not tsv.exists()
         assert said.startswith(f"sums\tsha256\t{tmp_path}/out/.hpcrun-claims\n"), said
+
+
+def test_an_input_whose_rows_the_agent_could_not_read_sums_its_own_outputs(tmp_path):
+    """The agent cannot read the plan's rows (tasks.idx gone): the script finds them itself, and sums its outputs
+    itself too; the inputs succeed with their sums."""
+    import hashlib
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/cp", "{input}", "{output}"]))
+    qid = _enqueue(plan, 2)
+    (plan / "tasks.idx").unlink()
+    logs = _wait(_pilot(plan, "813"), 60)
+    results = _results(plan)
+    assert sorted(results) == [f"{qid}_0", f"{qid}_1"] and {r[8] for r in results.values()} == {"COMPLETED"}, logs
+    for i in range(2):
+        cid = results[f"{qid}_{i}"][1]
+        body = (tmp_path / "out" / ".hpcrun-claims" / cid / f"r{i:03d}.out").read_bytes()
+        tsv = (plan / "run" / f"latelocal.{i + 1:05d}" / cid / "outputs.tsv").read_text()
+        assert tsv == f"r{i:03d}.out\t{len(body)}\tsha256:{hashlib.sha256(body).hexdigest()}\n"

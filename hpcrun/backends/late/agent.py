@@ -275,7 +275,7 @@ class Agent:
         r = R.Running(slot, proc, items, limit, out=out_r)
         self.running[slot] = r
         feed = "".join(f"item\t{i.task}\t{i.idx}\t{i.cid}\t{i.rows.count(chr(10))}\n{i.rows}" for i in items)
-        r.tell(feed + "ready\tsums\n")   # this agent sums outputs for a script that leaves them to it
+        r.tell(feed + f"ready\tsums\t{','.join(R.SUMS)}\n")   # what it sums for a script that leaves that to it
         self._next(r)
 
     def _next(self, r: R.Running) -> None:
@@ -400,11 +400,10 @@ class Agent:
     def _settle(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
         """An input's end committed, once its outputs are summed where its script left that to the agent."""
         algo, base = r.sums
-        if not algo or rc != 0 or state != "COMPLETED":   # a failed input has no outputs' record, as in the job
-            return self._commit(r, item, rc, state, t1, cpu, rss)
+        if not algo or not item.rows or rc != 0 or state != "COMPLETED":   # the job summed (rows it found itself),
+            return self._commit(r, item, rc, state, t1, cpu, rss)        # or failed: no outputs' record, as in the job
         desc = self._descriptor(item.task.rpartition("_")[0])
-        plan = desc[2] if desc else ""
-        where = R.outputs_of(item.rows or (self.table.rows(plan, int(item.idx)) if plan else ""), base, plan, item.cid)
+        where = R.outputs_of(item.rows, base, desc[2] if desc else "", item.cid)
         if where is None:
             self.log(f"{item.task} ({item.cid}): its job's rows cannot be read, so its outputs cannot be summed")
             return self._commit(r, item, 3, "FAILED", t1, cpu, rss)

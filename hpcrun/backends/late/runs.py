@@ -12,6 +12,7 @@ the agent (``Summer``: no process per output).
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import os
 import select
@@ -325,17 +326,20 @@ def file_sum(path: str, algo: str) -> str:
 
 
 def outputs_tsv(names: List[str], outdir: str, algo: str) -> Tuple[str, str]:
-    """``outputs.tsv`` of an input that succeeded, as the job writes it (each output there: name, size, sum), and
-    what could not be read (for ``checksums.log``)."""
+    """``outputs.tsv`` of an input that succeeded, as the job writes it (each output there: name, size, sum; a sum
+    that cannot be made left empty), and what could not be read (for ``checksums.log``). OSError: no ``outdir``."""
+    if not os.path.isdir(outdir):
+        raise FileNotFoundError(errno.ENOENT, "its outputs' directory is not there", outdir)
     lines, errors = [], []
     for name in names:
         path = os.path.join(outdir, name)
         if not os.path.isfile(path):
             continue
+        size = value = ""
         try:
-            size, value = str(os.stat(path).st_size), f"{algo}:{file_sum(path, algo)}"
+            size = str(os.stat(path).st_size)
+            value = f"{algo}:{file_sum(path, algo)}"
         except OSError as e:
-            size, value = "", ""
             errors.append(f"{path}: {e.strerror or e}\n")
         lines.append(f"{name}\t{size}\t{value}\n")
     return "".join(lines), "".join(errors)
@@ -358,18 +362,21 @@ class Summer:
         why: Optional[str] = None
         try:
             text, errors = outputs_tsv(names, outdir, algo)
-            with open(os.path.join(rundir, "outputs.tsv"), "w") as f:
+            with open(os.path.join(rundir, "outputs.tsv"), "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(text)
             if errors:
-                with open(os.path.join(rundir, "checksums.log"), "a") as f:
+                with open(os.path.join(rundir, "checksums.log"), "a", encoding="utf-8", errors="surrogateescape") as f:
                     f.write(errors)
         except OSError as e:
-            why = f"its outputs' record could not be written in {rundir}: {e.strerror or e}"
-        self.done.append((then, why))
-        try:
-            os.write(self.wake, b"s")
-        except OSError:
-            pass
+            why = f"its outputs' record could not be written in {rundir}: {e.strerror or e} ({e.filename or rundir})"
+        except Exception as e:   # whatever it is, the input is settled (else it would hold its pilot to the end)
+            why = f"its outputs could not be summed: {e!r}"
+        finally:
+            self.done.append((then, why))
+            try:
+                os.write(self.wake, b"s")
+            except OSError:
+                pass
 
     def finished(self, each: Callable[[Any, Optional[str]], None]) -> None:
         """``each(then, why)`` for every sum written since the last look (``why``: it could not be)."""

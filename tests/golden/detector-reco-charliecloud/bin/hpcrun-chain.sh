@@ -23,7 +23,7 @@ on_term() {
 }
 trap on_term TERM INT
 # the timeline opened once for the chain's lines, not once a line (an open is a metadata call on a shared filesystem)
-exec {timeline_fd}>> "$timeline"
+exec {timeline_fd}>> "$timeline" || exec {timeline_fd}> /dev/null   # a timeline that cannot be written: none
 printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
   if [ "$stopping" -eq 1 ]; then
