@@ -416,7 +416,7 @@ class Agent:
         if why is not None:
             self.log(f"{item.task} ({item.cid}) failed: {why}")
             rc, state = 3, "FAILED"
-        self._commit(r, item, rc, state, t1, cpu, rss)
+        self._commit(r, item, rc, state, max(t1, time.time()), cpu, rss)   # its end: its record's, as in the job
 
     def _commit(self, r: R.Running, item: R.Item, rc: int, state: str, t1: float, cpu: str, rss: str) -> None:
         line = "\t".join([item.task, item.cid, self.pilot, str(r.slot), self.node, f"{item.t0:.6f}", f"{t1:.6f}",
