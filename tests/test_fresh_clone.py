@@ -1,12 +1,13 @@
-"""The suite passes from a checkout nobody prepared: a copy of the repository in a 0700
-directory (as CI and home directories are), where the unprivileged test user cannot read the
-checkout and no ``../shared`` sits beside it. Guards two classes of failure that only showed
-on a new machine: tools the tests need but the test command did not install, and tests that
-ran the checkout's programs as another user."""
+"""The tests a checkout's place can break pass from a checkout nobody prepared: a copy of the repository in a 0700
+directory (as CI and home directories are), where the unprivileged test user cannot read the checkout and no
+``../shared`` sits beside it. Guards the failures that only showed on a new machine: tests that ran the checkout's
+programs as another user, and tests of ../shared's data that did not skip without it. (The whole suite from a fresh
+clone under a 0700 directory is what CI runs, and what a session runs before it stops.)"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,26 @@ def _tracked_files() -> list:
     return [f for f in proc.stdout.decode().split("\0") if f and (REPO / f).is_file()]
 
 
+# What the private copy can break: a test that runs a program as the unprivileged test user (which cannot enter the
+# copy: it must use a world-readable copy of what it runs) or that reads ../shared (absent beside the copy: it must
+# skip). The copy runs those test files; the others import the same tree from either place (about 25 minutes of CI
+# on one worker when it ran them all).
+AT_RISK = re.compile(r"readable_copy|shared_dir|shared_data|\bSHARED\b|\.\./shared|xrootd_origin|runuser|setpriv"
+                     r"|unprivileged|test_user|TEST_USER|def test\w*\([^)]*\bcase\b")
+
+
+def _at_risk(clone: Path) -> list:
+    return sorted(str(p.relative_to(clone)) for p in (clone / "tests").glob("test_*.py")
+                  if p.name != Path(__file__).name and AT_RISK.search(p.read_text()))
+
+
+def test_the_copy_runs_every_test_that_runs_programs_as_the_test_user_or_reads_shared_data():
+    picked = _at_risk(REPO)
+    for name in ("test_job_local.py", "test_xrootd.py", "test_iotune_darshan.py", "test_job_shared_node.py"):
+        assert f"tests/{name}" in picked, picked
+    assert "tests/test_late_claims.py" not in picked
+
+
 def test_suite_passes_from_a_private_copy():
     if os.environ.get("HPCRUN_SELFCHECK_INNER") == "1":
         pytest.skip("already inside the self-check")
@@ -42,7 +63,7 @@ def test_suite_passes_from_a_private_copy():
                    PYTHONDONTWRITEBYTECODE="1")
         env.pop("HPCRUN_REQUIRE_CLUSTER", None)
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                               "-m", "not cluster and not selfcheck", "tests"],
+                               "-m", "not cluster and not selfcheck", *_at_risk(clone)],
                               cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         assert proc.returncode == 0, tail
