@@ -22,7 +22,7 @@ on_term() {
   [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
 }
 trap on_term TERM INT
-# the timeline opened once for the chain's lines, not once a line (an open is a metadata call on a shared filesystem)
+# the timeline opened once for all the lines of the chain, not once a line (an open is a metadata call on Lustre)
 exec {timeline_fd}>> "$timeline" || exec {timeline_fd}> /dev/null   # a timeline that cannot be written: none
 printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
