@@ -6,6 +6,7 @@ clone under a 0700 directory is what CI runs, and what a session runs before it 
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -30,21 +31,44 @@ def _tracked_files() -> list:
 
 
 # What the private copy can break: a test that runs a program as the unprivileged test user (which cannot enter the
-# copy: it must use a world-readable copy of what it runs) or that reads ../shared (absent beside the copy: it must
-# skip). The copy runs those test files; the others import the same tree from either place (about 25 minutes of CI
-# on one worker when it ran them all).
+# copy: it must use a world-readable copy of what it runs, or a working directory of its own) or that reads
+# ../shared (absent beside the copy: it must skip). The copy runs those test files; the others import the same tree
+# from either place (about 25 minutes of CI on one worker when it ran them all).
 AT_RISK = re.compile(r"readable_copy|shared_dir|shared_data|\bSHARED\b|\.\./shared|xrootd_origin|runuser|setpriv"
-                     r"|unprivileged|test_user|TEST_USER|def test\w*\([^)]*\bcase\b")
+                     r"|unprivileged|test_user|TEST_USER|def test\w*\([^)]*\bcase\b|\bpg\.(start|standby)\b")
+AS_USER = re.compile(r"runuser|setpriv|\{\"user\": user\}")   # a helper module that runs programs as the test user
+
+
+def _helpers_as_user(root: Path) -> set:
+    """The tests' helper modules (not test files) that run programs as the test user: pg, xrootd."""
+    return {p.stem for p in (root / "tests").glob("*.py")
+            if not p.name.startswith(("test_", "conftest")) and AS_USER.search(p.read_text())}
+
+
+def _imports(path: Path) -> set:
+    """The modules of tests/ a test file imports (``from .xrootd import ...``, ``from tests import pg``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1 or mod == "tests":
+                out |= {mod} if mod and mod != "tests" else {a.name for a in node.names}
+            elif mod.startswith("tests."):
+                out.add(mod.split(".", 1)[1])
+    return out
 
 
 def _at_risk(clone: Path) -> list:
+    helpers = _helpers_as_user(clone)
     return sorted(str(p.relative_to(clone)) for p in (clone / "tests").glob("test_*.py")
-                  if p.name != Path(__file__).name and AT_RISK.search(p.read_text()))
+                  if p.name != Path(__file__).name and (AT_RISK.search(p.read_text()) or _imports(p) & helpers))
 
 
 def test_the_copy_runs_every_test_that_runs_programs_as_the_test_user_or_reads_shared_data():
+    assert {"pg", "xrootd"} <= _helpers_as_user(REPO)
     picked = _at_risk(REPO)
-    for name in ("test_job_local.py", "test_xrootd.py", "test_iotune_darshan.py", "test_job_shared_node.py"):
+    for name in ("test_job_local.py", "test_xrootd.py", "test_iotune_darshan.py", "test_job_shared_node.py",
+                 "test_store_outage.py", "test_node_cache.py"):
         assert f"tests/{name}" in picked, picked
     assert "tests/test_late_claims.py" not in picked
 

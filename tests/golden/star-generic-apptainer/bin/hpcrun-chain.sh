@@ -23,7 +23,7 @@ on_term() {
 }
 trap on_term TERM INT
 # the timeline opened once for all the lines of the chain, not once a line (an open is a metadata call on Lustre)
-exec {timeline_fd}>> "$timeline" || exec {timeline_fd}> /dev/null   # a timeline that cannot be written: none
+command exec {timeline_fd}>> "$timeline" || command exec {timeline_fd}> /dev/null   # none if it cannot be written
 printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
   if [ "$stopping" -eq 1 ]; then
