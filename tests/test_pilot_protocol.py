@@ -132,7 +132,8 @@ def test_a_pilot_terminated_during_a_claim_stops_its_slots_and_hands_its_claims_
     qid = _enqueue(plan, 5)
     q = Queue(plan / "queue")
     pilot = _pilot(plan, "901")
-    _until(lambda: sum(1 for _ in q.claims(("live",))) == 2, what="two claims")
+    # both begun: a claim still being started when the TERM comes goes straight back to ready/ (never begun)
+    _until(lambda: sum(1 for c in q.claims(("live",)) if c.start) == 2, what="two claims begun")
     os.kill(pilot.pid, signal.SIGTERM)                            # the batch shell alone, not its group
     logs = _wait(pilot, 30)
     left = subprocess.run(["pgrep", "-s", str(pilot.pid), "-f", "hpcrun-pilot"], capture_output=True, text=True)
@@ -313,8 +314,7 @@ def test_a_fenced_pilot_stops_its_claims_scripts_and_their_chains(tmp_path):
     qid = _enqueue(plan, 2)
     q = Queue(plan / "queue")
     pilot = _pilot(plan, "611")
-    _until(lambda: sum(1 for _ in q.claims(("live",))) == 2, what="two claims")
-    time.sleep(1)
+    _until(lambda: sum(1 for c in q.claims(("live",)) if c.start) == 2, what="two claims begun")
     assert q.fence("611")
     logs = _wait(pilot, 40)                       # within a beat (10 s) and the claims' stop
     assert sorted(q.release()) == [f"{qid}_0", f"{qid}_1"], logs
