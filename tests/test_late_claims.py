@@ -101,7 +101,7 @@ def test_an_input_that_runs_long_sends_its_claims_other_inputs_to_another_slot(t
     results = _results(plan)
     assert {r[8] for r in results.values()} == {"COMPLETED"}, logs
     assert results[f"{qid}_0"][1] == "803.0.0", logs   # the long one began the claim of both
-    # the other went back to the queue once the long one had run 2 s (CLAIM_S): the other slot ran it, under a
+    # the other went back to the queue once the long one had run 4 s (4x the 1-s median): the other slot ran it, under a
     # claim of its own, long before the long one ended (it would have ended after it)
     assert results[f"{qid}_1"][3] == "1" and results[f"{qid}_1"][1] != "803.0.1", logs
     assert float(results[f"{qid}_1"][6]) < float(results[f"{qid}_0"][6]) - 6, logs
@@ -220,14 +220,14 @@ def test_slots_freed_together_take_one_claim_between_them(tmp_path, monkeypatch)
     agent._fill()   # nothing to claim: no slot started, the next look later
     assert asked == [4, 4] and started == {} and agent.next_look > time.monotonic()
     agent.next_look = 0
-    agent.recent.extend([0.1] * 5)   # inputs of 0.1 s: 20 a claim, 80 asked for four slots; two came, 40 for two
+    agent.pace.recent.extend([0.1] * 5)   # inputs of 0.1 s: 20 a claim, 80 asked for four slots; two came, 40 for two
     offer.append([])
     agent._fill()
     assert asked == [4, 4, 80, 40] and started == {0: ["L1_4"], 1: ["L1_5"]}
     # a TERM while the claim is dealt out: the shares not started stay the pilot's, handed back as it leaves
     agent.running.clear()
     started.clear()
-    agent.recent.clear()
+    agent.pace.recent.clear()
     offer.append(["L1_6", "L1_7", "L1_8"])
 
     def start_then_term(tasks, slot):
@@ -468,3 +468,69 @@ def test_an_input_whose_rows_the_agent_could_not_read_sums_its_own_outputs(tmp_p
         body = (tmp_path / "out" / ".hpcrun-claims" / cid / f"r{i:03d}.out").read_bytes()
         tsv = (plan / "run" / f"latelocal.{i + 1:05d}" / cid / "outputs.tsv").read_text()
         assert tsv == f"r{i:03d}.out\t{len(body)}\tsha256:{hashlib.sha256(body).hexdigest()}\n"
+
+
+class _Script:
+    """A claim's script as the agent sees it, without a process: what it is told, and that it runs."""
+
+    class _Stdin:
+        def __init__(self) -> None:
+            self.said, self.closed = b"", False
+
+        def write(self, data: bytes) -> None:
+            self.said += data
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:   # the script's last input: it ends
+            self.closed = True
+
+    def __init__(self) -> None:
+        self.stdin = self._Stdin()
+
+    def poll(self):
+        return None
+
+
+def _agent_with_claim(tmp_path: Path, tasks: list):
+    from hpcrun.backends.late.runs import Item, Running
+    for d in ("live/p", "ready", "cancel"):
+        (tmp_path / "queue" / d).mkdir(parents=True, exist_ok=True)
+    for t in tasks:
+        (tmp_path / "queue" / "live" / "p" / t).write_text("")
+    agent = Agent(tmp_path / "queue", "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
+    run = Running(0, _Script(), [Item(t, f"p.0.{i}", str(i), "") for i, t in enumerate(tasks)], 3600)  # type: ignore
+    return agent, run
+
+
+def test_an_inputs_time_in_a_claim_counts_from_the_end_of_the_one_before(tmp_path, monkeypatch):
+    """The claim's size is judged from what each input takes of it: the script's start or the loop's turn
+    since the input before ended, not only its own run (at most 1 s of that, for a pilot that was stopped)."""
+    agent, run = _agent_with_claim(tmp_path, ["q_0", "q_1", "q_2"])
+    monkeypatch.setattr(agent, "_settle", lambda *a: None)   # the commit: not what is measured here
+    monkeypatch.setattr(agent, "_next", lambda r: None)
+    run.last_end = 100.0
+    for n, (t0, t1) in enumerate([(100.3, 100.4), (100.45, 100.55), (102.0, 102.1)]):
+        run.items[n].t0, run.at = t0, n
+        agent._end(run, 0, t1, "")
+    assert [round(x, 3) for x in agent.pace.recent] == [0.4, 0.15, 1.1]
+    assert run.last_end == 102.1
+
+
+@pytest.mark.parametrize("ran_s, told", [(1.4, True), (1.6, False)])
+def test_a_claim_that_ran_one_and_a_half_times_its_share_sends_the_rest_back(tmp_path, ran_s, told):
+    """A claim sized from a median that the machine's load makes too low still gives up its inputs not begun
+    after 1.5 x CLAIM_S, so a long input at its end does not wait behind it (the tail case)."""
+    from hpcrun.backends.late.runs import CLAIM_S
+    agent, run = _agent_with_claim(tmp_path, ["q_0", "q_1", "q_2"])
+    run.fed, run.batch_t0 = 1, time.monotonic() - ran_s * CLAIM_S
+    agent._next(run)
+    ready = sorted(p.name for p in (tmp_path / "queue" / "ready").iterdir())
+    said = run.proc.stdin.said.decode()
+    if told:
+        assert said == "go\t1\n" and ready == [] and run.fed == 2 and not run.proc.stdin.closed
+    else:
+        assert said == "" and ready == ["q_1", "q_2"] and [i.task for i in run.items] == ["q_0"]
+        assert run.proc.stdin.closed
+

@@ -147,6 +147,8 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
                "to_first_claim_s": round(first - t0, 1), "run_wall_s": round(wall, 1),
                "dispatch_per_s": round(n / (max(float(r[6]) for r in results) - first), 1),
                "pilots": len(pilots), "max_queued_jobs": cap, "tail": tail,
+               "long_started_s": sorted(round(float(r[5]) - first, 1) for r in results   # after the first claim
+                                        if tail and float(r[6]) - float(r[5]) > float(tail.split("x")[1]) / 2),
                "scripts": sum(p.read_text().count(CLAIM_HEADER) for p in (c.plan / "run" / "pilots").glob(
                    "*/claims/*.log")),
                "sbatch": by_type.get("REQUEST_SUBMIT_BATCH_JOB", 0), "controller_user_total": total,

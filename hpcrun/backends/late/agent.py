@@ -21,10 +21,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 if __package__:
     from hpcrun.backends.late import layout as L
@@ -36,9 +35,6 @@ else:   # run as the plan's bin/hpcrun-pilot.py: the protocol and the runs are t
 
 NAPS = (0.2, 0.5, 1.0, 2.0, 5.0)   # the queue looked at soon after a miss, then less and less often
 STOP_WAIT_S = 15.0                 # a claim's script TERMed on the way out, KILLed after this
-CLAIM_S = 2.0                      # the work a claim holds: as many inputs as take about this long, at least one
-CLAIM_MAX = 64                     # ... and at most this many
-RECENT = 50                        # input times the claim's size is judged from (their median)
 
 
 @dataclass
@@ -67,11 +63,14 @@ class Agent:
     next_beat: float = 0.0
     flags: Dict[str, object] = field(default_factory=dict)   # stop, paused, expected, until, hinted: per beat
     scripts: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)   # qid -> script, limit, plan dir
-    recent: Deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+    pace: R.Pace = field(init=False)   # how much a claim holds, from this pilot's last input times
     table: R.TaskTable = field(default_factory=R.TaskTable)
     summer: R.Summer = field(default_factory=lambda: R.Summer(-1))   # outputs summed here, for scripts that ask
 
     me = property(lambda self: self.queue / "live" / self.pilot)
+
+    def __post_init__(self) -> None:
+        self.pace = R.Pace(self.input_s)
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -106,7 +105,7 @@ class Agent:
                 break
             timeout = min([self.next_beat, self.next_look] + [r.warn_at for r in self.running.values()]
                           + [r.kill_at for r in self.running.values()]
-                          + [self._give_back_at(r) for r in self.running.values()]) - time.monotonic()
+                          + [self.pace.give_back_at(r) for r in self.running.values()]) - time.monotonic()
             ready = select.select([wake_r] + [r.out for r in self.running.values()], [], [],
                                   max(0.0, min(timeout, 5.0)))[0]
             if wake_r in ready:
@@ -172,20 +171,8 @@ class Agent:
                     os.kill(pid, signal.SIGUSR1)   # the input's script alone: it passes it on to its chains
                 except ProcessLookupError:
                     pass
-            if now >= self._give_back_at(r):
+            if now >= self.pace.give_back_at(r):
                 self._give_back(r)
-
-    def _give_back_at(self, r: R.Running) -> float:
-        """When the running input has run long enough that the claim's inputs not begun should not wait for it."""
-        late = r.at < 0 or r.fed >= len(r.items)
-        return float("inf") if late else r.began + max(CLAIM_S, 4 * self._typical())
-
-    def _typical(self) -> float:
-        """The median of this pilot's last input times, or the campaign's expected time before any ended."""
-        return sorted(self.recent)[len(self.recent) // 2] if self.recent else float(self.input_s)
-
-    def _claim_size(self) -> int:
-        return max(1, min(CLAIM_MAX, int(CLAIM_S / max(self._typical(), 0.001))))
 
     # -- claiming ----------------------------------------------------------------------------------------
     def _fill(self) -> None:
@@ -200,7 +187,7 @@ class Agent:
             self.draining = True
             return
         while free and not self.stopping:
-            tasks = self._claim(self._claim_size() * len(free))   # for every free slot: one split, dealt out
+            tasks = self._claim(self.pace.size() * len(free))   # for every free slot: one split, dealt out
             if not tasks:   # nothing left: the campaign's end (queue/stop) is looked at now, not at the next beat
                 self.flags["stop"] = self.flags.get("stop") or (self.queue / "stop").exists()
                 self.next_look = time.monotonic() + NAPS[self.nap]
@@ -283,7 +270,7 @@ class Agent:
         claiming), its inputs not begun sent back to the queue and the script told to end."""
         while r.fed < len(r.items):
             item = r.items[r.fed]
-            if self.stopping or r.fed and (time.monotonic() - r.batch_t0 >= 2 * CLAIM_S or not self._may_claim()
+            if self.stopping or r.fed and (self.pace.spent(r) or not self._may_claim()
                                            or self._left() is not None):
                 break
             if not (self.me / item.task).exists():   # fenced since the claim: nothing more starts here
@@ -351,7 +338,7 @@ class Agent:
         item = r.items[r.at]
         state = r.state or ("COMPLETED" if rc == 0 else "FAILED")
         r.at, r.warn_at, r.kill_at = -1, float("inf"), float("inf")
-        self.recent.append(max(0.0, t1 - item.t0))
+        self.pace.ended(r, item.t0, t1)
         self.idle_since = time.monotonic()
         if len(r.items) == 1 and r.fed >= len(r.items):
             r.ended.append((item, rc, t1, cpu, state))   # committed at its reaping, with the run's own figures

@@ -26,6 +26,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 
+CLAIM_S = 2.0         # the work a claim holds: as many inputs as take about this long, at least one
+CLAIM_MAX = 64        # ... and at most this many
+CLAIM_RUN = 1.5       # a claim that ran this many times CLAIM_S starts nothing more: its rest goes back
+GIVE_BACK_S = 0.5     # an input running 4x the median, and at least this, sends its claim's rest back
+RECENT = 50           # input times the claim's size is judged from (their median)
+
+
+@dataclass
+class Pace:
+    """How much a claim holds and how long its inputs not begun wait, from the pilot's last input times."""
+
+    expected: float       # an input's time before any ended
+    recent: Deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+
+    def typical(self) -> float:
+        """The median of the last input times, or the campaign's expected time before any ended."""
+        return sorted(self.recent)[len(self.recent) // 2] if self.recent else float(self.expected)
+
+    def size(self) -> int:
+        return max(1, min(CLAIM_MAX, int(CLAIM_S / max(self.typical(), 0.001))))
+
+    def ended(self, r: Running, t0: float, t1: float) -> None:
+        """An input's time as its claim sees it: from the end of the one before (the script's start, the loop's
+        turn in it, at most 1 s of them), so that the load on the node sizes claims too."""
+        self.recent.append(max(0.0, t1 - max(min(r.last_end, t0), t0 - 1.0)))
+        r.last_end = t1
+
+    def give_back_at(self, r: Running) -> float:
+        """When the running input has run long enough that the claim's inputs not begun should not wait for it."""
+        late = r.at < 0 or r.fed >= len(r.items)
+        return float("inf") if late else r.began + max(GIVE_BACK_S, 4 * self.typical())
+
+    def spent(self, r: Running) -> bool:
+        """The claim has run its share: it starts nothing more."""
+        return time.monotonic() - r.batch_t0 >= CLAIM_RUN * CLAIM_S
+
 
 @dataclass
 class Item:
@@ -59,6 +95,7 @@ class Running:
     out: int = -1                 # its result lines (begin, end) come on this pipe
     sums: Tuple[str, str] = ("", "")   # the algorithm and the claims' outputs base, when the agent sums the outputs
     batch_t0: float = field(default_factory=time.monotonic)
+    last_end: float = field(default_factory=time.time)   # the claim's start, then its last input's end (epoch)
 
     @property
     def task(self) -> str:
