@@ -93,16 +93,16 @@ def test_a_fenced_claim_returns_its_inputs_begun_or_not_without_an_attempt(tmp_p
 def test_an_input_that_runs_long_sends_its_claims_other_inputs_to_another_slot(tmp_path, monkeypatch):
     monkeypatch.setattr("hpcrun.backends.late.layout.chunk_count", lambda _n: 1)   # one chunk: claims in order
     chain = _ledgered(tmp_path, 'case "$0" in *r000*) sleep 12 ;; esac; exec cp "$0" "$1"')
-    data = _spec(tmp_path, 2, chain)
-    data["jobs"]["pilot"].update(slots=2, input_time="1s")   # a claim of 2 (2 s of work): [0 1], the long one first
+    data = _spec(tmp_path, 4, chain)
+    data["jobs"]["pilot"].update(slots=2, input_time="1s")   # claims of 2 (2 s of work): [0 1] [2 3], the long first
     plan = _plan(tmp_path, data)
-    qid = _enqueue(plan, 2)
+    qid = _enqueue(plan, 4)
     logs = _wait(_pilot(plan, "803"), 60)
     results = _results(plan)
     assert {r[8] for r in results.values()} == {"COMPLETED"}, logs
     assert results[f"{qid}_0"][1] == "803.0.0", logs   # the long one began the claim of both
-    # the other went back to the queue once the long one had run 4 s (4x the 1-s median): the other slot ran it, under a
-    # claim of its own, long before the long one ended (it would have ended after it)
+    # the other went back to the queue once the long one had run 0.5 s (GIVE_BACK_S: 4x the median of slot 1's
+    # quick inputs is less): slot 1, free, ran it under a claim of its own, long before the long one ended
     assert results[f"{qid}_1"][3] == "1" and results[f"{qid}_1"][1] != "803.0.1", logs
     assert float(results[f"{qid}_1"][6]) < float(results[f"{qid}_0"][6]) - 6, logs
     assert all(len(v) == 1 for v in _runs(tmp_path).values())
@@ -505,16 +505,16 @@ def _agent_with_claim(tmp_path: Path, tasks: list):
 
 
 def test_an_inputs_time_in_a_claim_counts_from_the_end_of_the_one_before(tmp_path, monkeypatch):
-    """The claim's size is judged from what each input takes of it: the script's start or the loop's turn
-    since the input before ended, not only its own run (at most 1 s of that, for a pilot that was stopped)."""
+    """The claim's size is judged from what each input takes of it: the loop's turn since the input before ended,
+    not only its own run (at most 1 s of that, for a pilot that was stopped); the first input of a claim from its
+    own start (the script's start, paid once a claim, would keep claims of one input small)."""
     agent, run = _agent_with_claim(tmp_path, ["q_0", "q_1", "q_2"])
     monkeypatch.setattr(agent, "_settle", lambda *a: None)   # the commit: not what is measured here
     monkeypatch.setattr(agent, "_next", lambda r: None)
-    run.last_end = 100.0
     for n, (t0, t1) in enumerate([(100.3, 100.4), (100.45, 100.55), (102.0, 102.1)]):
         run.items[n].t0, run.at = t0, n
         agent._end(run, 0, t1, "")
-    assert [round(x, 3) for x in agent.pace.recent] == [0.4, 0.15, 1.1]
+    assert [round(x, 3) for x in agent.pace.recent] == [0.1, 0.15, 1.1]
     assert run.last_end == 102.1
 
 
@@ -534,3 +534,18 @@ def test_a_claim_that_ran_one_and_a_half_times_its_share_sends_the_rest_back(tmp
         assert said == "" and ready == ["q_1", "q_2"] and [i.task for i in run.items] == ["q_0"]
         assert run.proc.stdin.closed
 
+
+
+def test_a_running_input_gives_its_claims_rest_back_after_four_medians_and_at_least_half_a_second(tmp_path):
+    from hpcrun.backends.late.runs import GIVE_BACK_S
+    agent, run = _agent_with_claim(tmp_path, ["q_0", "q_1", "q_2"])
+    run.at, run.fed, run.began = 0, 1, 1000.0
+    agent.pace.recent.extend([0.01] * 5)
+    assert agent.pace.give_back_at(run) == 1000.0 + GIVE_BACK_S == 1000.5   # short inputs: the floor
+    agent.pace.recent.clear()
+    agent.pace.recent.extend([1.0] * 5)
+    assert agent.pace.give_back_at(run) == 1004.0
+    run.fed = 3   # every input told to start: nothing to give back
+    assert agent.pace.give_back_at(run) == float("inf")
+    run.fed, run.at = 1, -1   # none running
+    assert agent.pace.give_back_at(run) == float("inf")

@@ -63,14 +63,14 @@ class Agent:
     next_beat: float = 0.0
     flags: Dict[str, object] = field(default_factory=dict)   # stop, paused, expected, until, hinted: per beat
     scripts: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)   # qid -> script, limit, plan dir
-    pace: R.Pace = field(init=False)   # how much a claim holds, from this pilot's last input times
+    pace: R.ClaimPace = field(init=False)   # how much a claim holds, from this pilot's last input times
     table: R.TaskTable = field(default_factory=R.TaskTable)
     summer: R.Summer = field(default_factory=lambda: R.Summer(-1))   # outputs summed here, for scripts that ask
 
     me = property(lambda self: self.queue / "live" / self.pilot)
 
     def __post_init__(self) -> None:
-        self.pace = R.Pace(self.input_s)
+        self.pace = R.ClaimPace(self.input_s)
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -26,6 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 
+if __package__:
+    from hpcrun.backends.late import layout as L
+else:   # the plan's bin/hpcrun_late_runs.py: the protocol is the copy beside it (the agent put its folder on the path)
+    import hpcrun_late_layout as L  # type: ignore[no-redef]
+
 CLAIM_S = 2.0         # the work a claim holds: as many inputs as take about this long, at least one
 CLAIM_MAX = 64        # ... and at most this many
 CLAIM_RUN = 1.5       # a claim that ran this many times CLAIM_S starts nothing more: its rest goes back
@@ -34,7 +39,7 @@ RECENT = 50           # input times the claim's size is judged from (their media
 
 
 @dataclass
-class Pace:
+class ClaimPace:
     """How much a claim holds and how long its inputs not begun wait, from the pilot's last input times."""
 
     expected: float       # an input's time before any ended
@@ -48,9 +53,11 @@ class Pace:
         return max(1, min(CLAIM_MAX, int(CLAIM_S / max(self.typical(), 0.001))))
 
     def ended(self, r: Running, t0: float, t1: float) -> None:
-        """An input's time as its claim sees it: from the end of the one before (the script's start, the loop's
-        turn in it, at most 1 s of them), so that the load on the node sizes claims too."""
-        self.recent.append(max(0.0, t1 - max(min(r.last_end, t0), t0 - 1.0)))
+        """An input's time as its claim sees it: from the end of the one before in the claim (the loop's turn
+        between them, at most 1 s of it), so that the node's load sizes claims too. The first input of a claim
+        counts from its own start: the script's start is paid once a claim, and counted, it would keep claims of
+        one input as small as they began."""
+        self.recent.append(max(0.0, t1 - (max(min(r.last_end, t0), t0 - 1.0) if r.last_end else t0)))
         r.last_end = t1
 
     def give_back_at(self, r: Running) -> float:
@@ -95,7 +102,7 @@ class Running:
     out: int = -1                 # its result lines (begin, end) come on this pipe
     sums: Tuple[str, str] = ("", "")   # the algorithm and the claims' outputs base, when the agent sums the outputs
     batch_t0: float = field(default_factory=time.monotonic)
-    last_end: float = field(default_factory=time.time)   # the claim's start, then its last input's end (epoch)
+    last_end: float = 0.0         # the end of the claim's last input that ended (epoch; 0: none yet)
 
     @property
     def task(self) -> str:
@@ -156,12 +163,16 @@ def arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _number(path: Path) -> Optional[int]:
+def _read(path: Path) -> Optional[str]:
+    """A queue file's text ("" if it is not there), None if it cannot be read (a hung mount's EIO)."""
     try:
-        with open(path) as f:
-            text = f.read().strip()
+        return L.read(path)
     except OSError:
         return None
+
+
+def _number(path: Path) -> Optional[int]:
+    text = (_read(path) or "").strip()
     return int(text) if text.isdigit() else None
 
 
@@ -169,16 +180,9 @@ def flags(queue: Path, me: Path) -> Dict[str, object]:
     """What the supervisor says, read once a beat: the campaign's stop, a pause, the inputs' expected time, this
     pilot's end (a maintenance), the hints of inputs cached on nodes."""
     near = queue / "near"
-    hinted = {t for n in _names(near) for t in _names(near / n)}
+    hinted = {t for n in L.entries(near) for t in L.entries(near / n)}
     return {"stop": (queue / "stop").exists(), "paused": (queue / "paused").exists(),
             "expected": _number(queue / "expected"), "until": _number(me / "until"), "hinted": hinted}
-
-
-def _names(path: Path) -> List[str]:
-    try:
-        return [n for n in os.listdir(path) if not n.startswith(".")]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def time_short(stop_at: float, until: object, expected: object) -> Optional[str]:
@@ -195,11 +199,7 @@ def time_short(stop_at: float, until: object, expected: object) -> Optional[str]
 
 def descriptor(queue: Path, qid: str, seat_dir: str) -> Optional[Tuple[str, int, str]]:
     """A submission's script (this cluster's copy), per-input limit and plan directory (``arrays/<qid>``)."""
-    try:
-        with open(queue / "arrays" / qid) as f:
-            fields = f.read().split("\t")
-    except OSError:
-        return None
+    fields = (_read(queue / "arrays" / qid) or "").split("\t")
     if len(fields) < 2 or not fields[1].strip().isdigit():
         return None
     script = fields[0]
