@@ -78,7 +78,7 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
 
     import pytest
 
-    from hpcrun.operate.tracking import inflight
+    from hpcrun.operate.tracking.inflight import InFlight
     from hpcrun.store.rows.observations import Observations
 
     from .synthetic_status import status_campaign
@@ -89,19 +89,19 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
     monkeypatch.setattr(Observations, "active_submissions", lambda self, cid: reads.append(1) or real_read(self, cid))
     monkeypatch.setattr(Observations, "record_transitions",
                         lambda self, cid, ch: collector.append(gc.isenabled()) or real_record(self, cid, ch))
-    inflight._KEPT.clear()
+    kept = InFlight()   # as the supervisor and `status --wait` hold it
     assert gc.isenabled()
     answer.write_text(ss.sacct_text(arrays, "RUNNING"))
-    assert track.poll(plan).counts["running"] == 40 and len(reads) == 1
-    assert track.poll(plan).counts["running"] == 40 and len(reads) == 1   # the kept list, up to date
+    assert track.poll(plan, kept=kept).counts["running"] == 40 and len(reads) == 1
+    assert track.poll(plan, kept=kept).counts["running"] == 40 and len(reads) == 1   # the kept list, up to date
+    assert track.poll(plan).counts["running"] == 40 and len(reads) == 2   # a poll that keeps nothing reads it
     answer.write_text(ss.sacct_text(arrays, "COMPLETED"))
-    assert track.poll(plan).counts["done"] == 40 and len(reads) == 1
-    assert [k.active for k in inflight._KEPT.values()] == [[]]   # every job ended: nothing kept
-    assert track.poll(plan).counts["done"] == 40 and len(reads) == 1
-    assert collector == [False] * 4 and gc.isenabled()   # each poll recorded with the collector paused
+    assert track.poll(plan, kept=kept).counts["done"] == 40 and len(reads) == 2
+    assert [k.active for k in kept.kept.values()] == [[]]   # every job ended: nothing kept
+    assert track.poll(plan, kept=kept).counts["done"] == 40 and len(reads) == 2
+    assert collector == [False] * 5 and gc.isenabled()   # each poll recorded with the collector paused
     monkeypatch.setattr(Observations, "record_transitions", lambda *a: 1 / 0)
     answer.write_text(ss.sacct_text(arrays, "RUNNING").replace("RUNNING", "FAILED"))
-    inflight._KEPT.clear()
     with pytest.raises(ZeroDivisionError):
         track.poll(plan)
     assert gc.isenabled()

@@ -18,6 +18,7 @@ from hpcrun.cli import main
 from hpcrun.operate.plandir import open_plan_store
 from hpcrun.operate.supervision.supervise import run
 from hpcrun.operate.tracking import track
+from hpcrun.operate.tracking.inflight import InFlight
 
 from .test_supervise import Cluster, _names_from_store, _plan
 
@@ -99,10 +100,10 @@ def test_two_pollers_that_see_one_end_record_its_outcomes_once(tmp_path, spec_fa
     Jobs(fake_slurm, plan_dir, {}).after_round(None)
     with open_plan_store(plan_dir) as store:
         campaign_id = store.get_campaign("test-campaign").id
-        seen_in_flight = track.in_flight(store, campaign_id)
+        seen_in_flight = InFlight().read(store, campaign_id)
     assert len(seen_in_flight) == 3
     first = track.poll(plan_dir)
-    monkeypatch.setattr(track, "in_flight", lambda store, cid: seen_in_flight)   # read before the first recorded
+    monkeypatch.setattr(InFlight, "read", lambda self, store, cid: seen_in_flight)   # read before the first recorded
     second = track.poll(plan_dir)
     assert first.observed == 3 and second.observed == 0
     assert len(list(api.outputs(plan_dir))) == 3

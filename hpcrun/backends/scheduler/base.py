@@ -168,15 +168,10 @@ class Record:
     req_mem_bytes: Optional[int] = None   # memory the job asked for, all nodes together
 
 
-_UNCHANGED: Dict[str, Record] = {}
-
-
+@functools.lru_cache(maxsize=64)   # one a state (Slurm has about 25)
 def unchanged(state: str) -> Record:
     """The one shared record that says "still ``state``, as you knew" (see Scheduler.records)."""
-    rec = _UNCHANGED.get(state)
-    if rec is None:
-        rec = _UNCHANGED[state] = Record("", "", "", state, "", "", None, None, None, "", None, None)
-    return rec
+    return Record("", "", "", state, "", "", None, None, None, "", None, None)
 
 
 @dataclass

@@ -57,6 +57,7 @@ from hpcrun.operate.supervision import events as campaign_events
 from hpcrun.operate.supervision import pilots as pilot_care
 from hpcrun.operate.supervision.stopping import Stop
 from hpcrun.operate.tracking import budget, outages
+from hpcrun.operate.tracking.inflight import InFlight
 from hpcrun.operate.tracking.track import poll_store
 from hpcrun.store.base import StateStoreError, StoreUnreachable, _whoami
 from hpcrun.store.locking.fence import Fenced, lost
@@ -185,6 +186,7 @@ class Supervisor:
         # array mode: the last jobs' ends looked for between rounds
         self.watch = array_ends.Watch(str(plan_dir / "run"), float(manifest.submit.min_poll_interval))
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
+        self.kept = InFlight()   # the jobs in flight, kept between its rounds
 
     def _clusters(self, manifest: Manifest) -> None:
         """The plan's clusters (late binding: the pilots of the generation planned last)."""
@@ -212,7 +214,8 @@ class Supervisor:
     def round(self, number: int) -> Round:
         self.follow_plan()
         # rides out daemons that do not answer
-        status = poll_store(self.plan_dir, self.manifest, self.store, folder=self.folder, fold_queue=True)
+        status = poll_store(self.plan_dir, self.manifest, self.store, folder=self.folder, fold_queue=True,
+                            kept=self.kept)
         requeued, parked = self.policy.apply(self.store, self.campaign.id)
         waited = False
         try:

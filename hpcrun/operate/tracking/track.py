@@ -54,7 +54,7 @@ from hpcrun.operate.submission.finalize import finalize_summary
 from hpcrun.operate.tracking import budget, footprint, outages
 from hpcrun.operate.tracking.changed import follows_changes, observe_changes, record_changes
 from hpcrun.operate.tracking.clusterview import cluster_figures
-from hpcrun.operate.tracking.inflight import after_recording, in_flight
+from hpcrun.operate.tracking.inflight import InFlight
 from hpcrun.operate.tracking.lookup import Found, index_of, match
 from hpcrun.store.base import StateStoreError
 from hpcrun.store.locking.mounts import INPUT_STATES
@@ -388,15 +388,17 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
 
 
 def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False,
-         with_forecast: bool = False, folder: Optional[Folder] = None) -> StatusReport:
+         with_forecast: bool = False, folder: Optional[Folder] = None, kept: Optional[InFlight] = None
+         ) -> StatusReport:
     """Observe every job in flight once, record the changes, and summarise the campaign;
-    ``with_forecast`` adds the forecast (what `hpcrun status` shows: a read of the newest runs)."""
+    ``with_forecast`` adds the forecast (what `hpcrun status` shows: a read of the newest runs); ``kept``: the
+    jobs in flight as this process's previous poll left them (``status --wait``)."""
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir, jobs=False)  # names come from the store: a 100k-job manifest is 30 MB
     if not has_store(plan_dir, db):
         return _unsubmitted(str(plan_dir / "state.db"), plan_dir, all_jobs)  # nothing submitted: create no store
     with open_plan_store(plan_dir, db) as store:
-        report = poll_store(plan_dir, manifest, store, all_jobs, folder)
+        report = poll_store(plan_dir, manifest, store, all_jobs, folder, kept=kept)
         if manifest.pilots:   # late binding: what the pilots hold, read from the queue
             report.pilots = Queue(Path(manifest.pilots["queue"])).view()
         if with_forecast:
@@ -410,15 +412,16 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
 
 
 def poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool = False,
-               folder: Optional[Folder] = None, fold_queue: bool = False) -> StatusReport:
+               folder: Optional[Folder] = None, fold_queue: bool = False,
+               kept: Optional[InFlight] = None) -> StatusReport:
     """``poll`` on a plan directory already open (retry and submit reuse their manifest and store); the
-    supervisor passes its ``folder`` (see folding.fold_completed)."""
+    supervisor passes its ``folder`` (see folding.fold_completed) and the jobs in flight it ``kept``."""
     with bulk():   # a poll of 10^5 ended jobs makes ~10 objects each: no collector passes over them
-        return _poll_store(plan_dir, manifest, store, all_jobs, folder, fold_queue)
+        return _poll_store(plan_dir, manifest, store, all_jobs, folder, fold_queue, kept or InFlight())
 
 
 def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool,
-                folder: Optional[Folder], fold_queue: bool = False) -> StatusReport:
+                folder: Optional[Folder], fold_queue: bool, kept: InFlight) -> StatusReport:
     try:
         campaign = store.get_campaign(manifest.campaign)
     except StateStoreError:
@@ -432,11 +435,11 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
     if late:
         changes, ended, acct_s, advance = observe_changes(poller, store, campaign.id, extra)
     else:
-        changes, ended, acct_s = poller.observe(active := in_flight(store, campaign.id), extra)
+        changes, ended, acct_s = poller.observe(active := kept.read(store, campaign.id), extra)
     recorded = set(store.record_transitions(campaign.id, changes))
     observed = len(recorded)
     if not late:
-        after_recording(store, campaign.id, active, changes, observed)
+        kept.recorded(store, campaign.id, active, changes, observed)
     ended = [(a, raw) for a, raw in ended if a.id in recorded]   # not those another poller recorded first
     provenance.record_outcomes(store, campaign.id, poller.job_dir, poller.qa_outcomes(ended), ended)
     fold_completed(folder, poller, changes, ended)
@@ -486,8 +489,9 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
     current = base
     deadline = None if timeout is None else time.monotonic() + timeout
     folder = Folder(str(Path(plan_dir).resolve() / "run"))   # one segment for all its polls, not one a poll
+    kept = InFlight()   # the jobs in flight kept between its polls
     while True:
-        report = poll(plan_dir, db=db, all_jobs=all_jobs, with_forecast=True, folder=folder)
+        report = poll(plan_dir, db=db, all_jobs=all_jobs, with_forecast=True, folder=folder, kept=kept)
         if on_poll:
             on_poll(report)
         if report.in_flight - report.held <= 0 and not report.finalize_in_flight:
