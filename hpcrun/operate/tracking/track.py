@@ -387,12 +387,10 @@ def _report(campaign: str, store: StateStore, campaign_id: int, all_jobs: bool,
     return report
 
 
-def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False,
-         with_forecast: bool = False, folder: Optional[Folder] = None, kept: Optional[InFlight] = None
-         ) -> StatusReport:
-    """Observe every job in flight once, record the changes, and summarise the campaign;
-    ``with_forecast`` adds the forecast (what `hpcrun status` shows: a read of the newest runs); ``kept``: the
-    jobs in flight as this process's previous poll left them (``status --wait``)."""
+def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool = False, with_forecast: bool = False,
+         folder: Optional[Folder] = None, kept: Optional[InFlight] = None) -> StatusReport:
+    """Observe every job in flight once, record the changes, and summarise the campaign; ``with_forecast`` adds
+    the forecast (`hpcrun status`); ``kept``: the jobs in flight as the previous poll left them (status --wait)."""
     plan_dir = Path(plan_dir).resolve()
     manifest = read_manifest(plan_dir, jobs=False)  # names come from the store: a 100k-job manifest is 30 MB
     if not has_store(plan_dir, db):
@@ -412,8 +410,8 @@ def poll(plan_dir: Union[str, Path], *, db: Optional[str] = None, all_jobs: bool
 
 
 def poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs: bool = False,
-               folder: Optional[Folder] = None, fold_queue: bool = False,
-               kept: Optional[InFlight] = None) -> StatusReport:
+               folder: Optional[Folder] = None, fold_queue: bool = False, kept: Optional[InFlight] = None
+               ) -> StatusReport:
     """``poll`` on a plan directory already open (retry and submit reuse their manifest and store); the
     supervisor passes its ``folder`` (see folding.fold_completed) and the jobs in flight it ``kept``."""
     with bulk():   # a poll of 10^5 ended jobs makes ~10 objects each: no collector passes over them
@@ -488,8 +486,7 @@ def watch(plan_dir: Union[str, Path], *, db: Optional[str] = None, timeout: Opti
     base = poll_interval(read_manifest(Path(plan_dir).resolve(), jobs=False), interval)
     current = base
     deadline = None if timeout is None else time.monotonic() + timeout
-    folder = Folder(str(Path(plan_dir).resolve() / "run"))   # one segment for all its polls, not one a poll
-    kept = InFlight()   # the jobs in flight kept between its polls
+    folder, kept = Folder(str(Path(plan_dir).resolve() / "run")), InFlight()   # one segment, one list: for all polls
     while True:
         report = poll(plan_dir, db=db, all_jobs=all_jobs, with_forecast=True, folder=folder, kept=kept)
         if on_poll:
