@@ -228,6 +228,21 @@ def test_the_shipped_agent_and_protocol_import_the_standard_library_alone():
                     or top == "__future__", (mod.__name__, name)
 
 
+def test_the_plans_shipped_agent_runs_where_hpcrun_is_not_installed(tmp_path):
+    """The plan's bin/ copies as a node runs them: python3 without site-packages (no hpcrun), from another
+    directory; each copy finds the others beside it."""
+    import subprocess
+    import sys
+
+    from .test_late_binding import _plan, _spec
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/true"]))
+    ran = subprocess.run([sys.executable, "-S", "-I", str(plan / "bin" / "hpcrun-pilot.py"), "--help"], cwd="/",
+                         capture_output=True, text=True)
+    assert ran.returncode == 0 and "--queue" in ran.stdout, ran.stdout + ran.stderr
+    gone = subprocess.run([sys.executable, "-S", "-I", "-c", "import hpcrun"], cwd="/", capture_output=True)
+    assert gone.returncode != 0   # the probe ran without hpcrun, not against the installed package
+
+
 def test_a_late_plan_is_one_submission_whatever_the_sites_array_size(tmp_path):
     """1,500 inputs on a site whose MaxArraySize is 1001: array mode cuts two arrays, a late-bound plan one queue
     submission (the backlog then stays at its bounded number of chunks)."""

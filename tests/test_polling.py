@@ -78,6 +78,7 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
 
     import pytest
 
+    from hpcrun.operate.tracking import lookup
     from hpcrun.operate.tracking.inflight import InFlight
     from hpcrun.store.rows.observations import Observations
 
@@ -90,10 +91,15 @@ def test_polls_of_many_transitions_pause_the_collector_and_keep_the_list_in_flig
     monkeypatch.setattr(Observations, "record_transitions",
                         lambda self, cid, ch: collector.append(gc.isenabled()) or real_record(self, cid, ch))
     kept = InFlight()   # as the supervisor and `status --wait` hold it
+    builds: list = []   # the index of the jobs in flight: built once, then kept up to date with the list
+    real_init = lookup.Index.__init__
+    monkeypatch.setattr(lookup.Index, "__init__", lambda self, active: builds.append(len(active)) or real_init(
+        self, active))
     assert gc.isenabled()
     answer.write_text(ss.sacct_text(arrays, "RUNNING"))
     assert track.poll(plan, kept=kept).counts["running"] == 40 and len(reads) == 1
     assert track.poll(plan, kept=kept).counts["running"] == 40 and len(reads) == 1   # the kept list, up to date
+    assert builds == [40], builds
     assert track.poll(plan).counts["running"] == 40 and len(reads) == 2   # a poll that keeps nothing reads it
     answer.write_text(ss.sacct_text(arrays, "COMPLETED"))
     assert track.poll(plan, kept=kept).counts["done"] == 40 and len(reads) == 2

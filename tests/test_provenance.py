@@ -103,8 +103,10 @@ def test_two_pollers_that_see_one_end_record_its_outcomes_once(tmp_path, spec_fa
         seen_in_flight = InFlight().read(store, campaign_id)
     assert len(seen_in_flight) == 3
     first = track.poll(plan_dir)
-    monkeypatch.setattr(InFlight, "read", lambda self, store, cid: seen_in_flight)   # read before the first recorded
+    stale: list = []   # the list as it was read before the first poll recorded the ends
+    monkeypatch.setattr(InFlight, "read", lambda self, store, cid: stale.append(1) or seen_in_flight)
     second = track.poll(plan_dir)
+    assert stale, "the second poll did not read the jobs in flight through InFlight"
     assert first.observed == 3 and second.observed == 0
     assert len(list(api.outputs(plan_dir))) == 3
     with open_plan_store(plan_dir) as store:

@@ -69,7 +69,7 @@ class InFlight:
 
 
 def _updated(active: Sequence[ActiveSubmission], new_state: Dict[int, str]) -> List[ActiveSubmission]:
-    """The kept list after a poll: ended jobs out, the others with the state just recorded, its index kept."""
+    """The kept list after a poll: ended jobs out, the others with the state just recorded; its index kept."""
     index = index_of(active)
     updated, noted = [], []
     for a in active:
@@ -84,4 +84,5 @@ def _updated(active: Sequence[ActiveSubmission], new_state: Dict[int, str]) -> L
             updated.append(a)
     index.note_all(noted)
     index.active = updated
+    keep_index(updated, index)   # the next poll's index_of finds it: not built again over the whole list
     return updated
