@@ -51,6 +51,7 @@ class Server:
         self.cfg = self.dir / f"{name}.cfg"
         self.config = config
         self.started = False
+        self.crashed = False
         self.proc: Optional[subprocess.Popen] = None
 
     def _write_config(self) -> None:
@@ -68,15 +69,20 @@ class Server:
     def start(self, timeout: float = 20.0) -> None:
         """Start and wait for "initialization completed". A first start whose port another process
         took between :func:`free_port` and the bind (xdist workers, the cluster) tries a new port; a
-        restart keeps its port, since clients come back to the same URL."""
+        restart keeps its port, since clients come back to the same URL. A server that died of a signal at start
+        (Debian's xrootd once segfaulted before its first log line, in CI) is started again on the same port."""
         for attempt in range(3):
             why = self._start_once(timeout)
             if why is None:
                 self.started = True
                 return
-            if self.started or attempt == 2:
+            crashed = self.crashed
+            if (self.started and not crashed) or attempt == 2:
                 raise RuntimeError(f"xrootd {self.name} did not start: {why}")
-            self.port = free_port()
+            if crashed:
+                time.sleep(0.5)
+            else:
+                self.port = free_port()
 
     def _start_once(self, timeout: float) -> Optional[str]:
         self._write_config()
@@ -94,6 +100,7 @@ class Server:
             if f"xrootd {self.name}@" in text and f":{self.port} initialization completed" in text:
                 return None
             rc = self.proc.poll()
+            self.crashed = rc is not None and (rc < 0 or rc > 128)
             if "initialization failed" in text or rc is not None:
                 self.kill()
                 said = stderr.read_text(errors="replace")

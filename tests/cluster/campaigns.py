@@ -95,6 +95,13 @@ class Campaign:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return json.loads(proc.stdout)["jobs"]
 
+    def node(self, row: dict) -> str:
+        """The node a one-node job ran on, as accounting says: the cluster is shared by the tests of both
+        xdist workers, so the first node may have been busy and the job placed on another."""
+        nodes = self.cluster.sacct(row["slurm_id"], fields="NodeList")[0]["NodeList"]
+        assert nodes in self.cluster.nodes, f"job {row['slurm_id']} ran on {nodes!r}, not one node"
+        return nodes
+
     def rundir(self, row: dict) -> Path:
         raw = self.cluster.sacct(row["slurm_id"], fields="JobIDRaw")[0]["JobIDRaw"]
         return run_record(self.plan, raw, row["job"])

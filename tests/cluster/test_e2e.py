@@ -66,7 +66,7 @@ def test_campaign_end_to_end(slurm_cluster, hpcrun_bin, example_root):
         assert all(e["status"] == "OK" for e in ev), ev
         # the database ran from the node-local copy, answered before the chains, stopped cleanly
         run = c.rundir(row)
-        node = slurm_cluster.nodes[0]
+        node = c.node(row)
         db_log = (run / "db" / f"{node}.log").read_text()
         assert f"{_node_dir(c, run, node)}/data" in db_log
         ready = float((run / "db" / f"{node}.ready").read_text())
@@ -127,7 +127,7 @@ def test_db_killed_mid_job_is_restarted(slurm_cluster, hpcrun_bin, example_root)
     [row] = c.status()
     assert row["state"] == "COMPLETED", row
     run = c.rundir(row)
-    restarts = (run / "db" / f"{slurm_cluster.nodes[0]}.restarts").read_text().splitlines()
+    restarts = (run / "db" / f"{c.node(row)}.restarts").read_text().splitlines()
     assert len(restarts) == 1
     assert (run / "qa.tsv").read_text().split()[3] == "pass"
 
@@ -150,8 +150,8 @@ def test_time_limit_stops_db_cleanly_and_stages_out(slurm_cluster, hpcrun_bin, e
     assert row["state"] in ("FAILED", "TIMEOUT"), row
     assert "time limit" in row["reason"]
     run = c.rundir(row)
-    assert (run / "db" / f"{slurm_cluster.nodes[0]}.stopped").read_text().strip() == "0"
-    assert "Shutdown complete" in (run / "db" / f"{slurm_cluster.nodes[0]}.err").read_text()
+    assert (run / "db" / f"{c.node(row)}.stopped").read_text().strip() == "0"
+    assert "Shutdown complete" in (run / "db" / f"{c.node(row)}.err").read_text()
     slurm_cluster.wait_until(lambda: "data_out" in _events(slurm_cluster, sub["job_id"]),
                              timeout=30, what="stage-out after the time limit")
 

@@ -87,7 +87,7 @@ def test_campaign_end_to_end_in_charliecloud(slurm_cluster, hpcrun_bin, example_
     acct = slurm_cluster.sacct(sub["job_id"], fields="State,ExitCode")[0]
     assert (acct["State"], acct["ExitCode"]) == ("COMPLETED", "0:0")
     run = c.rundir(row)
-    node = slurm_cluster.nodes[0]
+    node = c.node(row)
     assert f"{_node_dir(c, run, node)}/data" in (run / "db" / f"{node}.log").read_text()
     ready = float((run / "db" / f"{node}.ready").read_text())
     begins = [float(line.split()[1]) for k in range(4)
@@ -122,7 +122,7 @@ def test_db_killed_in_charliecloud_is_restarted(slurm_cluster, hpcrun_bin, examp
     [row] = c.status()
     assert row["state"] == "COMPLETED", row
     run = c.rundir(row)
-    node = slurm_cluster.nodes[0]
+    node = c.node(row)
     assert len((run / "db" / f"{node}.restarts").read_text().splitlines()) == 1
     assert (run / "qa.tsv").read_text().split()[3] == "pass"
     assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
@@ -140,7 +140,7 @@ def test_time_limit_in_charliecloud_stops_db_cleanly(slurm_cluster, hpcrun_bin, 
     assert row["state"] in ("FAILED", "TIMEOUT"), row
     assert "time limit" in row["reason"]
     run = c.rundir(row)
-    node = slurm_cluster.nodes[0]
+    node = c.node(row)
     assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
     assert "Shutdown complete" in (run / "db" / f"{node}.err").read_text()
     assert not Path(_node_dir(c, run, node)).exists()
