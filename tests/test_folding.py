@@ -266,6 +266,9 @@ def test_a_claims_section_of_its_slot_log(tmp_path: Path) -> None:
     ("reco.00001/11229.4.468", tarfile.DIRTYPE, 0, 1796007603),
     ("x" * 100, tarfile.REGTYPE, 0, 0),                  # the longest name a ustar block holds
     ("d" * 99, tarfile.DIRTYPE, 0, 5),                   # ... with the "/" tar adds to a directory's
+    ("d" * 100, tarfile.DIRTYPE, 0, 5),                  # ... which makes it one too long: tarfile's
+    ("early", tarfile.REGTYPE, 1, -1),                   # a time before 1970: the same
+    ("late", tarfile.REGTYPE, 1, 8 ** 11),               # past the time field's digits: the same
     ("y" * 101, tarfile.REGTYPE, 1, 1),                  # longer: tarfile's extended header
     ("r\u00e9co/1/exit_code", tarfile.REGTYPE, 2, 1),   # not ASCII: the same
     ("big", tarfile.REGTYPE, 8 ** 11, 1),                # past the size field's 11 octal digits
@@ -278,16 +281,32 @@ def test_a_members_header_is_the_one_tarfile_writes(name: str, kind: bytes, size
     assert folding.header(info) == info.tobuf(format=tarfile.PAX_FORMAT)
 
 
+def test_a_member_with_an_owner_or_of_another_type_gets_tarfiles_header() -> None:
+    owned = tarfile.TarInfo("a/b")
+    owned.uid, owned.uname = 1000, "u"
+    link = tarfile.TarInfo("a/c")
+    link.type, link.linkname = tarfile.SYMTYPE, "b"
+    fraction = tarfile.TarInfo("a/d")
+    fraction.mtime = 1796007603.7   # tarfile rounds it, and keeps it exact in an extended header
+    for info in (owned, link, fraction):
+        assert folding.header(info) == info.tobuf(format=tarfile.PAX_FORMAT)
+
+
 def test_a_run_with_a_long_or_foreign_name_folds_and_reads_back(tmp_path: Path) -> None:
     if shutil.which("tar") is None:
         pytest.skip("no tar on this machine")
     run_dir = tmp_path / "run"
     job = "r\u00e9co-" + "j" * 120
+    mixed = {**FILES, "chains/" + "l" * 110 + ".log": b"long\n"}   # short names beside one too long
     a = _run(run_dir, job, "101", FILES)
+    b = _run(run_dir, "reco.00002", "102", mixed)
     folder = folding.Folder(str(run_dir))
-    assert folder.fold(_dirs(str(a))) == 1
+    assert folder.fold(_dirs(str(a), str(b))) == 2
     folder.close()
     assert folding.read_run(folding.find(str(run_dir), job)[0]) == FILES
+    assert folding.read_run(folding.find(str(run_dir), "reco.00002")[0]) == mixed
     (segment,) = (run_dir / folding.FOLDED).glob("*.tar")
     subprocess.run(["tar", "-xf", str(segment), "-C", str(run_dir)], check=True)
     assert (run_dir / job / "101" / "chains" / "0.log").read_bytes() == FILES["chains/0.log"]
+    for rel, data in mixed.items():
+        assert (run_dir / "reco.00002" / "102" / rel).read_bytes() == data

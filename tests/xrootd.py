@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -80,11 +81,13 @@ class Server:
             if (self.started and not crashed) or attempt == 2:
                 raise RuntimeError(f"xrootd {self.name} did not start: {why}")
             if crashed:
+                print(f"xrootd {self.name} crashed at its start, started again: {why}", file=sys.stderr)
                 time.sleep(0.5)
             else:
                 self.port = free_port()
 
     def _start_once(self, timeout: float) -> Optional[str]:
+        self.crashed = False
         self._write_config()
         subprocess.run(["chown", "-R", USER, str(self.dir)], check=True)
         stderr = self.dir / "stderr.txt"
@@ -100,7 +103,8 @@ class Server:
             if f"xrootd {self.name}@" in text and f":{self.port} initialization completed" in text:
                 return None
             rc = self.proc.poll()
-            self.crashed = rc is not None and (rc < 0 or rc > 128)
+            # died of a signal (runuser says 128 + n), not xrootd's own exit after a failed initialization
+            self.crashed = rc is not None and (rc < 0 or rc > 128) and "initialization failed" not in text
             if "initialization failed" in text or rc is not None:
                 self.kill()
                 said = stderr.read_text(errors="replace")
@@ -111,8 +115,11 @@ class Server:
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (no goodbye to the clients)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:   # the group even when its leader is gone (runuser killed, xrootd left)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait(timeout=10)
         self.proc = None
         # a restarted server writes a new log in the same place: start afresh

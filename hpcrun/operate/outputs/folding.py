@@ -165,15 +165,15 @@ OCTAL_MAX = 8 ** 11   # what tar's 12-byte size and mtime fields hold (11 octal 
 def header(info: tarfile.TarInfo) -> bytes:
     """The member's header block as tarfile's PAX format writes it for a short ASCII name (a ustar block, no
     extended header), built here: tarfile takes about 0.1 ms a member, most of a fold's CPU at thousands of
-    runs a minute. Any other member (a long or non-ASCII name, a size or time past the octal fields) gets
-    tarfile's own."""
+    runs a minute. Any other member (a long or non-ASCII name, a size or time past the octal fields, a time
+    with a fraction, an owner, a link) gets tarfile's own."""
     name = info.name + "/" if info.type == tarfile.DIRTYPE and not info.name.endswith("/") else info.name
-    regular = info.type in (tarfile.REGTYPE, tarfile.DIRTYPE)
-    if not (regular and name.isascii() and len(name) <= 100 and 0 <= info.size < OCTAL_MAX
-            and 0 <= info.mtime < OCTAL_MAX and not (info.uid or info.gid or info.uname or info.gname)):
+    plain = info.type in (tarfile.REGTYPE, tarfile.DIRTYPE) and not (info.uid or info.gid or info.uname or info.gname)
+    if not (plain and name.isascii() and len(name) <= 100 and 0 <= info.size < OCTAL_MAX
+            and isinstance(info.mtime, int) and 0 <= info.mtime < OCTAL_MAX):
         return info.tobuf(format=tarfile.PAX_FORMAT)
     block = b"".join((name.encode("ascii").ljust(100, b"\0"), b"%07o\0" % (info.mode & 0o7777), b"0000000\0" * 2,
-                      b"%011o\0" % info.size, b"%011o\0" % int(info.mtime), b" " * 8, info.type, b"\0" * 100,
+                      b"%011o\0" % info.size, b"%011o\0" % info.mtime, b" " * 8, info.type, b"\0" * 100,
                       tarfile.POSIX_MAGIC, b"\0" * 247))
     return block[:148] + b"%06o\0" % sum(block) + block[155:]
 
