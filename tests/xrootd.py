@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 USER = os.environ.get("HPCRUN_TEST_USER", "hpcuser")
 
@@ -52,7 +52,6 @@ class Server:
         self.cfg = self.dir / f"{name}.cfg"
         self.config = config
         self.started = False
-        self.crashed = False
         self.proc: Optional[subprocess.Popen] = None
 
     def _write_config(self) -> None:
@@ -73,11 +72,10 @@ class Server:
         restart keeps its port, since clients come back to the same URL. A server that died of a signal at start
         (Debian's xrootd once segfaulted before its first log line, in CI) is started again on the same port."""
         for attempt in range(3):
-            why = self._start_once(timeout)
+            why, crashed = self._start_once(timeout)
             if why is None:
                 self.started = True
                 return
-            crashed = self.crashed
             if (self.started and not crashed) or attempt == 2:
                 raise RuntimeError(f"xrootd {self.name} did not start: {why}")
             if crashed:
@@ -86,8 +84,8 @@ class Server:
             else:
                 self.port = free_port()
 
-    def _start_once(self, timeout: float) -> Optional[str]:
-        self.crashed = False
+    def _start_once(self, timeout: float) -> Tuple[Optional[str], bool]:
+        """None, or why the server did not start and whether it died of a signal."""
         self._write_config()
         subprocess.run(["chown", "-R", USER, str(self.dir)], check=True)
         stderr = self.dir / "stderr.txt"
@@ -101,17 +99,17 @@ class Server:
         while time.monotonic() < deadline:
             text = logfile.read_text(errors="replace") if logfile.exists() else ""
             if f"xrootd {self.name}@" in text and f":{self.port} initialization completed" in text:
-                return None
+                return None, False
             rc = self.proc.poll()
-            # died of a signal (runuser says 128 + n), not xrootd's own exit after a failed initialization
-            self.crashed = rc is not None and (rc < 0 or rc > 128) and "initialization failed" not in text
             if "initialization failed" in text or rc is not None:
                 self.kill()
                 said = stderr.read_text(errors="replace")
-                return f"exit {rc}; log: {text[-1500:]!r}; stderr: {said[-500:]!r}"
+                # died of a signal (runuser says 128 + n), not xrootd's own exit after a failed initialization
+                crashed = rc is not None and (rc < 0 or rc > 128) and "initialization failed" not in text
+                return f"exit {rc}; log: {text[-1500:]!r}; stderr: {said[-500:]!r}", crashed
             time.sleep(0.1)
         self.kill()
-        return f"not ready after {timeout} s; log: {text[-1500:]!r}"
+        return f"not ready after {timeout} s; log: {text[-1500:]!r}", False
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (no goodbye to the clients)."""

@@ -150,8 +150,9 @@ def test_time_limit_stops_db_cleanly_and_stages_out(slurm_cluster, hpcrun_bin, e
     assert row["state"] in ("FAILED", "TIMEOUT"), row
     assert "time limit" in row["reason"]
     run = c.rundir(row)
-    assert (run / "db" / f"{c.node(row)}.stopped").read_text().strip() == "0"
-    assert "Shutdown complete" in (run / "db" / f"{c.node(row)}.err").read_text()
+    node = c.node(row)
+    assert (run / "db" / f"{node}.stopped").read_text().strip() == "0"
+    assert "Shutdown complete" in (run / "db" / f"{node}.err").read_text()
     slurm_cluster.wait_until(lambda: "data_out" in _events(slurm_cluster, sub["job_id"]),
                              timeout=30, what="stage-out after the time limit")
 
