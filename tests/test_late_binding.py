@@ -151,8 +151,11 @@ def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
 
 
 def test_an_operator_cancel_and_an_input_time_limit_end_their_inputs(tmp_path):
-    slow = ["/bin/sh", "-c", 'case "$0" in *r000*) sleep 30 ;; *r001*) sleep 300 ;; esac; exec cp "$0" "$1"',
-            "{input}", "{output}"]
+    # r001's program says it was stopped: the input's time limit stops it (TERM) before the input fails, as a
+    # chain's own process did; the group is KILLed only at the limit itself
+    stopped = tmp_path / "r001.stopped"
+    slow = ["/bin/sh", "-c", 'case "$0" in *r000*) sleep 30 ;; *r001*) trap "touch $2; exit 143" TERM; sleep 300 & '
+            'wait ;; esac; exec cp "$0" "$1"', "{input}", "{output}", str(stopped)]
     data = _spec(tmp_path, 3, slow, walltime="00:00:20")
     data["jobs"]["pilot"]["slots"] = 3
     plan = _plan(tmp_path, data)
@@ -172,6 +175,10 @@ def test_an_operator_cancel_and_an_input_time_limit_end_their_inputs(tmp_path):
     # past its limit the input got the job's own pre-timeout signal: exit 10 (time limit), as in array mode
     assert results[f"{qid}_1"][7] == "10" and results[f"{qid}_1"][8] == "FAILED", logs
     assert 10 <= float(results[f"{qid}_1"][6]) - float(results[f"{qid}_1"][5]) <= 30
+    assert stopped.exists(), logs
+    assert (plan / "run" / "latelocal.00002").is_dir()
+    timeout_reason = "".join(p.read_text() for p in (plan / "run" / "latelocal.00002").glob("*/reason"))
+    assert "time limit" in timeout_reason, timeout_reason
 
 
 def test_the_queue_completes_an_enqueue_cut_short_and_cancels_waiting_tasks(tmp_path):

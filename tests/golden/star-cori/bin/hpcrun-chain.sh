@@ -14,6 +14,8 @@ export HPCRUN_DB_DEFAULTS="$db_cache/client.cnf" HPCRUN_DB_USER=''
 log="$HPCRUN_RUNDIR/chains/$chain.log"
 timeline="$HPCRUN_RUNDIR/chains/$chain.timeline"
 rc=0
+# run by the input's own shell (chain_here, set by the job's hpcrun_chain_here), its traps stay the input's: a TERM
+# ends the input, and its time limit stops the program (CHAIN_PID) before it fails
 child=""
 stopping=0
 # shellcheck disable=SC2329  # trap handler: pass the launcher's SIGTERM on to the running program
@@ -21,7 +23,7 @@ on_term() {
   stopping=1
   [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
 }
-trap on_term TERM INT
+[ -n "${chain_here:-}" ] || trap on_term TERM INT
 # the timeline opened once for all the lines of the chain, not once a line (an open is a metadata call on Lustre)
 command exec {timeline_fd}>> "$timeline" || command exec {timeline_fd}> /dev/null   # none if it cannot be written
 printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
@@ -42,6 +44,8 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
   printf 'begin %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" >&"$timeline_fd"
   root4star -b -q 'bfc.C('"${HPCRUN_FIRST_EVENT}","${HPCRUN_LAST_EVENT}"',"P2019a,StiCA,BAna,PicoVtxDefault","'"${HPCRUN_INPUT}"'","'"${HPCRUN_OUTPUT}"'")' >> "$log" 2>&1 {timeline_fd}>&- &
   child=$!
+  # shellcheck disable=SC2034  # the input's, read by its time limit's trap (on_time_limit)
+  [ -z "${chain_here:-}" ] || CHAIN_PID=$child
   step=0
   wait "$child" || step=$?
   while kill -0 "$child" 2>/dev/null; do
@@ -49,6 +53,8 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
     wait "$child" || step=$?
   done
   child=""
+  # shellcheck disable=SC2034  # as above
+  [ -z "${chain_here:-}" ] || CHAIN_PID=""
   printf 'end %s %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" "$step" >&"$timeline_fd"
   if [ "$stopping" -eq 1 ]; then
     printf 'chain %s stopped by a signal during %s\n' "$chain" "$stem" >> "$log"
@@ -62,4 +68,9 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
 done < "$HPCRUN_RUNDIR/inputs.tsv"
 printf 'stop %s %s\n' "${EPOCHREALTIME/,/.}" "$rc" >&"$timeline_fd"
 printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
+if [ -n "${chain_here:-}" ]; then
+  exec {timeline_fd}>&-   # the input's later steps do not inherit it
+  # shellcheck disable=SC2317  # sourced: back to the input's shell
+  return "$rc"
+fi
 exit "$rc"
