@@ -238,6 +238,25 @@ def test_slots_freed_together_take_one_claim_between_them(tmp_path, monkeypatch)
     assert started == {0: ["L1_6"]}
 
 
+def test_a_slot_that_ends_claims_at_once_not_a_nap_after_its_end(tmp_path, monkeypatch):
+    """A pilot whose slots are all busy sets no nap: the slot that ends next claims as it ends (a look put off by a
+    nap while every slot was busy held that slot up to the nap: 200 ms a wave of 3-s inputs)."""
+    q = Queue(tmp_path / "queue")
+    q.make()
+    agent = Agent(q.root, "p", "n1", 2, 1e12, 60, 10, 0, 5, 600, 10, "", tmp_path / "run")
+    started = {}
+    monkeypatch.setattr(agent, "_claim", lambda n: ["L1_0"])
+    monkeypatch.setattr(agent, "_start", lambda tasks, slot: started.update({slot: tasks}) or agent.running.update(
+        {slot: object()}))
+    agent.running.update({0: object(), 1: object()})
+    agent._fill()   # every slot busy: nothing to look at until one ends
+    assert agent.next_look == float("inf") and started == {}
+    agent._freed(1)
+    assert agent.next_look <= time.monotonic() and 1 not in agent.running
+    agent._fill()
+    assert started == {1: ["L1_0"]}
+
+
 def test_a_claim_is_dealt_out_evenly_in_order():
     assert shares(["a", "b", "c", "d", "e"], 2) == [["a", "b", "c"], ["d", "e"]]
     assert shares(["a", "b"], 4) == [["a"], ["b"]]

@@ -33,8 +33,9 @@ else:   # run as the plan's bin/hpcrun-pilot.py: the protocol and the runs are t
     import hpcrun_late_layout as L  # type: ignore[no-redef]
     import hpcrun_late_runs as R  # type: ignore[no-redef]
 
-NAPS = (0.2, 0.5, 1.0, 2.0, 5.0)   # the queue looked at soon after a miss, then less and less often
+NAPS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)   # the queue looked at soon after a miss, then less and less often
 STOP_WAIT_S = 15.0                 # a claim's script TERMed on the way out, KILLed after this
+LOOK_AGAIN_S = 0.01                # after a claim: slots freed a moment later claim then, not a nap later
 
 
 @dataclass
@@ -177,7 +178,10 @@ class Agent:
     # -- claiming ----------------------------------------------------------------------------------------
     def _fill(self) -> None:
         free = [s for s in range(self.slots) if s not in self.running]
-        if not free or not self._may_claim():
+        if not free:   # the next slot to end looks at once (_reap): not up to a nap after its end
+            self.next_look = float("inf")
+            return
+        if not self._may_claim():
             self.next_look = time.monotonic() + NAPS[self.nap]
             return
         why = self._left()
@@ -201,7 +205,7 @@ class Agent:
             if any(slot not in self.running for slot, _ in dealt):   # not started (no descriptor): look again later
                 return
             free = [s for s in range(self.slots) if s not in self.running]
-        self.next_look = time.monotonic() + 0.05
+        self.next_look = time.monotonic() + LOOK_AGAIN_S
 
     def _claim(self, n: int) -> List[str]:
         """Up to ``n`` tasks of one submission: one this node's cache holds (a hint under its short name), single
@@ -362,10 +366,15 @@ class Agent:
             while self._read_worker(r):   # what it said before it ended, to the end of its pipe
                 pass
             os.close(r.out)
-            del self.running[r.slot]
-            self.idle_since = time.monotonic()
+            self._freed(r.slot)
             if not self.stopping:   # else its claims go back to the queue: no result
                 self._ended(r, status, usage)
+
+    def _freed(self, slot: int) -> None:
+        """A slot whose script ended claims at once (a busy pilot's next look waits for it, not a nap)."""
+        del self.running[slot]
+        self.idle_since = time.monotonic()
+        self.next_look = min(self.next_look, self.idle_since)
 
     def _ended(self, r: R.Running, status: int, usage: os.struct_rusage) -> None:  # type: ignore[name-defined]
         """A script's end: the input it said had ended committed with the run's own CPU time and peak memory (it
