@@ -18,7 +18,7 @@ from hpcrun.operate.tracking.track import record_queue
 TICK_S = 1.0
 # ... and while every input left may be running (no more than the running pilots' slots): the end may come at any
 # moment, so the queue is read this often, for at most FAST_FOR_S (a last input of hours is not watched so)
-FAST_TICK_S = 0.2
+FAST_TICK_S = 0.1
 FAST_FOR_S = 120.0
 
 
