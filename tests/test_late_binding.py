@@ -25,6 +25,7 @@ from hpcrun.operate.manifest import read_manifest
 from hpcrun.operate.plandir import scheduler_of
 from hpcrun.plan.load import load_plan
 from hpcrun.render.plandir import write_plan
+from hpcrun.resources import templates_dir
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/pgrep"), reason="pgrep (procps) is needed")
 
@@ -170,7 +171,7 @@ def test_an_operator_cancel_and_an_input_time_limit_end_their_inputs(tmp_path):
     _pilots(plan).cancel([f"{qid}_0"])           # hpcrun cancel --inputs of a running input
     logs = _wait(pilot, 90)
     results = _results(plan)
-    assert results[f"{qid}_0"][8] == "CANCELLED", logs
+    assert results[f"{qid}_0"][8] == "CANCELLED" and results[f"{qid}_0"][7] == "143", logs   # the input's TERM trap
     assert results[f"{qid}_2"][8] == "COMPLETED", logs
     # past its limit the input got the job's own pre-timeout signal: exit 10 (time limit), as in array mode
     assert results[f"{qid}_1"][7] == "10" and results[f"{qid}_1"][8] == "FAILED", logs
@@ -179,6 +180,53 @@ def test_an_operator_cancel_and_an_input_time_limit_end_their_inputs(tmp_path):
     assert (plan / "run" / "latelocal.00002").is_dir()
     timeout_reason = "".join(p.read_text() for p in (plan / "run" / "latelocal.00002").glob("*/reason"))
     assert "time limit" in timeout_reason, timeout_reason
+
+
+def test_an_inputs_chain_run_in_its_own_shell_keeps_its_rows_records_and_names_to_itself(tmp_path):
+    """One chain run by the input's shell (no fork, issue 55), over a job of three files: a program that reads
+    its stdin takes no other file's row, the second file's failure fails the job (exit 7) after the third ran,
+    each file has its begin and end in the timeline, the chain's rc and ending are recorded, and the spec's
+    chain.env and the chain's own names are not left set for the job's later steps (its exit trap's log)."""
+    prog = ["/bin/sh", "-c", 'cat > /dev/null; [ "$LEAK" = chain ] || exit 5; case "$0" in *r001*) exit 3 ;; esac; '
+            'exec cp "$0" "$1"', "{input}", "{output}"]
+    data = _spec(tmp_path, 3, prog, jobs__files_per_job=3)
+    data["chain"]["env"] = {"LEAK": "chain"}
+    plan = _plan(tmp_path, data)
+    script = next((plan / "jobs").glob("*"))   # the one array's script, as _enqueue submits it
+    text = script.read_text()
+    assert "  hpcrun_chain_here || chains_rc=$?\n" in text
+    # the job's exit trap says what the chain left set: nothing of the chain's own names
+    said = '  log "job finished with exit code $rc"\n'
+    assert said in text
+    script.write_text(text.replace(said, '  log "job finished with exit code $rc; left:${LEAK:-}${stem:-}"\n'))
+    qid = _enqueue(plan, 1)
+    logs = _wait(_pilot(plan, "801"), 60)
+    result = _results(plan)[f"{qid}_0"]
+    assert result[7] == "7" and result[8] == "FAILED", logs
+    run = plan / "run" / "latelocal.00001" / result[1]
+    assert (run / "chains.tsv").read_text() == "0\t3\tfailed\n"
+    assert (run / "chains" / "0.rc").read_text() == "3\n"
+    timeline = (run / "chains" / "0.timeline").read_text().split("\n")
+    assert [w.split()[0] + w.split()[2] for w in timeline if w.startswith(("begin", "end"))] == [
+        "beginr000", "endr000", "beginr001", "endr001", "beginr002", "endr002"], timeline
+    assert [w.split()[3] for w in timeline if w.startswith("end")] == ["0", "3", "0"], timeline
+    assert timeline[-2].startswith("stop ") and timeline[-2].endswith(" 3")
+    assert sorted(p.name for p in (tmp_path / "out" / ".hpcrun-claims" / result[1]).iterdir()) == ["r000.out",
+                                                                                                 "r002.out"]
+    claims = "".join(p.read_text() for p in plan.glob("run/pilots/*/claims/*.log"))
+    assert "job finished with exit code 7; left:\n" in claims, claims
+
+
+def test_a_sites_own_chain_script_runs_as_a_process_of_its_own(tmp_path, monkeypatch):
+    """Only hpcrun's chain script is written to be sourced (it returns, leaves the input's traps alone): a site's
+    copy of it (a template override) runs forked, as before, so its exit and its traps stay its own."""
+    site = tmp_path / "site-templates"
+    site.mkdir()
+    (site / "hpcrun-chain.sh.j2").write_text((templates_dir() / "hpcrun-chain.sh.j2").read_text())
+    monkeypatch.setenv("HPCRUN_TEMPLATE_PATH", str(site))
+    text = next((_plan(tmp_path, _spec(tmp_path, 1, COPY)) / "jobs").glob("*")).read_text()
+    assert "hpcrun_chain_here" not in text
+    assert "  HPCRUN_TASK_RANK=0 HPCRUN_TASK_COUNT=1 hpcrun_chain &\n" in text
 
 
 def test_the_queue_completes_an_enqueue_cut_short_and_cancels_waiting_tasks(tmp_path):

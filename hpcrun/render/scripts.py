@@ -10,6 +10,7 @@ text (quoted words, vetted directive lines, one-line comments). Template fragmen
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -24,7 +25,7 @@ from hpcrun.model.retry import KILL_SIGNALS
 from hpcrun.plan.job.pilots import BEAT_S, QUEUE_DIR, claims_base
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
-from hpcrun.resources import site_template_dirs
+from hpcrun.resources import site_template_dirs, templates_dir
 from hpcrun.shell import Shell, comment, finalize, join, quote
 from hpcrun.units import format_capacity
 
@@ -36,6 +37,9 @@ class RenderedFile:
     executable: bool = False
     chunks: Optional[Iterator[str]] = None   # the text in pieces instead (a long table: flat memory)
     digest: bool = True    # the manifest records its sha256 (tasks.tsv: not needed, 10^5 lines not hashed)
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def environment(search: Iterable[Path]) -> jinja2.Environment:
@@ -128,6 +132,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
         "runtime_setup": [Shell(line) for line in plan.container.setup_lines],
         **_launch_context(plan, sched),
+        **_chain_here(plan),
         "node_identity": [Shell(line) for line in sched.node_identity()],
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
@@ -170,6 +175,21 @@ def _agent_sums(plan: Plan) -> Optional[Dict[str, str]]:
     if algo not in SUMS or plan.out_dir_expr != quote(base) + '/"${HPCRUN_JOB_ID}"':
         return None
     return {"algo": algo, "base": base}
+
+
+def _chain_here(plan: Plan) -> Dict[str, Any]:
+    """Whether a pilot's input runs its single chain in its own shell (sourced, no fork: issue 55), and the
+    names the chain sets that stay the call's own (``local -x`` keeps a value such as PATH until the chain's own
+    export). Only hpcrun's own chain script is written to be sourced: a site's copy of it runs as a process."""
+    shipped = templates_dir() / "hpcrun-chain.sh.j2"
+    found = next((d / shipped.name for d in template_dirs(plan) if (d / shipped.name).is_file()), shipped)
+    if plan.pilots is None or plan.container.prefix or found.resolve() != shipped.resolve():
+        return {"chain_here": False, "chain_kept": Shell(":")}
+    names = [n for n, _ in sorted(plan.campaign.chain.env.items())]
+    if plan.campaign.database is not None:
+        names += ["HPCRUN_DB_SOCKET", "HPCRUN_DB_DEFAULTS", "HPCRUN_DB_USER"]
+    kept = " ".join(f'{n}="${{{n}-}}"' for n in names if _NAME.match(n))
+    return {"chain_here": True, "chain_kept": Shell(f"local -x {kept}" if kept else ":")}
 
 
 def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:

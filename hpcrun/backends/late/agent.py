@@ -181,8 +181,8 @@ class Agent:
         if not free:   # the next slot to end looks at once (_reap): not up to a nap after its end
             self.next_look = float("inf")
             return
-        if not self._may_claim():
-            self.next_look = time.monotonic() + NAPS[self.nap]
+        if not self._may_claim():   # paused, stopping or draining: its flags change at a beat, not sooner
+            self.next_look = time.monotonic() + NAPS[max(self.nap, 1)]
             return
         why = self._left()
         if why is not None:

@@ -42,7 +42,9 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
   fi
   export HPCRUN_OUTPUT="$HPCRUN_WORKDIR/$stem.part$chain"
   printf 'begin %s %s\n' "${EPOCHREALTIME/,/.}" "$stem" >&"$timeline_fd"
-  /usr/bin/python3 /tmp/hpcrun-test-cluster/pfs/detector-reco/bin/chain.py --input "${HPCRUN_INPUT}" --output "${HPCRUN_OUTPUT}" --chain "${HPCRUN_CHAIN}" --nchains "${HPCRUN_NCHAINS}" --socket "${HPCRUN_DB_SOCKET}" >> "$log" 2>&1 {timeline_fd}>&- &
+  # the program: its stdin is not the rows' (a program that reads it took the next inputs' rows), and it does not
+  # run the shell's EXIT trap if its words cannot be expanded (a fork of the input's shell in the input's own)
+  { trap - EXIT USR1 TERM; exec /usr/bin/python3 /tmp/hpcrun-test-cluster/pfs/detector-reco/bin/chain.py --input "${HPCRUN_INPUT}" --output "${HPCRUN_OUTPUT}" --chain "${HPCRUN_CHAIN}" --nchains "${HPCRUN_NCHAINS}" --socket "${HPCRUN_DB_SOCKET}"; } < /dev/null >> "$log" 2>&1 {timeline_fd}>&- &
   child=$!
   # shellcheck disable=SC2034  # the input's, read by its time limit's trap (on_time_limit)
   [ -z "${chain_here:-}" ] || CHAIN_PID=$child
