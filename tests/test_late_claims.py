@@ -376,6 +376,44 @@ def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path, monkeypatch
     assert (q.d("done") / "L1_0").read_text().split("\t")[7:9] == ["3", "FAILED"]
 
 
+def test_the_sums_threads_are_kept_and_a_slow_sum_holds_no_other(tmp_path, monkeypatch):
+    """An input's sum goes to an idle thread of the agent (none started an input once they exist), or to a new one
+    while the others are busy: an input whose outputs take long to sum holds back no other input's commit."""
+    import threading
+
+    from hpcrun.backends.late import runs
+    from hpcrun.backends.late.runs import Summer
+    r, w = os.pipe()
+    summer = Summer(w)
+    (tmp_path / "a.out").write_bytes(b"abc")
+    seen: list = []
+    for name in ("first", "second", "third"):
+        summer.start(name, ["a.out"], str(tmp_path), str(tmp_path), "md5")
+        assert os.read(r, 1) == b"s"
+        summer.finished(lambda then, why: seen.append((then, why)))
+        deadline = time.monotonic() + 5
+        while summer.idle < 1:   # its thread says it is idle once it handed the sum over
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert seen == [("first", None), ("second", None), ("third", None)] and summer.idle == 1
+    real, go = runs.outputs_tsv, threading.Event()
+
+    def slow(names, outdir, algo):
+        if names == ["slow.out"]:
+            go.wait(10)
+        return real(names, outdir, algo)
+    monkeypatch.setattr(runs, "outputs_tsv", slow)
+    summer.start("slow", ["slow.out"], str(tmp_path), str(tmp_path), "md5")   # the idle thread takes it and waits
+    summer.start("quick", ["a.out"], str(tmp_path), str(tmp_path), "md5")    # a new thread: not behind it
+    assert os.read(r, 1) == b"s"
+    summer.finished(lambda then, why: seen.append((then, why)))
+    assert seen[-1] == ("quick", None) and summer.pending == 1
+    go.set()
+    assert os.read(r, 1) == b"s"
+    summer.finished(lambda then, why: seen.append((then, why)))
+    assert seen[-1][0] == "slow" and summer.pending == 0
+
+
 def test_an_input_is_committed_only_once_its_outputs_record_is_written(tmp_path, monkeypatch):
     """The commit (the link into done/) comes after outputs.tsv, never before: a reader of a committed input finds
     its sums."""
