@@ -5,6 +5,7 @@ directory. The real pilot script and agent, run by bash on the queue as in tests
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from pathlib import Path
@@ -350,7 +351,7 @@ def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path, monkeypatch
     r, w = os.pipe()
     summer = Summer(w)
     summer.start("first", ["a.out"], str(tmp_path), str(tmp_path / "gone"), "sha256")
-    assert os.read(r, 1) == b"s"
+    _woken(r)
     seen: list = []
     summer.finished(lambda then, why: seen.append((then, why)))
     assert summer.pending == 0 and seen[0][0] == "first" and "could not be written" in seen[0][1], seen
@@ -376,9 +377,17 @@ def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path, monkeypatch
     assert (q.d("done") / "L1_0").read_text().split("\t")[7:9] == ["3", "FAILED"]
 
 
-def test_the_sums_threads_are_kept_and_a_slow_sum_holds_no_other(tmp_path, monkeypatch):
+def _woken(r: int) -> None:
+    """The summer's wake byte, or the test fails (a lost sum must not hang the suite)."""
+    assert select.select([r], [], [], 10)[0], "no sum came back within 10 s"
+    assert os.read(r, 1) == b"s"
+
+
+@pytest.mark.parametrize("begun", [False, True])
+def test_the_sums_threads_are_kept_and_a_slow_sum_holds_no_other(tmp_path, monkeypatch, begun):
     """An input's sum goes to an idle thread of the agent (none started an input once they exist), or to a new one
-    while the others are busy: an input whose outputs take long to sum holds back no other input's commit."""
+    while the others are busy: an input whose outputs take long to sum holds back no other input's commit, whether
+    the next sum comes before the slow one began or while it runs (``begun``)."""
     import threading
 
     from hpcrun.backends.late import runs
@@ -389,27 +398,30 @@ def test_the_sums_threads_are_kept_and_a_slow_sum_holds_no_other(tmp_path, monke
     seen: list = []
     for name in ("first", "second", "third"):
         summer.start(name, ["a.out"], str(tmp_path), str(tmp_path), "md5")
-        assert os.read(r, 1) == b"s"
+        _woken(r)
         summer.finished(lambda then, why: seen.append((then, why)))
         deadline = time.monotonic() + 5
         while summer.idle < 1:   # its thread says it is idle once it handed the sum over
             assert time.monotonic() < deadline
             time.sleep(0.01)
     assert seen == [("first", None), ("second", None), ("third", None)] and summer.idle == 1
-    real, go = runs.outputs_tsv, threading.Event()
+    real, go, entered = runs.outputs_tsv, threading.Event(), threading.Event()
 
     def slow(names, outdir, algo):
         if names == ["slow.out"]:
+            entered.set()
             go.wait(10)
         return real(names, outdir, algo)
     monkeypatch.setattr(runs, "outputs_tsv", slow)
     summer.start("slow", ["slow.out"], str(tmp_path), str(tmp_path), "md5")   # the idle thread takes it and waits
+    if begun:
+        assert entered.wait(10)
     summer.start("quick", ["a.out"], str(tmp_path), str(tmp_path), "md5")    # a new thread: not behind it
-    assert os.read(r, 1) == b"s"
+    _woken(r)
     summer.finished(lambda then, why: seen.append((then, why)))
     assert seen[-1] == ("quick", None) and summer.pending == 1
     go.set()
-    assert os.read(r, 1) == b"s"
+    _woken(r)
     summer.finished(lambda then, why: seen.append((then, why)))
     assert seen[-1][0] == "slow" and summer.pending == 0
 

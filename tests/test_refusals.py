@@ -49,6 +49,15 @@ def test_profile_constraint_with_a_quote_is_a_profile_error(spec_factory, tmp_pa
     assert p.file.endswith("q.yaml")
 
 
+@pytest.mark.parametrize("command,fragment", [([":"], "no program of that name"),
+                                              (["exit", "3"], "no program of that name"),
+                                              (["source", "x.sh"], "inside the job's own shell")])
+def test_a_chain_command_that_names_no_program_is_refused(spec_factory, command, fragment):
+    """The chain's command is run as a program (exec'd): a builtin with no program of its name would end every
+    input with 127, and one that acts on the job's shell would run in it; both are refused at plan time."""
+    _one(spec_factory({"chain": {"command": command}}), "chain.command", fragment)
+
+
 def test_extra_sbatch_tab_is_refused(spec_factory):
     _one(spec_factory({"site": {"extra_sbatch": ["--mail-user=a\tb"]}}), "site.extra_sbatch.0",
          "control character")

@@ -72,11 +72,22 @@ def _command(value: Any) -> List[str]:
     if parts[0] in IN_SHELL:
         raise ValueError(f"the command's first word ({parts[0]!r}) is a shell builtin that would run inside the "
                          "job's own shell, not as a program; name a program (for shell code: [bash, -c, ...])")
+    if parts[0] in NO_PROGRAM:
+        raise ValueError(f"the command's first word ({parts[0]!r}) is a shell builtin with no program of that "
+                         "name, and the job runs its commands as programs; name a program (for shell code: "
+                         "[bash, -c, ...])")
     return parts
 
 
 # builtins that would act on the job's shell itself (read a file into it, evaluate text, replace it)
 IN_SHELL = frozenset({".", "source", "eval", "exec", "builtin", "command", "alias", "trap", "set", "shopt"})
+# builtins that no program stands for: a chain's command is exec'd (templates/hpcrun-chain.sh.j2), so one of these
+# would end its input with 127 ("exec: not found") rather than run
+NO_PROGRAM = frozenset({":", "cd", "exit", "return", "ulimit", "umask", "wait", "read", "export", "unset", "declare",
+                        "local", "readonly", "typeset", "shift", "break", "continue", "let", "mapfile", "readarray",
+                        "times", "hash", "jobs", "fg", "bg", "disown", "enable", "pushd", "popd", "dirs", "caller",
+                        "logout", "suspend", "type", "help", "history", "fc", "bind", "complete", "compgen",
+                        "compopt", "getopts"})
 
 
 Command = Annotated[
