@@ -10,7 +10,6 @@ text (quoted words, vetted directive lines, one-line comments). Template fragmen
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -37,9 +36,6 @@ class RenderedFile:
     executable: bool = False
     chunks: Optional[Iterator[str]] = None   # the text in pieces instead (a long table: flat memory)
     digest: bool = True    # the manifest records its sha256 (tasks.tsv: not needed, 10^5 lines not hashed)
-
-
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def environment(search: Iterable[Path]) -> jinja2.Environment:
@@ -119,6 +115,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
               "min_fraction": repr(c.qa.min_event_fraction)}
     sched = scheduler_for(plan.scheduler)
     prefix = plan.container.prefix
+    launch = _launch_context(plan, sched)
     return {
         "tasks_base": plan.succession.first_index, "index_width": INDEX_WIDTH,
         "chain_env": sorted(c.chain.env.items()),
@@ -131,8 +128,8 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "qa": qa, "launcher": join(plan.launcher), "runtime_prefix": Shell(prefix),
         "runtime_prefix_batch": Shell((prefix + " ") if prefix else ""),
         "runtime_setup": [Shell(line) for line in plan.container.setup_lines],
-        **_launch_context(plan, sched),
-        **_chain_here(plan),
+        **launch,
+        **_chain_here(plan, launch["chain_inline"]),
         "node_identity": [Shell(line) for line in sched.node_identity()],
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
@@ -177,18 +174,19 @@ def _agent_sums(plan: Plan) -> Optional[Dict[str, str]]:
     return {"algo": algo, "base": base}
 
 
-def _chain_here(plan: Plan) -> Dict[str, Any]:
-    """Whether a pilot's input runs its single chain in its own shell (sourced, no fork: issue 55), and the
-    names the chain sets that stay the call's own (``local -x`` keeps a value such as PATH until the chain's own
-    export). Only hpcrun's own chain script is written to be sourced: a site's copy of it runs as a process."""
+def _chain_here(plan: Plan, inline: bool) -> Dict[str, Any]:
+    """Whether a pilot's input runs its single chain in its own shell (sourced, no fork: issue 55), where its
+    chain is read by the job's shell at all (``inline``), and the names the chain sets that stay the call's own
+    (``local -x`` keeps a value such as PATH until the chain's own export; the names are checked by the model).
+    Only hpcrun's own chain script is written to be sourced: a site's copy of it runs as a process."""
     shipped = templates_dir() / "hpcrun-chain.sh.j2"
     found = next((d / shipped.name for d in template_dirs(plan) if (d / shipped.name).is_file()), shipped)
-    if plan.pilots is None or plan.container.prefix or found.resolve() != shipped.resolve():
+    if not inline or found.resolve() != shipped.resolve():
         return {"chain_here": False, "chain_kept": Shell(":")}
     names = [n for n, _ in sorted(plan.campaign.chain.env.items())]
     if plan.campaign.database is not None:
         names += ["HPCRUN_DB_SOCKET", "HPCRUN_DB_DEFAULTS", "HPCRUN_DB_USER"]
-    kept = " ".join(f'{n}="${{{n}-}}"' for n in names if _NAME.match(n))
+    kept = " ".join(f'{n}="${{{n}-}}"' for n in names)
     return {"chain_here": True, "chain_kept": Shell(f"local -x {kept}" if kept else ":")}
 
 

@@ -35,7 +35,6 @@ else:   # run as the plan's bin/hpcrun-pilot.py: the protocol and the runs are t
 
 NAPS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)   # the queue looked at soon after a miss, then less and less often
 STOP_WAIT_S = 15.0                 # a claim's script TERMed on the way out, KILLed after this
-LOOK_AGAIN_S = 0.01                # after a claim: slots freed a moment later claim then, not a nap later
 
 
 @dataclass
@@ -205,7 +204,7 @@ class Agent:
             if any(slot not in self.running for slot, _ in dealt):   # not started (no descriptor): look again later
                 return
             free = [s for s in range(self.slots) if s not in self.running]
-        self.next_look = time.monotonic() + LOOK_AGAIN_S
+        self.next_look = float("inf")   # every slot busy: the next to end looks (_freed)
 
     def _claim(self, n: int) -> List[str]:
         """Up to ``n`` tasks of one submission: one this node's cache holds (a hint under its short name), single

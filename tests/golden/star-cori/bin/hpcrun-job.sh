@@ -249,12 +249,14 @@ log "database servers answer on all $HPCRUN_NODES node(s)"
 
 # ---- N chains per node, each its slice of every input ----------------------------------
 log "starting $HPCRUN_NCHAINS chain(s)"
+chains_rc=0
 launch_in_batch "$HPCRUN_NCHAINS" \
   shifter bash "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh" \
   > "$HPCRUN_RUNDIR/chains/launch.log" 2>&1 &
 CHAIN_PID=$!
-chains_rc=0
-wait "$CHAIN_PID" || chains_rc=$?
+if [ -n "${CHAIN_PID:-}" ]; then   # none when the chain ran in this shell
+  wait "$CHAIN_PID" || chains_rc=$?
+fi
 CHAIN_PID=""
 # How each chain ended (chains.tsv): ok; failed (its program's own exit status: the same input
 # fails again); crashed (a fault signal such as SIGSEGV: as deterministic); killed (SIGKILL,
