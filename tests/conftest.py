@@ -149,6 +149,22 @@ def pg_server():
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture
+def own_pg_server():
+    """A PostgreSQL server of one test's own, for a test that stops or restarts it: the shared one
+    (:func:`pg_server`) serves the other worker's tests meanwhile, and an outage there fails them."""
+    from tests import pg
+
+    user = pg.user_or_skip()
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-own-"))
+    try:
+        yield pg.start(base, user)
+    finally:
+        pg.stop(base, user)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store_backend(request, monkeypatch):
     """Run a campaign test on each state store: the plan's SQLite file, and a fresh database on the

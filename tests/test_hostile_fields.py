@@ -223,10 +223,15 @@ def _argv(cmd: Any) -> List[str]:
     return shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
 
 
-def _profile_data(name: str) -> Dict[str, Any]:
+def _profile_data(name: str, root: Path) -> Dict[str, Any]:
+    """The profile as data. With the Shifter stand-in the per-node cache is a host path, so it goes under
+    ``root``: the profile's own (/tmp/hpcrun-pnc, /dbcache) is shared with the cluster tests running meanwhile."""
     data = json.loads(json.dumps(load_profile(name, ("test", None, "site.profile")).source.data))
     data.pop("extends", None)
     data["name"] = "hostile"
+    shifter = data.get("containers", {}).get("shifter")
+    if isinstance(shifter, dict) and "cache_mount" in shifter:
+        shifter["cache_mount"] = str(root / "pnc")
     return data
 
 
@@ -327,7 +332,7 @@ def test_hostile_values_in_every_field(example, profile, variant, tmp_path):
         load_plan(spec)
     except InputError as exc:
         pytest.skip(f"{example.parent.name} does not fit {profile}: {exc.problems[0].message[:80]}")
-    case = Case(root, original, _profile_data(profile))
+    case = Case(root, original, _profile_data(profile, root))
     case.mutate("spec", SPEC_FIELDS, PROGRAMS | {("site", "profile")}, marks, variant)
     case.mutate("profile", PROFILE_FIELDS, {("name",)}, marks, variant)
     plan, refused = case.plan()

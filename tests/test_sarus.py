@@ -29,7 +29,7 @@ def _setup(root: Path, payload: str = "") -> Path:
     if payload:
         Path(payload).mkdir()
         spec["database"]["payload"] = payload
-    profile = _profile_data("local-test")
+    profile = _profile_data("local-test", root)
     profile.setdefault("containers", {})["sarus"] = {"run_options": ["--tty=false"]}
     (root / "site").mkdir()
     (root / "site" / "sarus.yaml").write_text(yaml.safe_dump(profile))

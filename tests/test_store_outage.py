@@ -32,17 +32,11 @@ WAITS_S = store_outage.STORE_WAITS_S if os.environ.get("HPCRUN_OUTAGE_REAL_WAITS
 
 
 @pytest.fixture
-def own_server(monkeypatch):
+def own_server(monkeypatch, own_pg_server):
     """A PostgreSQL server of this test's own (the shared one serves other tests meanwhile), and a database."""
     from tests import pg
-    user = pg.user_or_skip()
-    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-outage-"))
     monkeypatch.setattr(store_outage, "STORE_WAITS_S", WAITS_S)
-    try:
-        yield pg.fresh_database(pg.start(base, user))
-    finally:
-        pg.stop(base, user)
-        shutil.rmtree(base, ignore_errors=True)
+    return pg.fresh_database(own_pg_server)
 
 
 def _hook(seen: Path) -> list:

@@ -62,8 +62,9 @@ def _slurm_tasks(c: Campaign, since: str) -> list:
             if line.split("|")[1].startswith(c.name + ".") and not line.endswith(".finalize")]
 
 
-def test_pause_resume_cancel_and_a_server_restart_mid_campaign(slurm_cluster, hpcrun_bin, example_root, pg_server):
-    url = pg.fresh_database(pg_server)
+def test_pause_resume_cancel_and_a_server_restart_mid_campaign(slurm_cluster, hpcrun_bin, example_root,
+                                                               own_pg_server):
+    url = pg.fresh_database(own_pg_server)   # restarted below: not the server the other worker's tests use
     c = _campaign(slurm_cluster, hpcrun_bin, example_root, "team", files=6, linger=6)
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
     assert c.hp("pause", str(c.plan), "--db", url, "--note", "calibration check").returncode == 0
