@@ -130,8 +130,10 @@ def cli_reference() -> str:
         ctx = click.Context(cmd, info_name=path[-1], parent=parent, terminal_width=100, max_content_width=100)
         out.extend([f"## `{' '.join(path)}`", "", "```text", cmd.get_help(ctx), "```", ""])
         if isinstance(cmd, click.Group):
-            for name in sorted(cmd.commands):
-                walk(cmd.commands[name], path + [name], ctx)
+            for name in sorted(cmd.list_commands(ctx)):   # a group may register its commands when first used
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, name
+                walk(sub, path + [name], ctx)
     walk(main, ["hpcrun"])
     return "\n".join(out)
 

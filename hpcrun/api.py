@@ -129,7 +129,7 @@ class PlanResult(_Result):
     diff: Optional[str] = None
     previous: bool = False
     value: Any = None   # the frozen hpcrun.plan.values.Plan it was written from
-    change: Any = None  # a submitted plan directory's next generation: hpcrun.operate.campaign.generations.Change
+    change: Any = None  # a submitted plan directory's next generation: hpcrun.operate.campaign.replan.Change
     budgets: List[Any] = field(default_factory=list)   # each cluster's hpcrun.plan.budget.Budget (asked now)
     title = "hpcrun plan"
 
@@ -334,7 +334,8 @@ def make_plan(spec: PathLike, out: Optional[PathLike] = None, *, force: bool = F
     Into a directory whose campaign was submitted, the plan is the campaign's next generation: what it
     would change is returned (``change``, with the scripts' diff) and nothing is written unless ``apply``
     (or ``force``)."""
-    from hpcrun.operate.campaign.generations import plan_generation, submitted_store
+    from hpcrun.operate.campaign.generations import submitted_store
+    from hpcrun.operate.campaign.replan import plan_generation
     from hpcrun.plan import budget
     from hpcrun.plan.load import load_plan
     from hpcrun.render.plandir import write_plan

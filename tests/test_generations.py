@@ -229,22 +229,22 @@ def test_inputs_listed_no_more_are_withdrawn_not_deleted(tmp_path, spec_factory,
 
 
 def test_an_apply_stopped_before_the_switch_is_made_again(tmp_path, spec_factory, fake_slurm, monkeypatch):
-    from hpcrun.operate.campaign import generations
+    from hpcrun.operate.campaign import replan
 
     plan_dir = _plan(tmp_path, spec_factory)
     run(plan_dir, interval=1, sleep=lambda s: None, max_rounds=1)
     spec = tmp_path / "campaign.yaml"
     _spec_edit(spec, walltime="00:45:00")
-    real = generations._swap_manifest
+    real = replan._swap_manifest
 
     def killed(*args, **kw):
         raise KeyboardInterrupt   # the operator's Ctrl-C between the new directory and the switch
 
-    monkeypatch.setattr(generations, "_swap_manifest", killed)
+    monkeypatch.setattr(replan, "_swap_manifest", killed)
     stopped = _plan_cli(spec, plan_dir, "--apply")
     assert stopped.exit_code != 0 and (plan_dir / "generations" / "2" / "manifest.json").is_file()
     assert read_json(plan_dir).get("generation", {}).get("number", 1) == 1   # not switched
-    monkeypatch.setattr(generations, "_swap_manifest", real)
+    monkeypatch.setattr(replan, "_swap_manifest", real)
     again = _plan_cli(spec, plan_dir, "--apply")
     assert again.exit_code == 0, again.output
     assert read_json(plan_dir)["generation"]["number"] == 2
@@ -276,3 +276,12 @@ def test_a_campaign_from_before_generations_is_generation_1(tmp_path, spec_facto
         assert store.schema_version() == len(schema.MIGRATIONS) == 11
         assert [g.number for g in store.generations(c.id)] == [1]
         assert store.counts_by_state(c.id)["pending"] == 3
+
+
+def test_the_manifests_name_is_the_same_where_it_is_written_and_where_it_is_read():
+    """operate/ reads the manifest by a name of its own (render/, the writer, sits below it but imports the site
+    model and jinja2, which `hpcrun run` does without): the two must not drift apart."""
+    from hpcrun.operate import manifest
+    from hpcrun.render import plandir
+
+    assert manifest.MANIFEST == plandir.MANIFEST

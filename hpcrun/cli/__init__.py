@@ -406,12 +406,31 @@ def _transfer_size(ctx: click.Context, param: click.Parameter, value: Optional[s
 
 class SweepByDefault(click.Group):
     """``hpcrun iotune --transfer-size 1m,4m ...`` is ``hpcrun iotune run --transfer-size ...``:
-    a sweep is the group's default action when its first word is an option (not --help)."""
+    a sweep is the group's default action when its first word is an option (not --help). Its sweep commands
+    are registered when the group is first used: they import the I/O engines and the site model (pydantic),
+    about a third of a second that every other command, `hpcrun run` first, does without."""
+
+    registered = False
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         if args and args[0].startswith("-") and args[0] not in ctx.help_option_names:
             args = ["run", *args]
         return super().parse_args(ctx, args)
+
+    def _register(self) -> None:
+        if not self.registered:
+            from hpcrun.cli.iotune import register
+
+            self.registered = True
+            register(self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        self._register()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        self._register()
+        return super().list_commands(ctx)
 
 
 @main.group("iotune", cls=SweepByDefault, invoke_without_command=True)
@@ -461,19 +480,17 @@ def iotune_darshan(logs: tuple, as_json: bool, best: Optional[int], timeout: flo
         sys.exit(1)
 
 
-def _register_iotune() -> None:
+def _register_commands() -> None:
     from hpcrun.cli.campaign import register as register_campaign
-    from hpcrun.cli.iotune import register
     from hpcrun.cli.profiles import register as register_profiles
     from hpcrun.cli.team import register as register_team
 
-    register(iotune_group)
     register_campaign(main, DB_OPTION, reported, out)
     register_team(main, DB_OPTION, reported, out)
     register_profiles(main, reported, out)
 
 
-_register_iotune()
+_register_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover

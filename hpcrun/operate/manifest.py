@@ -257,6 +257,7 @@ def read_json(plan_dir: Path, jobs: bool = False) -> Dict[str, Any]:
     return _read_raw(plan_dir, jobs)
 
 
+MANIFEST = "manifest.json"   # the name render/plandir.py writes it under (tests/test_generations.py: the same)
 _JOBS_KEY = '\n "jobs": ['   # the manifest's last key, at the top level (a string holds no raw newline)
 _HEAD_BLOCK = 1 << 16
 
@@ -364,7 +365,7 @@ def _from_head(path: Path, jobs: bool) -> Optional[Dict[str, Any]]:
 
 def _read_raw(plan_dir: Path, jobs: bool) -> Dict[str, Any]:
     """The manifest's JSON: the head, and the job list as a :class:`ManifestJobs` where the layout allows."""
-    path = plan_dir / "manifest.json"
+    path = plan_dir / MANIFEST
     try:
         data: Dict[str, Any] = _from_head(path, jobs) or json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -382,7 +383,7 @@ def _read_raw(plan_dir: Path, jobs: bool) -> Dict[str, Any]:
 def manifest_id(plan_dir: Path) -> Tuple[int, int]:
     """Which manifest file is in place (a new generation renames another one over it)."""
     try:
-        st = os.stat(plan_dir / "manifest.json")
+        st = os.stat(plan_dir / MANIFEST)
     except OSError:
         return (0, 0)
     return (st.st_ino, st.st_mtime_ns)
