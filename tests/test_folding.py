@@ -310,3 +310,38 @@ def test_a_run_with_a_long_or_foreign_name_folds_and_reads_back(tmp_path: Path) 
     assert (run_dir / job / "101" / "chains" / "0.log").read_bytes() == FILES["chains/0.log"]
     for rel, data in mixed.items():
         assert (run_dir / "reco.00002" / "102" / rel).read_bytes() == data
+
+
+def test_a_folded_run_goes_by_its_members_and_what_came_after_its_listing_goes_too(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """The directory is removed by what was folded of it (an unlink a file, a rmdir a directory: no rmtree walk,
+    whose calls are a metadata server's each); a file that appeared after the listing is removed as before."""
+    run_dir = tmp_path / "run"
+    a = _run(run_dir, "reco.00001", "101", FILES)
+    b = _run(run_dir, "reco.00002", "102", FILES)
+    calls: Dict[str, int] = {"unlink": 0, "rmdir": 0}
+
+    class Counted:   # folding's os alone (shutil's rmtree keeps the real one)
+        def __getattr__(self, name):
+            real = getattr(os, name)
+            if name not in calls:
+                return real
+
+            def counted(path):
+                calls[name] += 1
+                return real(path)
+            return counted
+    monkeypatch.setattr(folding, "os", Counted())
+    synced = folding.Folder._sync
+
+    def late_writer(self, written):
+        (b / "chains" / "late.log").write_bytes(b"after the listing\n")   # b's rmdir of chains/ fails: rmtree
+        return synced(self, written)
+    monkeypatch.setattr(folding.Folder, "_sync", late_writer)
+    folder = folding.Folder(str(run_dir))
+    assert folder.fold(_dirs(str(a), str(b))) == 2
+    folder.close()
+    assert not a.exists() and not b.exists() and not (run_dir / "reco.00002").exists()
+    # a: its 6 files, 2 directories and run/reco.00001/; b: its files, chains/ that would not go, its job's
+    assert calls == {"unlink": 2 * len(FILES), "rmdir": 2 + 1 + 1 + 1}, calls   # b: chains/ would not go
+    assert folding.read_run(folding.find(str(run_dir), "reco.00001")[0]) == FILES
