@@ -11,11 +11,22 @@ from __future__ import annotations
 import hashlib
 from array import array
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
-from hpcrun.render.headers import ARRAY_TABLE_NAME, HeaderTemplate, parse_array_row, parse_row
+
+# render.headers is imported by the first script filled from a template: it brings jinja2 and the plan's models,
+# which a campaign of script files (late binding's pilots) never needs
+if TYPE_CHECKING:
+    from hpcrun.render.headers import HeaderTemplate
+
+
+def _render() -> Any:
+    """render/headers.py, imported when a script is first filled from its template."""
+    from hpcrun.render import headers
+
+    return headers
 
 
 class HeaderBook:
@@ -35,6 +46,8 @@ class HeaderBook:
 
     def _parsed(self) -> HeaderTemplate:
         if self._template is None:
+            from hpcrun.render.headers import HeaderTemplate
+
             try:
                 self._template = HeaderTemplate.parse(self.template_path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
@@ -65,7 +78,7 @@ class HeaderBook:
         if 0 <= k < len(offsets):
             with open(self.table_path, "rb") as f:
                 f.seek(offsets[k])
-                row = parse_row(f.readline().decode("utf-8"))
+                row = _render().parse_row(f.readline().decode("utf-8"))
         if row is None or row[0] != job_index:
             raise self._problem(self.table_path, f"has no line for job {job_index}")
         return row
@@ -73,7 +86,7 @@ class HeaderBook:
     def text(self, job_index: int) -> str:
         """Job ``job_index``'s script (an array's: its first job's), byte for byte what the scheduler
         is handed."""
-        if self.table_path.name == ARRAY_TABLE_NAME:
+        if self.table_path.name == _render().ARRAY_TABLE_NAME:
             return self._parsed().fill_array(*self._array_row(job_index))
         index, name, comments, bb_lines = self.row(job_index)
         return self._parsed().fill(index, name, comments, bb_lines)
@@ -82,7 +95,7 @@ class HeaderBook:
         if self._arrays is None:
             try:
                 with open(self.table_path, encoding="utf-8") as f:
-                    self._arrays = {row[0]: row for row in map(parse_array_row, f)}
+                    self._arrays = {row[0]: row for row in map(_render().parse_array_row, f)}
             except (OSError, ValueError, IndexError) as exc:
                 raise self._problem(self.table_path, f"cannot be read: {exc}") from None
         row = self._arrays.get(first)
