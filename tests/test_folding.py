@@ -327,9 +327,9 @@ def test_a_folded_run_goes_by_its_members_and_what_came_after_its_listing_goes_t
             if name not in calls:
                 return real
 
-            def counted(path):
+            def counted(*args, **kw):
                 calls[name] += 1
-                return real(path)
+                return real(*args, **kw)
             return counted
     monkeypatch.setattr(folding, "os", Counted())
     synced = folding.Folder._sync
@@ -345,3 +345,27 @@ def test_a_folded_run_goes_by_its_members_and_what_came_after_its_listing_goes_t
     # a: its 6 files, 2 directories and run/reco.00001/; b: its files, chains/ that would not go, its job's
     assert calls == {"unlink": 2 * len(FILES), "rmdir": 2 + 1 + 1 + 1}, calls   # b: chains/ would not go
     assert folding.read_run(folding.find(str(run_dir), "reco.00001")[0]) == FILES
+
+
+def test_a_folded_runs_directory_swapped_for_a_link_after_its_listing_is_not_followed(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """What is removed is removed through the run's own directories, never through a link put in place of one
+    since the listing (as rmtree does): the files the link points at stay."""
+    run_dir = tmp_path / "run"
+    a = _run(run_dir, "reco.00001", "101", FILES)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "0.log").write_bytes(b"not the run's\n")
+    (elsewhere / "0.rc").write_bytes(b"not the run's\n")
+    synced = folding.Folder._sync
+
+    def swapped(self, written):
+        shutil.rmtree(a / "chains")
+        (a / "chains").symlink_to(elsewhere, target_is_directory=True)
+        return synced(self, written)
+    monkeypatch.setattr(folding.Folder, "_sync", swapped)
+    folder = folding.Folder(str(run_dir))
+    assert folder.fold(_dirs(str(a))) == 1
+    folder.close()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["0.log", "0.rc"]
+    assert not a.exists()

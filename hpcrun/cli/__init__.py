@@ -421,8 +421,8 @@ class SweepByDefault(click.Group):
         if not self.registered:
             from hpcrun.cli.iotune import register
 
-            self.registered = True
             register(self)
+            self.registered = True
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
         self._register()

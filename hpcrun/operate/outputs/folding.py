@@ -180,17 +180,49 @@ def header(info: tarfile.TarInfo) -> bytes:
 
 
 def _remove(path: str, members: Members) -> None:
-    """A folded run's directory removed by its members: an unlink a file, a rmdir a directory, the deepest
-    first (members list a directory before its entries). rmtree's walk costs about twice the calls, each one a
-    metadata server's on Lustre, for every run; it removes what is there besides (written after the listing)."""
+    """A folded run's directory removed by its members: an unlink a file, a rmdir a directory, the deepest first
+    (members list a directory before its entries), each relative to its directory's handle opened without
+    following a link (a directory swapped for a link since the listing is not followed, as rmtree does not).
+    Its exit_code goes first: a second process folding the run meanwhile sees no run that says it succeeded,
+    never a part of one. rmtree's walk costs about twice the calls, each a metadata server's on Lustre, for every
+    run; it still removes what is left (written after the listing), as it did alone before."""
+    handles: Dict[str, int] = {}
+    cut = len(path) + 1   # members' paths are path/rel
     try:
-        for info, where in reversed(members):
+        order = sorted(reversed(members[1:]), key=lambda m: m[1][cut:] != "exit_code")
+        for info, where in order:
+            rel = where[cut:]
+            parent, _, name = rel.rpartition("/")
+            at = _handle(path, parent, handles)
             if info.isdir():
-                os.rmdir(where)
+                own = handles.pop(rel, None)
+                if own is not None:
+                    os.close(own)
+                os.rmdir(name, dir_fd=at)
             else:
-                os.unlink(where)
+                os.unlink(name, dir_fd=at)
+        for fd in handles.values():
+            os.close(fd)
+        handles.clear()
+        os.rmdir(path)
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+
+
+def _handle(root: str, rel: str, handles: Dict[str, int]) -> int:
+    """The handle of directory ``rel`` under ``root`` (opened once, each step without following a link)."""
+    if rel in handles:
+        return handles[rel]
+    if rel == "":
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    else:
+        parent, _, name = rel.rpartition("/")
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=_handle(root, parent, handles))
+    handles[rel] = fd
+    return fd
 
 
 def _quietly(remove: Callable[[str], None], path: str) -> None:
