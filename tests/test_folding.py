@@ -369,3 +369,24 @@ def test_a_folded_runs_directory_swapped_for_a_link_after_its_listing_is_not_fol
     folder.close()
     assert sorted(p.name for p in elsewhere.iterdir()) == ["0.log", "0.rc"]
     assert not a.exists()
+
+
+def test_the_report_reads_each_file_of_a_run_whose_removal_a_crash_cut_short(tmp_path: Path) -> None:
+    """A crash in the middle of a folded run's removal leaves some of its files in the directory: the report
+    reads those there and the others from the folded copy (none lost), and a run folded twice counts once."""
+    plan = tmp_path
+    run_dir = plan / "run"
+    files = {"reclaimed/a.tsv": b"/tmp/a\t10\n", "reclaimed/b.tsv": b"/tmp/b\t20\n"}
+    cut = _run(run_dir, "reco.00001", "1", files)
+    keep = tmp_path / "a.tsv"
+    shutil.copy(cut / "reclaimed" / "a.tsv", keep)
+    twice = _run(run_dir, "reco.00002", "2", {"reclaimed/c.tsv": b"/tmp/c\t30\n"})
+    again = tmp_path / "again"
+    shutil.copytree(twice, again)
+    folder = folding.Folder(str(run_dir))
+    assert folder.fold(_dirs(str(cut), str(twice))) == 2
+    assert folder.fold(_dirs(str(shutil.copytree(again, twice)))) == 1   # folded again: two copies indexed
+    folder.close()
+    (cut / "reclaimed").mkdir(parents=True)
+    shutil.copy(keep, cut / "reclaimed" / "a.tsv")   # what a removal cut short left of the first run
+    assert gather._reclaimed(plan) == {"dirs": 3, "bytes": 60}

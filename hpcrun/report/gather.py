@@ -98,7 +98,8 @@ def _tsv_lines(plan_dir: Path, pattern: str) -> Iterator[List[str]]:
 
 def _records(plan_dir: Path, pattern: str) -> Iterator[Tuple[str, str]]:
     """(``job/id/file`` under run/, its text) of the records matching ``pattern``: in run directories, then
-    folded (a directory and its folded copy both there after a crash: the directory is read)."""
+    folded, each file once (after a crash a directory may hold some of a folded run's files, its copy all of
+    them: the directory's are read, the others from the copy; a run folded twice: its first copy)."""
     seen = set()
     for log in sorted((plan_dir / "run").glob(pattern)):
         try:
@@ -106,10 +107,12 @@ def _records(plan_dir: Path, pattern: str) -> Iterator[Tuple[str, str]]:
                 text = f.read(RECORD_READ_MAX)
         except OSError:
             continue
-        seen.add(log.parent.relative_to(plan_dir / "run").parts[:2])
-        yield str(log.relative_to(plan_dir / "run")), text
+        name = str(log.relative_to(plan_dir / "run"))
+        seen.add(name)
+        yield name, text
     for name, data in folding.matching(str(plan_dir / "run"), pattern):
-        if tuple(name.split("/")[:2]) not in seen:
+        if name not in seen:
+            seen.add(name)
             yield name, data[:RECORD_READ_MAX].decode("utf-8", "replace")
 
 
