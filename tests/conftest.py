@@ -128,41 +128,37 @@ def fake_slurm(tmp_path, monkeypatch):
     return fake
 
 
-@pytest.fixture(scope="session")
-def pg_server():
-    """A PostgreSQL server for the whole run: tests/run-all.sh's (HPCRUN_TEST_PG_URL), else a throwaway
-    one (tests/pg.py). Where none can run the tests skip with the reason, except under
-    HPCRUN_REQUIRE_POSTGRES=1 (set by tests/run-all.sh), where that is a failure."""
+def _throwaway_pg(prefix: str):
+    """A server started in a directory of its own (tests/pg.py), stopped and removed afterwards."""
     from tests import pg
 
-    given = os.environ.get("HPCRUN_TEST_PG_URL")
-    if given:
-        yield given
-        return
     user = pg.user_or_skip()
     import tempfile
-    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-"))
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield pg.start(base, user)
     finally:
         pg.stop(base, user)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server for the whole run: tests/run-all.sh's (HPCRUN_TEST_PG_URL), else a throwaway
+    one (tests/pg.py). Where none can run the tests skip with the reason, except under
+    HPCRUN_REQUIRE_POSTGRES=1 (set by tests/run-all.sh), where that is a failure."""
+    given = os.environ.get("HPCRUN_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    yield from _throwaway_pg("hpcrun-pg-")
 
 
 @pytest.fixture
 def own_pg_server():
     """A PostgreSQL server of one test's own, for a test that stops or restarts it: the shared one
     (:func:`pg_server`) serves the other worker's tests meanwhile, and an outage there fails them."""
-    from tests import pg
-
-    user = pg.user_or_skip()
-    import tempfile
-    base = Path(tempfile.mkdtemp(prefix="hpcrun-pg-own-"))
-    try:
-        yield pg.start(base, user)
-    finally:
-        pg.stop(base, user)
-        shutil.rmtree(base, ignore_errors=True)
+    yield from _throwaway_pg("hpcrun-pg-own-")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
