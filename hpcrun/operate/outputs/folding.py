@@ -201,10 +201,7 @@ def _remove(path: str, members: Members) -> None:
                 os.rmdir(name, dir_fd=at)
             else:
                 os.unlink(name, dir_fd=at)
-        for fd in handles.values():
-            os.close(fd)
-        handles.clear()
-        os.rmdir(path)
+        os.rmdir(path)   # a handle open on it does not keep it (closed below)
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
     finally:

@@ -46,10 +46,8 @@ class HeaderBook:
 
     def _parsed(self) -> HeaderTemplate:
         if self._template is None:
-            from hpcrun.render.headers import HeaderTemplate
-
             try:
-                self._template = HeaderTemplate.parse(self.template_path.read_text(encoding="utf-8"))
+                self._template = _render().HeaderTemplate.parse(self.template_path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise self._problem(self.template_path, f"cannot be read: {exc}") from None
         return self._template
