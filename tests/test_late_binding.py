@@ -126,6 +126,27 @@ def test_two_pilots_run_every_input_once_and_the_records_say_how(tmp_path):
     assert "nothing to claim for 2 s: released" in logs
 
 
+# the program's session and process group, then its claim script's pid and group (the input's shell's parent): from
+# /proc, "pid (comm) state ppid pgrp session ..."
+WHERE = ('read -r _ _ _ shell pgrp sid _ < /proc/$$/stat; read -r _ _ _ claim _ < /proc/$shell/stat; '
+         'read -r _ _ _ _ cgrp _ < /proc/$claim/stat; echo "$sid $pgrp $claim $cgrp" > "$1"')
+
+
+def test_a_claims_script_leads_a_group_of_its_own_in_the_pilots_session(tmp_path):
+    """Its own process group (a signal to it reaches its inputs), not a session of its own: where the kernel groups
+    the CPU by session, 8 slots would weigh as 8 jobs (and starve the login node's supervisor on the test cluster)."""
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", WHERE, "{input}", "{output}"]))
+    _enqueue(plan, 2)
+    pilot = _pilot(plan, "503")   # its own session, as slurmstepd starts a batch script
+    logs = _wait(pilot)
+    for out in sorted((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out")):
+        sid, pgrp, claim, cgrp = (int(w) for w in out.read_text().split())
+        assert sid == pilot.pid, (out, logs)      # the pilot's session, all the way down
+        assert cgrp == claim != pilot.pid         # the claim's script leads its own group
+        assert pgrp not in (cgrp, pilot.pid)      # and each input its own (set -m)
+    assert len(list((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out"))) == 2, logs
+
+
 def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
     plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", 'sleep 4; exec cp "$0" "$1"', "{input}", "{output}"]))
     qid = _enqueue(plan, 2)

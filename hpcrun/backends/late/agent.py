@@ -260,7 +260,7 @@ class Agent:
         env = dict(os.environ, HPCRUN_CLAIM_FEED=str(out_w))
         with R.claim_log(self.rundir, slot, [i.cid for i in items]) as log:
             proc = subprocess.Popen(["bash", script], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True, pass_fds=(out_w,))
+                                    env=env, pass_fds=(out_w,), **R.OWN_GROUP)
         os.close(out_w)
         r = R.Running(slot, proc, items, limit, out=out_r)
         self.running[slot] = r

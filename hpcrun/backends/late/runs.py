@@ -19,6 +19,7 @@ import queue
 import select
 import shlex
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -341,6 +342,12 @@ def shares(tasks: List[str], slots: int) -> List[List[str]]:
     return out
 
 
+# A claim's script leads a process group of its own (a signal to the group reaches its inputs and chains), in the
+# pilot's session: a session of its own would make it a scheduling group of its own where the kernel groups by session
+# (autogroup), so a pilot of 8 slots would weigh as 8 jobs against the node's other processes (and, on the test
+# cluster, against the login node's supervisor). Python before 3.11 cannot make a group alone safely with threads
+# running: a session there, as before.
+OWN_GROUP: Dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 SUMS = ("sha256", "md5", "adler32")   # what the agent sums itself (the plan's provenance algorithm, else the job does)
 CHUNK = 1 << 20
 
