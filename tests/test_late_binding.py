@@ -129,7 +129,7 @@ def test_two_pilots_run_every_input_once_and_the_records_say_how(tmp_path):
 # the program's session and process group, then its claim script's pid and group (the input's shell's parent): from
 # /proc, "pid (comm) state ppid pgrp session ..."
 WHERE = ('read -r _ _ _ shell pgrp sid _ < /proc/$$/stat; read -r _ _ _ claim _ < /proc/$shell/stat; '
-         'read -r _ _ _ _ cgrp _ < /proc/$claim/stat; echo "$sid $pgrp $claim $cgrp" > "$1"')
+         'read -r _ _ _ _ cgrp _ < /proc/$claim/stat; echo "$sid $pgrp $shell $claim $cgrp" > "$1"')
 
 
 def test_a_claims_script_leads_a_group_of_its_own_in_the_pilots_session(tmp_path):
@@ -137,13 +137,16 @@ def test_a_claims_script_leads_a_group_of_its_own_in_the_pilots_session(tmp_path
     the CPU by session, 8 slots would weigh as 8 jobs (and starve the login node's supervisor on the test cluster)."""
     plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", WHERE, "{input}", "{output}"]))
     _enqueue(plan, 2)
+    # the agent runs under the pilot's python3 (the PATH _pilot gives it): before 3.11, a session of its own
+    new = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", "python3", "-c", "import sys; print(sys.version_info "
+                          ">= (3, 11))"], capture_output=True, text=True).stdout.strip() == "True"
     pilot = _pilot(plan, "503")   # its own session, as slurmstepd starts a batch script
     logs = _wait(pilot)
     for out in sorted((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out")):
-        sid, pgrp, claim, cgrp = (int(w) for w in out.read_text().split())
-        assert sid == pilot.pid, (out, logs)      # the pilot's session, all the way down
+        sid, pgrp, shell, claim, cgrp = (int(w) for w in out.read_text().split())
+        assert sid == (pilot.pid if new else claim), (out, logs)   # the pilot's session, all the way down
         assert cgrp == claim != pilot.pid         # the claim's script leads its own group
-        assert pgrp not in (cgrp, pilot.pid)      # and each input its own (set -m)
+        assert pgrp == shell != cgrp              # and each input its own (set -m), its program in it
     assert len(list((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out"))) == 2, logs
 
 

@@ -618,3 +618,24 @@ def test_a_running_input_gives_its_claims_rest_back_after_four_medians_and_at_le
     assert agent.pace.give_back_at(run) == float("inf")
     run.fed, run.at = 1, -1   # none running
     assert agent.pace.give_back_at(run) == float("inf")
+
+
+def test_a_reaped_scripts_pid_is_signalled_only_as_a_group(monkeypatch):
+    """Once a claim's script was reaped its pid (and its input's) may be another process's: the pilot's way out
+    signals what is left of their groups, never that pid alone."""
+    import subprocess
+
+    from hpcrun.backends.late import runs
+
+    proc = subprocess.Popen(["true"])
+    sent = []
+    monkeypatch.setattr(runs.os, "killpg", lambda pid, sig: (_ for _ in ()).throw(ProcessLookupError()))
+    monkeypatch.setattr(runs.os, "kill", lambda pid, sig: sent.append(pid))
+    r = runs.Running(0, proc, [runs.Item("q_0", "p.0.0", "0", "")], 60)
+    r.at, r.items[0].pid = 0, 424242
+    r.stop(signal.SIGKILL)          # not reaped yet: each is known to be the one meant
+    assert sent == [424242, proc.pid]
+    proc.wait()
+    sent.clear()
+    r.stop(signal.SIGKILL)
+    assert sent == []

@@ -3,7 +3,7 @@
 Standard library only; the plan ships it as ``bin/hpcrun-pilot.py`` beside ``bin/hpcrun_late_layout.py`` (the
 queue's protocol, layout.py), and the pilot's batch script (templates/pilot.sh.j2) runs it once the node's
 database server is up. One loop holds every slot: a claim is a few renames and no process, an input is one
-child (its array script, in a session of its own so a signal reaches its chains), its time limit a deadline
+child (its array script, leading a process group of its own so a signal reaches its chains), its time limit a deadline
 in the loop, its CPU time and peak memory from ``os.wait4``. Why one process: docs/decisions/backends.md.
 
 Rules kept from the protocol (hpcrun/backends/late/queue.py): a claim is a task file in the pilot's own

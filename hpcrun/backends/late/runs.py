@@ -129,10 +129,13 @@ class Running:
         return bool(data), [line.decode(errors="replace").split("\t") for line in lines]
 
     def stop(self, sig: int) -> None:
-        """The script and the input it runs (each leads a process group: the input's chains stop with it)."""
+        """The script and the input it runs (each leads a process group: the input's chains stop with it). Once
+        the script was reaped, only what is left of the groups: its pid, or its input's, may be another
+        process's by now."""
+        alone = self.proc.returncode is None
         if self.at >= 0:
-            group(self.items[self.at].pid, sig)
-        group(self.proc.pid, sig)
+            group(self.items[self.at].pid, sig, alone)
+        group(self.proc.pid, sig, alone)
 
 
 def plan_dir(script: str) -> str:
@@ -289,14 +292,16 @@ def unlink(path: Path) -> None:
         pass
 
 
-def group(pid: int, sig: int) -> None:
-    """A process group (an input's script and its chains, or a claim's script), or the process alone if that is
-    gone."""
+def group(pid: int, sig: int, alone: bool = True) -> None:
+    """A process group (an input's script and its chains, or a claim's script), or, if that is gone and ``alone``
+    (the process is known to be the one meant: not reaped), the process alone."""
     if pid <= 0:
         return
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
+        if not alone:
+            return
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
