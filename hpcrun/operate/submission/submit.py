@@ -6,7 +6,8 @@ Each submission is three steps: claim the plan jobs in the store (their inputs b
 any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
 submit lock, so no live submitter is mid-way) looks for the tag in the queue (jobs that ended
 within MinJobAge included: the accounting may not have them yet) and the accounting records,
-and records the job it finds, or returns the claim to pending when the scheduler never got it. Nothing is submitted twice and nothing is lost.
+and records the job it finds, or returns the claim to pending when the scheduler never got it.
+Nothing is submitted twice and nothing is lost.
 
 Job arrays go out as one array submission of the pending task ids (``%N`` throttled) per
 array script, so a retry resubmits exactly the failed tasks of the same script; an unthrottled
