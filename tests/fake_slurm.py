@@ -138,18 +138,20 @@ class FakeSlurm:
         return path.read_text().splitlines() if path.exists() else []
 
     def end(self, job_id: str, state: str = "COMPLETED", exit_code: str = "0:0", reason: str = "None",
-            elapsed_s: int = 0, accounted: bool = True) -> None:
-        """The job leaves the queue (``squeue --states=all`` still shows it, as for MinJobAge) and gets an
-        accounting record, unless not ``accounted`` yet (slurmdbd behind the controller); it ran ``elapsed_s``
-        (default 5 s, or a day for a TIMEOUT: a job that reaches its time limit ran all of it)."""
+            elapsed_s: int = 0, accounted: bool = True, recent: bool = False) -> None:
+        """The job leaves the queue and gets an accounting record, unless not ``accounted`` yet (slurmdbd behind
+        the controller); ``recent``: it ended within MinJobAge, so ``squeue --states=all`` still shows it (else
+        it is gone from every squeue, as long after its end). It ran ``elapsed_s`` (default 5 s, or a day for a
+        TIMEOUT: a job that reaches its time limit ran all of it)."""
         elapsed_s = elapsed_s or (86400 if state == "TIMEOUT" else 5)
         kept, gone = [], []
         for row in self.queue():
             (gone if row.split("|")[1] == job_id else kept).append(row)
         assert gone, f"job {job_id} is not queued"
         (self.bin / "queue").write_text("".join(r + "\n" for r in kept))
-        with open(self.bin / "ended", "a") as f:
-            f.write("".join("|".join(row.split("|")[:3] + [state, reason]) + "\n" for row in gone))
+        if recent:
+            with open(self.bin / "ended", "a") as f:
+                f.write("".join("|".join(row.split("|")[:3] + [state, reason]) + "\n" for row in gone))
         if not accounted:
             return
         with open(self.bin / "acct", "a") as f:

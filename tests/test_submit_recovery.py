@@ -37,7 +37,7 @@ def test_a_job_that_ended_before_its_record_is_found_not_submitted_again(tmp_pat
     [first] = [a for a in fake_slurm.args() if "--job-name=test-campaign." in a]
     # the array ran and ended at once (a short job), before any submitter looked: squeue --states=all still
     # shows it (MinJobAge), and slurmdbd may not have its record yet
-    fake_slurm.end("100", accounted=accounted)
+    fake_slurm.end("100", accounted=accounted, recent=True)
     report = submit(plan_dir)
     assert [a for a in fake_slurm.args() if "--job-name=test-campaign." in a] == [first], "submitted twice"
     assert report.recovered and not report.released, (report.recovered, report.released)

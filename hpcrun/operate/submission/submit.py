@@ -264,7 +264,7 @@ class Submitter:
         # every cluster is asked: the claim's job may be on any (a cluster that cannot be asked
         # raises Unreachable, and the claims wait for the next submit rather than risk a second job). The queue
         # is asked for jobs that ended too (MinJobAge): a short job may have ended before slurmdbd has its
-        # record, and a claim released then was submitted twice (issue 55's CI, 2026-11-30)
+        # record, and a claim released then was submitted twice (CI, 2026-11-30)
         ids: Dict[str, set] = {n: set() for n in names}
         claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
         for cl in self.clusters:
