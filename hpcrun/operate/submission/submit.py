@@ -4,10 +4,9 @@ Each submission is three steps: claim the plan jobs in the store (their inputs b
 ``submitted`` under a fresh claim token), submit them with the job name
 ``<campaign>.<token[:12]>`` (the *tag*), and record the job id. A process killed between
 any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
-submit lock, so no live submitter is mid-way) looks for the tag in the queue (jobs that ended
-within MinJobAge included: the accounting may not have them yet) and the accounting records,
-and records the job it finds, or returns the claim to pending when the scheduler never got it.
-Nothing is submitted twice and nothing is lost.
+submit lock, so no live submitter is mid-way) looks for the tag in the queue (ended jobs too)
+and the accounting records, and records the job it finds, or returns the claim to pending when
+the scheduler never got it. Nothing is submitted twice and nothing is lost.
 
 Job arrays go out as one array submission of the pending task ids (``%N`` throttled) per
 array script, so a retry resubmits exactly the failed tasks of the same script; an unthrottled
@@ -261,10 +260,8 @@ class Submitter:
             names[base] = (c, None)
             for j in {i.job_index for i in c.inputs if i.job_index is not None}:
                 names[f"{base}.{j}"] = (c, j)
-        # every cluster is asked: the claim's job may be on any (a cluster that cannot be asked
-        # raises Unreachable, and the claims wait for the next submit rather than risk a second job). The queue
-        # is asked for jobs that ended too (MinJobAge): a short job may have ended before slurmdbd has its
-        # record, and a claim released then was submitted twice (CI, 2026-11-30)
+        # every cluster is asked: the claim's job may be on any (one that cannot be asked raises Unreachable, and
+        # the claims wait rather than risk a second job); ended jobs too (MinJobAge): slurmdbd may lag behind
         ids: Dict[str, set] = {n: set() for n in names}
         claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
         for cl in self.clusters:
