@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from hpcrun.backends.late import runs
 from hpcrun.backends.late.agent import Agent
 from hpcrun.backends.late.queue import Queue
 from hpcrun.backends.late.runs import CLAIM_HEADER, shares
@@ -623,13 +625,12 @@ def test_a_running_input_gives_its_claims_rest_back_after_four_medians_and_at_le
 def test_a_reaped_scripts_pid_is_signalled_only_as_a_group(monkeypatch):
     """Once a claim's script was reaped its pid (and its input's) may be another process's: the pilot's way out
     signals what is left of their groups, never that pid alone."""
-    import subprocess
-
-    from hpcrun.backends.late import runs
+    def no_group(pid, sig):
+        raise ProcessLookupError()
 
     proc = subprocess.Popen(["true"])
     sent = []
-    monkeypatch.setattr(runs.os, "killpg", lambda pid, sig: (_ for _ in ()).throw(ProcessLookupError()))
+    monkeypatch.setattr(runs.os, "killpg", no_group)
     monkeypatch.setattr(runs.os, "kill", lambda pid, sig: sent.append(pid))
     r = runs.Running(0, proc, [runs.Item("q_0", "p.0.0", "0", "")], 60)
     r.at, r.items[0].pid = 0, 424242
