@@ -313,6 +313,15 @@ class SlurmCluster:
                 return dict(f.split("=", 1) for f in line.split() if "=" in f)
         return {}
 
+    def wait_pool_idle(self, timeout: float = 120) -> None:
+        """Wait until no job holds space in the pool: an earlier test's job may
+        still be in its teardown (stage-out, then the buffer's release)."""
+        try:
+            self.wait_until(lambda: self.pool_status().get("UsedSpace") in ("0", "0B", "0GiB"),
+                            timeout=timeout, what="an empty burst-buffer pool")
+        except TimeoutError as e:
+            raise AssertionError(f"{e}: {self.run(['scontrol', 'show', 'burst']).stdout}") from None
+
 
 def _harness(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(HARNESS), *args], capture_output=True,

@@ -277,6 +277,7 @@ def test_capacity_is_accounted(slurm_cluster):
     """Two jobs that each need 60 of the 100 GiB pool run one after the other."""
     c = slurm_cluster
     assert c.pool_bytes == 100 * 1024**3
+    c.wait_pool_idle()  # UsedSpace below counts every job's space, not only these two
     marks = c.workdir / "marks"
     script = c.write("big.sh", f"""#!/bin/bash
 #SBATCH -o /dev/null
