@@ -5,9 +5,11 @@ has no record of it yet. Fake sbatch/squeue/sacct (tests/fake_slurm.py)."""
 from __future__ import annotations
 
 import sqlite3
+from typing import List
 
 import pytest
 
+from hpcrun.backends.scheduler.base import SubmitUncertain
 from hpcrun.operate.submission import submit as submit_mod
 from hpcrun.operate.submission.submit import submit
 from hpcrun.plan.load import load_plan
@@ -42,3 +44,50 @@ def test_a_job_that_ended_before_its_record_is_found_not_submitted_again(tmp_pat
     assert [a for a in fake_slurm.args() if "--job-name=test-campaign." in a] == [first], "submitted twice"
     assert report.recovered and not report.released, (report.recovered, report.released)
     assert _submissions(plan_dir) == ["100"]
+
+
+def _uncertain_second_sbatch(monkeypatch, made: bool) -> None:
+    """The second sbatch of a submission times out: the job was made (``made``) or not, and hpcrun cannot tell."""
+    real, calls = submit_mod.Submitter.__init__, {"n": 0}
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        submit_one = self.sched.submit
+
+        def flaky(*a, **kw):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                if made:
+                    submit_one(*a, **kw)
+                raise SubmitUncertain("sbatch: error: Batch job submission failed: Socket timed out on send/recv")
+            return submit_one(*a, **kw)
+
+        self.sched.submit = flaky
+
+    monkeypatch.setattr(submit_mod.Submitter, "__init__", init)
+
+
+def _names(fake_slurm) -> List[str]:
+    return [a.split("--job-name=", 1)[1].split()[0] for a in fake_slurm.args() if "--job-name=test-campaign." in a]
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["job-made", "job-not-made"])
+def test_a_timed_out_sbatch_among_per_job_submissions_doubles_nothing(tmp_path, spec_factory, fake_slurm,
+                                                                       monkeypatch, made):
+    """Per-job scripts (a group of submissions under one claim): the second sbatch times out. What was submitted is
+    recorded once, the timed-out job is recorded if the controller made it, and nothing is submitted twice: the
+    jobs after it go at once when it was found, and at the next submit (its settle) when it was not."""
+    plan_dir = write_plan(load_plan(spec_factory({"jobs": {"array": "never"}}, inputs=3)), tmp_path / "plan").out_dir
+    with monkeypatch.context() as m:
+        _uncertain_second_sbatch(m, made)
+        if made:
+            report = submit(plan_dir)
+            assert len(report.batches) == 2 and _submissions(plan_dir) == ["100", "101"]
+        else:
+            with pytest.raises(SubmitUncertain):
+                submit(plan_dir)
+            assert _submissions(plan_dir) == ["100"]   # the second is neither recorded nor released yet
+    report = submit(plan_dir)   # the next round: settles the claim, then submits what was never submitted
+    names = _names(fake_slurm)
+    assert len(names) == len(set(names)) == 3, names
+    assert len(_submissions(plan_dir)) == 3

@@ -199,15 +199,16 @@ class Submitter:
                 done.append(batch)
                 by_job.update(dict.fromkeys(jobs, batch.job_id))
         except SubmitUncertain:
+            # what was submitted is recorded; the timed-out job is looked for, never released now (the controller
+            # may make it after this look): unfound, the claim waits for the next settle. Found, the jobs after it,
+            # never submitted, go back to pending
             self._record(claim, by_job)
-            found, _released = self.settle([claim])
-            if not found:
+            rest = Claim(claim.token, claim.claimed_by, tuple(i for i in claim.inputs if i.job_index not in by_job))
+            batch.job_id = dict(self.settle([rest], release=False)[0]).get(batch.tag or "")
+            if not batch.job_id:
                 raise
-            uncertain = batch  # the batch whose submission did not finish cleanly: it exists after all
-            uncertain.job_id = dict(found).get(uncertain.tag or "")
-            if uncertain.job_id:
-                done.append(uncertain)
-            return done
+            self.store.release_claim(claim.token, reason="released: not submitted (a submission before it timed out)")
+            return done + [batch]
         except SchedulerError as exc:
             self._record(claim, by_job)
             self.store.release_claim(claim.token, reason=str(exc))
@@ -246,8 +247,8 @@ class Submitter:
 
     # -- claims left by a stopped submitter --------------------------------------------------
 
-    def settle(self, claims: Sequence[Claim]) -> Tuple[List[Tuple[str, str]], List[str]]:
-        """Record the Slurm jobs found under each claim's names, release what Slurm never got.
+    def settle(self, claims: Sequence[Claim], release: bool = True) -> Tuple[List[Tuple[str, str]], List[str]]:
+        """Record the Slurm jobs found under each claim's names, release what Slurm never got (``release``).
 
         A claim's names are its tag (an array, or a single job) and ``<tag>.<plan job>`` (a
         group of per-job scripts). Returns ([(name, job id) found], [tags released]).
@@ -287,7 +288,7 @@ class Submitter:
                 found.append((name, job_id))
             for label, job_ids in got.items():
                 self.on(by_label[label])._record(c, job_ids)
-            if sum(len(j) for j in got.values()) < len(jobs):
+            if release and sum(len(j) for j in got.values()) < len(jobs):
                 tag = tag_of(self.campaign.name, c.token)
                 self.store.release_claim(c.token, reason=(
                     f"released: no job named {tag} (the submitter stopped before the scheduler took it)"))
