@@ -5,7 +5,7 @@ has no record of it yet. Fake sbatch/squeue/sacct (tests/fake_slurm.py)."""
 from __future__ import annotations
 
 import sqlite3
-from typing import List
+from typing import Any, Callable, Dict, List
 
 import pytest
 
@@ -46,9 +46,10 @@ def test_a_job_that_ended_before_its_record_is_found_not_submitted_again(tmp_pat
     assert _submissions(plan_dir) == ["100"]
 
 
-def _uncertain_second_sbatch(monkeypatch, made: bool) -> None:
-    """The second sbatch of a submission times out: the job was made (``made``) or not, and hpcrun cannot tell."""
-    real, calls = submit_mod.Submitter.__init__, {"n": 0}
+def _uncertain_second_sbatch(monkeypatch, made: str) -> Dict[str, Callable[[], Any]]:
+    """The second sbatch of a submission times out: the job was made at once, later (``later``: call it), or
+    never, and hpcrun cannot tell."""
+    real, calls = submit_mod.Submitter.__init__, {"n": 0, "later": lambda: None}
 
     def init(self, *args, **kwargs):
         real(self, *args, **kwargs)
@@ -57,21 +58,24 @@ def _uncertain_second_sbatch(monkeypatch, made: bool) -> None:
         def flaky(*a, **kw):
             calls["n"] += 1
             if calls["n"] == 2:
-                if made:
+                if made == "at once":
                     submit_one(*a, **kw)
+                else:   # made after the controller answered the submitter's look, or never
+                    calls["later"] = lambda: submit_one(*a, **kw) if made == "later" else None
                 raise SubmitUncertain("sbatch: error: Batch job submission failed: Socket timed out on send/recv")
             return submit_one(*a, **kw)
 
         self.sched.submit = flaky
 
     monkeypatch.setattr(submit_mod.Submitter, "__init__", init)
+    return calls
 
 
 def _names(fake_slurm) -> List[str]:
     return [a.split("--job-name=", 1)[1].split()[0] for a in fake_slurm.args() if "--job-name=test-campaign." in a]
 
 
-@pytest.mark.parametrize("made", [True, False], ids=["job-made", "job-not-made"])
+@pytest.mark.parametrize("made", ["at once", "later", "never"])
 def test_a_timed_out_sbatch_among_per_job_submissions_doubles_nothing(tmp_path, spec_factory, fake_slurm,
                                                                        monkeypatch, made):
     """Per-job scripts (a group of submissions under one claim): the second sbatch times out. What was submitted is
@@ -79,14 +83,15 @@ def test_a_timed_out_sbatch_among_per_job_submissions_doubles_nothing(tmp_path, 
     jobs after it go at once when it was found, and at the next submit (its settle) when it was not."""
     plan_dir = write_plan(load_plan(spec_factory({"jobs": {"array": "never"}}, inputs=3)), tmp_path / "plan").out_dir
     with monkeypatch.context() as m:
-        _uncertain_second_sbatch(m, made)
-        if made:
+        calls = _uncertain_second_sbatch(m, made)
+        if made == "at once":
             report = submit(plan_dir)
             assert len(report.batches) == 2 and _submissions(plan_dir) == ["100", "101"]
         else:
             with pytest.raises(SubmitUncertain):
                 submit(plan_dir)
             assert _submissions(plan_dir) == ["100"]   # the second is neither recorded nor released yet
+            calls["later"]()   # the controller makes the job after it answered the look
     report = submit(plan_dir)   # the next round: settles the claim, then submits what was never submitted
     names = _names(fake_slurm)
     assert len(names) == len(set(names)) == 3, names
