@@ -8,7 +8,8 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
   queue/backlog/<qid>.<k>     waiting tasks as ranges, at most layout.CHUNKS files a submission (the
                               protocol of a claim's split: layout.py, shared with the pilot's agent)
   queue/ready/<qid>_<i>       a single waiting task: returned by a fenced pilot, or hinted to a node
-  queue/live/<pilot>/         a running pilot: ``beat`` (renewed), ``info``, its claims <qid>_<i>
+  queue/live/<pilot>/         a running pilot: ``beat`` (renewed), ``info``, its claims <qid>_<i> (empty
+                              until begun, then the begin line written in place: ``layout.whole``)
   queue/fenced/<pilot>/       a pilot the supervisor gave up on (ended, or its lease expired):
                               renamed as a whole, so its claims can no longer commit
   queue/ended/<pilot>/        after its claims were returned
@@ -277,7 +278,7 @@ class Queue:
                 for name in _entries(base):
                     if "_" not in name or "." in name:
                         continue
-                    fields = _read(base / name).rstrip("\n").split("\t")
+                    fields = L.whole(_read(base / name)).rstrip("\n").split("\t")
                     if len(fields) >= 9:   # the result line, written just before the commit's link
                         fields = [fields[1], fields[3], fields[4], fields[5]]
                     fields += [""] * (4 - len(fields))
@@ -458,7 +459,7 @@ class Queue:
 
     def _drop_outputs(self, token: str) -> None:
         """A fenced claim's outputs: never placed (its input runs again), so its directory goes."""
-        fields = token.rstrip("\n").split("\t")
+        fields = L.whole(token).rstrip("\n").split("\t")
         cid = (fields[1] if len(fields) >= 9 else fields[0]).strip()   # a result line: the commit was cut short
         if cid and "/" not in cid and cid not in (".", ".."):
             for outputs in self.locations():
