@@ -107,7 +107,9 @@ def cancel_and_release(store: StateStore, campaign: Campaign, cluster: ClusterIn
 
 def _confirm_gone(cluster: ClusterInfo, subs: Sequence[ActiveSubmission], sleep: Callable[[float], None],
                   wait_s: float = CONFIRM_WAIT_S) -> set:
-    """The ids that neither the queue nor accounting lists as pending or running any more."""
+    """The ids that the queue and the accounting list as cancelled once neither lists them pending or running.
+    A job that ended otherwise (it started and completed, or failed, between the poll and the cancel) ran: it
+    is not moved, and the tracker records its end (moved, its inputs would run twice)."""
     ids = {a.slurm_id for a in subs}
     since = cluster.sched.since_text(min(a.submitted_at for a in subs))
     deadline = time.monotonic() + wait_s
@@ -118,8 +120,9 @@ def _confirm_gone(cluster: ClusterInfo, subs: Sequence[ActiveSubmission], sleep:
             records = cluster.sched.records(sorted({a.job_id for a in subs}), since) if cluster.accounting else {}
         except Unreachable:
             return set()
-        gone = {i for i in ids if queued.get(i, "CANCELLED") in TERMINAL
-                and (i not in records or records[i].state in TERMINAL)}
-        if gone == ids or time.monotonic() > deadline:
-            return gone
+        states = {i: (queued.get(i, "CANCELLED"), normalize_state(records[i].state) if i in records else None)
+                  for i in ids}
+        ended = {i for i, (q, r) in states.items() if q in TERMINAL and (r is None or r in TERMINAL)}
+        if ended == ids or time.monotonic() > deadline:
+            return {i for i in ended if states[i][0] == "CANCELLED" and states[i][1] in (None, "CANCELLED")}
         sleep(1.0)
