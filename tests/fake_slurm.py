@@ -152,13 +152,19 @@ class FakeSlurm:
         if recent:
             with open(self.bin / "ended", "a") as f:
                 f.write("".join("|".join(row.split("|")[:3] + [state, reason]) + "\n" for row in gone))
-        if not accounted:
-            return
-        with open(self.bin / "acct", "a") as f:
+        with open(self.bin / ("acct" if accounted else "unaccounted"), "a") as f:
             for row in gone:
                 jid, _aid, name, _state, _reason = row.split("|")
                 f.write(f"{jid}|{jid}|{name}|{state}|{exit_code}|{reason}|{elapsed_s}|00:00:01|1|node1|"
                         f"2030-01-01T00:00:00|2030-01-01T00:00:05|2G|1G\n")
+
+    def catch_up(self) -> None:
+        """slurmdbd gets the records the controller kept (the jobs ended with ``accounted=False``)."""
+        late = self.bin / "unaccounted"
+        if late.exists():
+            with open(self.bin / "acct", "a") as f:
+                f.write(late.read_text())
+            late.unlink()
 
     def stop(self, daemon: str) -> None:
         """``slurmctld`` or ``slurmdbd`` stops answering."""

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from hpcrun.backends.scheduler.base import SubmitUncertain
+from hpcrun.operate.plandir import open_plan_store
 from hpcrun.operate.submission import submit as submit_mod
 from hpcrun.operate.submission.submit import submit
 from hpcrun.plan.load import load_plan
@@ -96,3 +97,24 @@ def test_a_timed_out_sbatch_among_per_job_submissions_doubles_nothing(tmp_path, 
     names = _names(fake_slurm)
     assert len(names) == len(set(names)) == 3, names
     assert len(_submissions(plan_dir)) == 3
+
+
+def test_a_claim_waits_while_the_accounting_catches_up_after_an_outage(tmp_path, spec_factory, fake_slurm,
+                                                                       monkeypatch):
+    """The job ended long ago (gone from every squeue: past MinJobAge) and slurmdbd, back from an outage a minute
+    ago, has not sent its record yet: the claim is neither recorded nor released (its inputs would run twice), and
+    is recorded once the record comes."""
+    plan_dir = write_plan(load_plan(spec_factory({"jobs": {"array": "always"}})), tmp_path / "plan").out_dir
+    _killed_after_sbatch(monkeypatch, plan_dir)
+    fake_slurm.end("100", accounted=False)
+    store = open_plan_store(plan_dir)
+    campaign = store.get_campaign("test-campaign")
+    store.record_outage(campaign.id, None, "accounting", "sacct: error: Problem talking to the database")
+    store.end_outage(campaign.id, None, "accounting")   # it answers again: what it kept comes over minutes
+    report = submit(plan_dir)
+    assert not report.released and not report.recovered and not report.batches, report
+    assert len(_names(fake_slurm)) == 1 and _submissions(plan_dir) == [], "submitted again"
+    fake_slurm.catch_up()
+    report = submit(plan_dir)
+    assert report.recovered and not report.released and _submissions(plan_dir) == ["100"]
+    assert len(_names(fake_slurm)) == 1

@@ -340,6 +340,10 @@ class Outage:
     def open(self) -> bool:
         return self.ended_at is None
 
+    def within(self, now: dt.datetime, seconds: float) -> bool:
+        """Still open, or ended less than ``seconds`` before ``now``."""
+        return self.ended_at is None or (now - self.ended_at).total_seconds() < seconds
+
     def text(self, daemon_name: Optional[str] = None) -> str:
         """``accounting (slurmdbd) of cluster beta not answering since 12:03:04 UTC (3 min)``."""
         where = f"cluster {self.cluster}" if self.cluster else "the cluster"

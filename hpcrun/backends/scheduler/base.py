@@ -98,6 +98,11 @@ class AccountingUnreachable(Unreachable):
     daemon: ClassVar[str] = "accounting"
 
 
+# after an accounting outage, the controller's kept records arrive late: while it lasts and this long after, a job
+# neither the queue nor the accounting lists may have run (never called lost, never submitted again)
+ACCOUNTING_CATCHUP_S = 300.0
+
+
 # ---- what goes in and what comes out -------------------------------------------------------
 
 @dataclass(frozen=True)

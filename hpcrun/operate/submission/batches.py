@@ -13,6 +13,11 @@ from hpcrun.operate.manifest import Manifest, ScriptEntry
 from hpcrun.operate.results import Batch, ScriptInfo, adjust_of
 
 
+def throttle_of(manifest: Manifest) -> Optional[int]:
+    """An array's ``%N`` (None for late binding: the pilots' slots cap what runs, and its arrays go in pieces)."""
+    return None if manifest.pilots else manifest.submit.throttle
+
+
 def tag_of(campaign: str, token: str) -> str:
     """The Slurm job name that ties a job to its claim in the store."""
     return f"{campaign}.{token[:12]}"

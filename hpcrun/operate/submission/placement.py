@@ -16,15 +16,30 @@ import datetime as dt
 import getpass
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpcrun.backends.scheduler.base import SchedulerError, Unreachable
-from hpcrun.operate.plandir import ClusterInfo
+from hpcrun.operate.manifest import Manifest
+from hpcrun.operate.plandir import ClusterInfo, scheduler_of
 from hpcrun.store.records import ActiveSubmission
 from hpcrun.store.store import StateStore
 
 DOWN, MAINTENANCE, UP, SPENT = "down", "maintenance", "up", "budget"
 BACKLOG_WAVES = 2   # jobs waiting in a cluster's queue: at most this many times what it runs at once
+
+
+def queue_budget(manifest: Manifest, limit: Optional[int]) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    """How many plan jobs one cluster takes now (``limit``, and the room under ``max_queued_jobs``), and its queue
+    as (queued, the most)."""
+    budget = limit
+    queue = None
+    max_queued = manifest.submit.max_queued_jobs
+    if max_queued and not manifest.pilots:   # late binding: tasks go to the queue; the pilots keep the cap
+        queued = scheduler_of(manifest).queued_count(getpass.getuser())
+        queue = (queued, int(max_queued))
+        room = max(0, int(max_queued) - queued)
+        budget = room if budget is None else min(budget, room)
+    return budget, queue
 
 
 @dataclass

@@ -6,7 +6,8 @@ Each submission is three steps: claim the plan jobs in the store (their inputs b
 any two steps leaves a claim without a record; the next ``submit`` (under the campaign's
 submit lock, so no live submitter is mid-way) looks for the tag in the queue (ended jobs too)
 and the accounting records, and records the job it finds, or returns the claim to pending when
-the scheduler never got it. Nothing is submitted twice and nothing is lost.
+the scheduler never got it (not while its accounting is down or catching up after an outage: its
+records may come late). Nothing is submitted twice and nothing is lost.
 
 Job arrays go out as one array submission of the pending task ids (``%N`` throttled) per
 array script, so a retry resubmits exactly the failed tasks of the same script; an unthrottled
@@ -16,14 +17,20 @@ array above CLAIM_MAX tasks (a late-bound plan's 10^6) goes in pieces, one claim
 from __future__ import annotations
 
 import collections
-import getpass
+import datetime as dt
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from hpcrun.backends.scheduler.base import SchedulerError, SubmitUncertain, Unreachable
+from hpcrun.backends.scheduler.base import (
+    ACCOUNTING_CATCHUP_S,
+    AccountingUnreachable,
+    SchedulerError,
+    SubmitUncertain,
+    Unreachable,
+)
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.campaign.generations import generation_record
 from hpcrun.operate.manifest import Manifest
@@ -34,7 +41,6 @@ from hpcrun.operate.plandir import (
     open_plan_store,
     poll_interval,
     read_manifest,
-    scheduler_of,
 )
 from hpcrun.operate.results import Batch, FinalizeAction, ScriptInfo, SubmitReport
 from hpcrun.operate.submission.batches import (  # re-exported: callers and tests use submit.*
@@ -44,11 +50,20 @@ from hpcrun.operate.submission.batches import (  # re-exported: callers and test
     plan_retry_batches,
     scripts_of,
     tag_of,
+    throttle_of,
 )
 from hpcrun.operate.submission.headers import HeaderBook
 from hpcrun.operate.submission.headers import digest as text_digest
 from hpcrun.operate.submission.locality import prefer_nodes
-from hpcrun.operate.submission.placement import DOWN, mark_slow, on_cluster, place, spent_words, survey
+from hpcrun.operate.submission.placement import (
+    DOWN,
+    mark_slow,
+    on_cluster,
+    place,
+    queue_budget,
+    spent_words,
+    survey,
+)
 from hpcrun.store.locking.lock import submit_lock
 from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
 from hpcrun.store.store import StateStore
@@ -217,7 +232,7 @@ class Submitter:
         return done
 
     def _array_spec(self, script: ScriptInfo, jobs: Sequence[int]) -> str:
-        throttle = _throttle(self.manifest)
+        throttle = throttle_of(self.manifest)
         return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
 
     def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
@@ -277,6 +292,9 @@ class Submitter:
         found: List[Tuple[str, str]] = []
         released: List[str] = []
         by_label = {cl.label: cl for cl in self.clusters}
+        now = dt.datetime.now(dt.timezone.utc)   # a claim waits while an accounting may still send its job's record
+        release = release and not any(o.daemon == AccountingUnreachable.daemon and o.within(now, ACCOUNTING_CATCHUP_S)
+                                      for o in self.store.outages(self.campaign.id))
         for c in claims:
             got: Dict[str, Dict[int, str]] = {}
             jobs = {i.job_index for i in c.inputs if i.job_index is not None}
@@ -297,23 +315,6 @@ class Submitter:
 
     def reconcile(self) -> Tuple[List[Tuple[str, str]], List[str]]:
         return self.settle(self.store.unresolved_claims(self.campaign.id))
-
-
-def _throttle(manifest: Manifest) -> Optional[int]:
-    """An array's ``%N`` (None for late binding: the pilots' slots cap what runs, and its arrays go in pieces)."""
-    return None if manifest.pilots else manifest.submit.throttle
-
-
-def _queue_budget(manifest: Manifest, limit: Optional[int]) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
-    budget = limit
-    queue = None
-    max_queued = manifest.submit.max_queued_jobs
-    if max_queued and not manifest.pilots:   # late binding: tasks go to the queue; the pilots keep the cap
-        queued = scheduler_of(manifest).queued_count(getpass.getuser())
-        queue = (queued, int(max_queued))
-        room = max(0, int(max_queued) - queued)
-        budget = room if budget is None else min(budget, room)
-    return budget, queue
 
 
 def _finalize_step(plan_dir: Path, store: StateStore, manifest: Manifest, campaign: Campaign,
@@ -358,10 +359,10 @@ def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: boo
     finalize round after the last one ended (for work retried after it)."""
     plan_dir = Path(os.path.abspath(plan_dir))
     manifest = read_manifest(plan_dir)
-    throttle = _throttle(manifest)
+    throttle = throttle_of(manifest)
     if dry_run and not has_store(plan_dir, db):
         # nothing recorded yet: everything is outstanding, and a dry run creates no store
-        budget, queue = _queue_budget(manifest, limit)
+        budget, queue = queue_budget(manifest, limit)
         batches, left = plan_batches(scripts_of(manifest), [j["index"] for j in manifest.jobs], budget, throttle)
         from hpcrun.operate.submission.finalize import dry_run_action
         return SubmitReport(manifest.campaign, str(plan_dir / "state.db"), batches, left_pending=left,
@@ -381,11 +382,11 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
     ``with_finalize`` False leaves the finalize job for a later call (the supervisor sends it once
     every plan job has settled, retries included); ``spent``: clusters whose jobs the last poll saw
     held by a spent allocation (reason -> jobs), which get nothing new."""
-    throttle = _throttle(manifest)
+    throttle = throttle_of(manifest)
     campaign = register(store, manifest)
     report = SubmitReport(campaign.name, store.location, dry_run=dry_run)
     if dry_run:
-        budget, report.queue = _queue_budget(manifest, limit)
+        budget, report.queue = queue_budget(manifest, limit)
         report.batches, report.left_pending = plan_batches(
             scripts_of(manifest), store.pending_jobs(campaign.id), budget, throttle)
         from hpcrun.operate.submission.finalize import dry_run_action
@@ -410,7 +411,7 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
         if len(submitter.clusters) > 1:
             _spread(submitter, limit, report, on_batch, spent)
         else:
-            budget, report.queue = _queue_budget(manifest, limit)
+            budget, report.queue = queue_budget(manifest, limit)
             pending = store.pending_jobs(campaign.id)
             adjustments = prefer_nodes(manifest, store, campaign.id, pending, store.pending_adjustments(campaign.id))
             batches, report.left_pending = plan_retry_batches(submitter.scripts, pending, adjustments, budget,
@@ -446,7 +447,7 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
     report.left_pending = len(pending) - len(todo) + len(left)
     adjustments = store.pending_adjustments(campaign.id)
     last = store.last_clusters(campaign.id) if adjustments else {}
-    throttle = _throttle(submitter.manifest)
+    throttle = throttle_of(submitter.manifest)
     for seat in seats:
         if seat.given:
             own = {j: on_cluster(adjustments[j], last.get(j), seat.cluster.name)

@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from hpcrun.backends.late.queue import Queue
 from hpcrun.backends.scheduler.base import (
+    ACCOUNTING_CATCHUP_S,
     TERMINAL,
     AccountingUnreachable,
     Queued,
@@ -69,8 +70,6 @@ from hpcrun.store.store import StateStore
 from hpcrun.units import format_duration
 
 LOST_AFTER_S = 60.0  # a job neither the queue nor accounting knows this long after submission is gone
-# after an accounting outage, the controller's kept records arrive late: no job is called lost before
-ACCOUNTING_CATCHUP_S = 300.0
 _WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
                  "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
 
@@ -103,8 +102,7 @@ class Poller:
     def note_outages(self, outages: Sequence[Outage], now: dt.datetime) -> None:
         """Accounting outages recorded earlier: while one lasts, or lately ended, nothing is called lost."""
         for o in outages:
-            if o.daemon == AccountingUnreachable.daemon and (
-                    o.ended_at is None or (now - o.ended_at).total_seconds() < ACCOUNTING_CATCHUP_S):
+            if o.daemon == AccountingUnreachable.daemon and o.within(now, ACCOUNTING_CATCHUP_S):
                 self.catching_up.add(o.cluster)
 
     def _waits(self, a: ActiveSubmission) -> bool:
