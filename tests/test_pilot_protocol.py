@@ -8,11 +8,12 @@ or an output replaced after its input's commit, shows there whatever hpcrun's re
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -342,3 +343,39 @@ def test_a_token_read_while_its_begin_line_is_written_counts_as_not_begun(tmp_pa
     assert (claim.claim_id, claim.slot, claim.node, claim.start) == ("p.0.12", "1", "n1", "5.0"), claim
     assert q.release() == ["L1_5"]
     assert (kept / "a.out").read_text() == "p.0.1", "a cut-short token's prefix named another claim's outputs"
+
+
+def _python(version: str) -> Optional[str]:
+    """That Python's own executable, if this machine has it (on PATH, or a pyenv version: not its shim, which
+    needs pyenv set up)."""
+    root = Path(os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")))
+    for exe in [shutil.which(f"python{version}"), *sorted(map(str, root.glob(f"versions/{version}.*/bin/python3")))]:
+        if exe is None:
+            continue
+        proc = subprocess.run([exe, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return proc.stdout.strip()
+    return None
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.7"])
+def test_a_nodes_older_python_runs_the_agent_or_is_refused_in_one_line(tmp_path, version):
+    """A node's python3 may be older than the login node's (RHEL 8: 3.6): the agent runs on 3.7 and later, and on
+    an older one the pilot says so in one line and exits 3 (its pilots failing at their start hold new ones)."""
+    exe = _python(version)
+    if exe is None:
+        pytest.skip(f"python{version} is not installed here (pyenv install {version})")
+    first = tmp_path / "node-bin"
+    first.mkdir()
+    (first / "python3").symlink_to(exe)
+    plan = _plan(tmp_path, _spec(tmp_path, 3, _ledgered(tmp_path, 0.1)))
+    qid = _enqueue(plan, 3)
+    proc = _pilot(plan, "701", PATH=f"{first}:/usr/bin:/bin")
+    logs = _wait(proc)
+    if version == "3.6":
+        assert proc.returncode == 3, logs
+        assert f"Python {version}" in logs and "needs Python 3.7 or later" in logs and "Traceback" not in logs, logs
+        assert not _results(plan)
+    else:
+        assert proc.returncode == 0 and "Traceback" not in logs, logs
+        assert sorted(_results(plan)) == [f"{qid}_{i}" for i in range(3)], logs

@@ -216,7 +216,8 @@ class Prologue(Strict):
 
 class ToolPaths(Strict):
     python: Line = Field("python3", description=(
-        "Python 3 on the compute nodes (runs bin/hpcrun-checksum.py for adler32 checksums)"),
+        "Python 3 on the compute nodes (runs bin/hpcrun-checksum.py for adler32 checksums, and a late-bound "
+        "pilot's agent: 3.7 or later)"),
         json_schema_extra=TRUSTED)
     xrdadler32: Optional[Line] = Field(None, description=(
         "XRootD's xrdadler32; when set, jobs compute adler32 checksums with it instead of Python"),

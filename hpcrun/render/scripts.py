@@ -351,7 +351,8 @@ def render_pilot(env: jinja2.Environment, plan: Plan, common: Dict[str, Any], pl
                 "bb_root": Shell(p.bb_root) if p.bb_root else None,
                 "bb_capacity": quote(format_capacity(p.bb_capacity) if p.bb_capacity else ""),
                 "pilot_prefix": quote(pilot_prefix(plan)), "seat_dir": quote(plan.seat.subdir),
-                "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1")})
+                "in_batch": True, "node_cpus": Shell('""'), "db_launch": Shell("launch_in_batch 1"),
+                "python": quote(plan.profile.tools.python)})
     return env.get_template("pilot.sh.j2").render(ctx)
 
 

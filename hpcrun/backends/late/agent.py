@@ -361,7 +361,7 @@ class Agent:
                 if pid == 0:
                     return
                 continue
-            r.proc.returncode = os.waitstatus_to_exitcode(status)
+            r.proc.returncode = R.exit_status(status)
             while self._read_worker(r):   # what it said before it ended, to the end of its pipe
                 pass
             os.close(r.out)
@@ -383,12 +383,12 @@ class Agent:
             self._settle(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
         if r.at >= 0:   # its input leads a group of its own: stopped before its failure is committed
             R.group(r.items[r.at].pid, signal.SIGKILL)
-            rc = os.waitstatus_to_exitcode(status)
+            rc = R.exit_status(status)
             rc = 128 - rc if rc < 0 else (rc or 1)
             self._commit(r, r.items[r.at], rc, r.state or "FAILED", time.time(), cpu, str(usage.ru_maxrss))
             r.at = -1
         if r.begun < len(r.items):   # told to start but never begun (the script died first) included
-            self.log(f"slot {r.slot}: its script ended (exit {os.waitstatus_to_exitcode(status)}) before "
+            self.log(f"slot {r.slot}: its script ended (exit {R.exit_status(status)}) before "
                      f"{len(r.items) - r.begun} input(s) began: back to the queue, no attempt counted")
         self._give_back(r, r.begun)
 

@@ -168,6 +168,12 @@ def arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def exit_status(status: int) -> int:
+    """A wait status as ``subprocess`` gives it (``-signal`` when killed): os.waitstatus_to_exitcode, which a node's
+    Python 3.7 or 3.8 lacks."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
 def _read(path: Path) -> Optional[str]:
     """A queue file's text ("" if it is not there), None if it cannot be read (a hung mount's EIO)."""
     try:

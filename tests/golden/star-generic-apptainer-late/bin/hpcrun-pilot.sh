@@ -43,7 +43,10 @@ ends=$(( started + 86400 ))
 
 log() { TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T pilot[%s]: %s\n' -1 "$HPCRUN_PILOT_ID" "$*" >&2; }
 [ ! -e "$Q/stop" ] || { log "the campaign is done: nothing to claim"; exit 0; }
-command -v python3 > /dev/null || { log "python3 is not on this node's PATH: the pilot's agent cannot run"; exit 3; }
+py=python3   # the site profile's tools.python
+command -v "$py" > /dev/null || { log "$py is not on this node's PATH: the pilot's agent cannot run (tools.python in the site profile)"; exit 3; }
+"$py" -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2> /dev/null \
+  || { log "$("$py" -V 2>&1) on this node: the pilot's agent needs Python 3.7 or later (tools.python in the site profile)"; exit 3; }
 mkdir -p "$HPCRUN_PILOT_RUNDIR/claims" "$Q/live" "$Q/done" "$Q/results"
 mkdir -- "$ME" || { log "cannot make $ME"; exit 3; }
 printf '%s\t%s\t%s\t%s\n' "$HPCRUN_NODE" "$slots" "$started" "$ends" > "$ME/info"
@@ -170,7 +173,7 @@ trap on_exit EXIT
 trap 'log "pilot cancelled (SIGTERM): its claims return to the queue"; exit 143' TERM
 
 # ---- the agent: one process claims, runs, times and commits every input of this pilot (3 at once) ----
-python3 "$HPCRUN_PLAN_DIR/${seat_dir}bin/hpcrun-pilot.py" --queue "$Q" --pilot "$HPCRUN_PILOT_ID" --node "$HPCRUN_NODE" \
+"$py" "$HPCRUN_PLAN_DIR/${seat_dir}bin/hpcrun-pilot.py" --queue "$Q" --pilot "$HPCRUN_PILOT_ID" --node "$HPCRUN_NODE" \
   --rundir "$HPCRUN_PILOT_RUNDIR" --slots "$slots" --ends "$ends" --idle-s "$idle_s" --beat-s "$beat_s" \
   --drain-s "$drain_s" --claim-before "$claim_before" --steal-s "$steal_s" --input-s 28800 \
   --seat-dir "$seat_dir" --bb-root "${BB:-}" &
