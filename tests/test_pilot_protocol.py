@@ -324,25 +324,26 @@ def test_a_fenced_pilot_stops_its_claims_scripts_and_their_chains(tmp_path):
     assert not list((tmp_path / "out").rglob("*.out")), list((tmp_path / "out").rglob("*"))
 
 
-def test_a_token_read_while_its_begin_line_is_written_counts_as_not_begun(tmp_path):
-    """The agent writes a claim's begin line into its token in place (no new file an input): a reader may find it
-    cut short. Such a token is not begun: its claim id is never read from it, so a fenced pilot's release drops no
-    other claim's outputs (claim p.0.1's, whose id the cut-short p.0.12 begins with)."""
+def test_a_token_read_while_its_line_is_written_counts_as_not_begun(tmp_path):
+    """The agent writes a claim's result line into its token in place, just before the commit: a reader may find it
+    cut short. Such a token is not begun: none of its fields is read as a begin line's (slot, node, start), and a
+    fenced pilot's release returns it and drops no outputs by it."""
     out = tmp_path / "out"
     q = _committed_claim(tmp_path, "p.0.1")      # L1_0: committed by claim p.0.1, its outputs not yet placed
     kept = _claim_dir(out, "p.0.1")
     q.remember(str(out))
+    cut = "L1_5\tp.0.12\tp\t1"                  # "L1_5\tp.0.12\tp\t1\tn1\t5.0\t6.0\t0\tCOMPLETED..." cut short
     for state in ("live", "fenced"):
         (q.d(state) / "p").mkdir(parents=True)
         (q.d(state) / "p" / "info").write_text("n1\t2\t\t\n")
-        (q.d(state) / "p" / "L1_5").write_text("p.0.1")       # "p.0.12\t1\tn1\t..." cut short
+        (q.d(state) / "p" / "L1_5").write_text(cut)
     [claim] = [c for c in q.claims(("live",))]
-    assert claim.task == "L1_5" and claim.claim_id == "L1_5" and claim.slot == "" and claim.start == "", claim
-    (q.d("live") / "p" / "L1_5").write_text("p.0.12\t1\tn1\t5.0\t42\n")   # written whole: read
+    assert (claim.task, claim.claim_id, claim.slot, claim.node, claim.start) == ("L1_5", "L1_5", "", "n1", ""), claim
+    (q.d("live") / "p" / "L1_5").write_text("p.0.12\t1\tn1\t5.0\t42\n")   # a begin line, written whole: read
     [claim] = [c for c in q.claims(("live",))]
     assert (claim.claim_id, claim.slot, claim.node, claim.start) == ("p.0.12", "1", "n1", "5.0"), claim
     assert q.release() == ["L1_5"]
-    assert (kept / "a.out").read_text() == "p.0.1", "a cut-short token's prefix named another claim's outputs"
+    assert (kept / "a.out").read_text() == "p.0.1"
 
 
 def _python(version: str) -> Optional[str]:

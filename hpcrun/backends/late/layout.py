@@ -51,20 +51,9 @@ def write_new(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def rewrite(path: Path, line: str) -> None:
-    """A claim's token given its line in place, by one write: no new file (an inode, a metadata call on the
-    shared filesystem). It must be there: a token fenced away (its directory renamed) raises, as a rename
-    into it would. A reader may see it empty or cut short: ``whole`` tells."""
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
 def whole(text: str) -> str:
-    """A token's line as written whole (it ends with its newline), else "" (read while it was being rewritten:
-    as a token not begun)."""
+    """A token's line as written whole (it ends with its newline), else "" (read while the commit wrote its result
+    line into it, in place: as a token not begun)."""
     return text if text.endswith("\n") else ""
 
 

@@ -9,7 +9,7 @@ hands out event ranges. The layout (the pilot's side is templates/pilot.sh.j2):
                               protocol of a claim's split: layout.py, shared with the pilot's agent)
   queue/ready/<qid>_<i>       a single waiting task: returned by a fenced pilot, or hinted to a node
   queue/live/<pilot>/         a running pilot: ``beat`` (renewed), ``info``, its claims <qid>_<i> (empty
-                              until begun, then the begin line written in place: ``layout.whole``)
+                              until begun; the result line is written in place: ``layout.whole``)
   queue/fenced/<pilot>/       a pilot the supervisor gave up on (ended, or its lease expired):
                               renamed as a whole, so its claims can no longer commit
   queue/ended/<pilot>/        after its claims were returned
