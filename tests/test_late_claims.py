@@ -640,3 +640,14 @@ def test_a_reaped_scripts_pid_is_signalled_only_as_a_group(monkeypatch):
     sent.clear()
     r.stop(signal.SIGKILL)
     assert sent == []
+
+
+def test_a_wait_status_reads_as_subprocess_gives_it():
+    """runs.exit_status (os.waitstatus_to_exitcode is Python 3.9's; a node may have 3.7): an exit code as it is,
+    a signal's death as minus the signal."""
+    for argv, kill, want in ((["sh", "-c", "exit 3"], False, 3), (["sleep", "30"], True, -9)):
+        proc = subprocess.Popen(argv)
+        if kill:
+            proc.kill()
+        _pid, status = os.waitpid(proc.pid, 0)
+        assert runs.exit_status(status) == want, (argv, status)

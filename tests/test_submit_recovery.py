@@ -72,6 +72,11 @@ def _uncertain_second_sbatch(monkeypatch, made: str) -> Dict[str, Callable[[], A
     return calls
 
 
+def _pending(plan_dir) -> List[int]:
+    with open_plan_store(plan_dir) as store:
+        return store.pending_jobs(store.get_campaign("test-campaign").id)
+
+
 def _names(fake_slurm) -> List[str]:
     return [a.split("--job-name=", 1)[1].split()[0] for a in fake_slurm.args() if "--job-name=test-campaign." in a]
 
@@ -88,6 +93,8 @@ def test_a_timed_out_sbatch_among_per_job_submissions_doubles_nothing(tmp_path, 
         if made == "at once":
             report = submit(plan_dir)
             assert len(report.batches) == 2 and _submissions(plan_dir) == ["100", "101"]
+            # the third was never submitted: pending again, and counted as left (submit --follow goes on)
+            assert report.left_pending == 1 and _pending(plan_dir) == [2], (report.left_pending, _pending(plan_dir))
         else:
             with pytest.raises(SubmitUncertain):
                 submit(plan_dir)
@@ -118,3 +125,40 @@ def test_a_claim_waits_while_the_accounting_catches_up_after_an_outage(tmp_path,
     report = submit(plan_dir)
     assert report.recovered and not report.released and _submissions(plan_dir) == ["100"]
     assert len(_names(fake_slurm)) == 1
+
+
+def test_an_outage_left_open_ends_when_the_settle_reaches_the_accounting_and_the_wait_is_bounded(
+        tmp_path, spec_factory, fake_slurm, monkeypatch):
+    """An accounting outage a stopped supervisor left open, and a claim whose submitter was killed before sbatch:
+    the settle's own sacct answers, so the outage ends now and the claim waits out the catch-up (no finalize job
+    meanwhile: its dependency would miss the claim's jobs), then is released and its jobs submitted once."""
+    spec = spec_factory({"jobs": {"array": "never"}, "finalize": {"command": ["/bin/true"]}}, inputs=2)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    with monkeypatch.context() as m:
+        def killed(self, *_a, **_kw):
+            raise KeyboardInterrupt("killed before sbatch")
+        m.setattr(submit_mod.Submitter, "_record", killed)
+        real_init = submit_mod.Submitter.__init__
+
+        def init(self, *a, **kw):
+            real_init(self, *a, **kw)
+            self.sched.submit = lambda *_a, **_kw: killed(self)
+        m.setattr(submit_mod.Submitter, "__init__", init)
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
+    assert not _names(fake_slurm)
+    with open_plan_store(plan_dir) as store:
+        cid = store.get_campaign("test-campaign").id
+        store.record_outage(cid, None, "accounting", "sacct: error: Problem talking to the database")
+    report = submit(plan_dir)
+    assert not report.released and not report.batches and report.left_pending == 2, report
+    assert report.finalize is not None and report.finalize.action == "waiting", report.finalize
+    assert "finalize" not in " ".join(fake_slurm.args())
+    with open_plan_store(plan_dir) as store:
+        [outage] = [o for o in store.outages(cid) if o.daemon == "accounting"]
+        assert not outage.open, "the settle's own sacct answered: the outage ends"
+    monkeypatch.setattr(submit_mod, "ACCOUNTING_CATCHUP_S", 0.0)   # the catch-up is over
+    report = submit(plan_dir)
+    assert report.released and len(report.batches) == 2, report
+    names = [n for n in _names(fake_slurm) if not n.endswith(".finalize")]
+    assert len(names) == len(set(names)) == 2, names

@@ -28,7 +28,7 @@ from hpcrun.backends.scheduler.base import (
     normalize_state,
 )
 from hpcrun.operate.manifest import FinalizeEntry, Manifest
-from hpcrun.operate.plandir import scheduler_of
+from hpcrun.operate.plandir import clusters_of, scheduler_of
 from hpcrun.operate.results import FinalizeAction, SubmitReport
 from hpcrun.store.records import Campaign, FinalizeRecord
 from hpcrun.store.store import StateStore
@@ -219,3 +219,14 @@ def finalize_summary(manifest: Manifest, store: Optional[StateStore],
             "exit_code": "" if last.exit_code is None else str(last.exit_code), "elapsed": (
                 "" if last.elapsed_s is None else format_duration(int(last.elapsed_s))),
             "after": last.after, "dependency": last.dependency or "", "reason": last.reason or ""}
+
+
+def in_flight_elsewhere(manifest: Manifest, store: StateStore, campaign: Campaign) -> str:
+    """The other clusters (not the first) with plan jobs queued or running, in words ('' for none): a dependency
+    cannot reach their jobs."""
+    clusters = clusters_of(manifest)
+    if len(clusters) < 2:
+        return ""
+    counts = store.cluster_counts(campaign.id)
+    busy = [c.label for c in clusters[1:] if any(counts.get(c.name, {}).get(s, 0) for s in ("submitted", "running"))]
+    return ", ".join(f"cluster {b}" for b in busy)

@@ -107,7 +107,8 @@ def cancel_and_release(store: StateStore, campaign: Campaign, cluster: ClusterIn
 
 def _confirm_gone(cluster: ClusterInfo, subs: Sequence[ActiveSubmission], sleep: Callable[[float], None],
                   wait_s: float = CONFIRM_WAIT_S) -> set:
-    """The ids that the queue and the accounting list as cancelled once neither lists them pending or running.
+    """The ids that the queue and the accounting list as cancelled once neither lists them pending or running (a
+    job cancelled in the moment it started, too: its work did not finish).
     A job that ended otherwise (it started and completed, or failed, between the poll and the cancel) ran: it
     is not moved, and the tracker records its end (moved, its inputs would run twice)."""
     ids = {a.slurm_id for a in subs}

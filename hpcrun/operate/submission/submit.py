@@ -20,7 +20,6 @@ import collections
 import datetime as dt
 import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -147,6 +146,7 @@ class Submitter:
         self.sched = self.cluster.sched
         self.changes: Dict[int, Optional[str]] = {}   # plan job -> a retry's changes, while one group submits
         self.texts: Dict[int, str] = {}                # plan job -> its script rendered at submission
+        self.unsettled = self.returned = 0   # plan jobs whose claims wait for a later settle; sent back to pending
         self._books: Dict[str, HeaderBook] = {}
 
     def script_text(self, script: ScriptInfo, job_index: int) -> Optional[str]:
@@ -223,6 +223,7 @@ class Submitter:
             if not batch.job_id:
                 raise
             self.store.release_claim(claim.token, reason="released: not submitted (a submission before it timed out)")
+            self.returned += len(claimed) - len(by_job) - len(batch.jobs)   # pending again, not submitted this round
             return done + [batch]
         except SchedulerError as exc:
             self._record(claim, by_job)
@@ -289,12 +290,15 @@ class Submitter:
                 for rec in cl.sched.records((), since, names=list(names)).values():
                     if rec.name in ids:
                         ids[rec.name].add((cl.label, rec.job_id.split("_", 1)[0]))
+                ended = self.store.end_outage(self.campaign.id, cl.name, AccountingUnreachable.daemon)
+                if ended is not None:   # it answered: its catch-up counts from now (a poll may not ask it)
+                    self.store.audit(self.campaign.id, "outage", ended.text(cl.sched.daemon_name(ended.daemon)))
         found: List[Tuple[str, str]] = []
         released: List[str] = []
         by_label = {cl.label: cl for cl in self.clusters}
         now = dt.datetime.now(dt.timezone.utc)   # a claim waits while an accounting may still send its job's record
-        release = release and not any(o.daemon == AccountingUnreachable.daemon and o.within(now, ACCOUNTING_CATCHUP_S)
-                                      for o in self.store.outages(self.campaign.id))
+        late = release and any(o.daemon == AccountingUnreachable.daemon and o.within(now, ACCOUNTING_CATCHUP_S)
+                               for o in self.store.outages(self.campaign.id))
         for c in claims:
             got: Dict[str, Dict[int, str]] = {}
             jobs = {i.job_index for i in c.inputs if i.job_index is not None}
@@ -307,6 +311,9 @@ class Submitter:
             for label, job_ids in got.items():
                 self.on(by_label[label])._record(c, job_ids)
             if release and sum(len(j) for j in got.values()) < len(jobs):
+                if late:   # left for a later settle: not pending, not submitted (no finalize job meanwhile)
+                    self.unsettled += len(jobs) - sum(len(j) for j in got.values())
+                    continue
                 tag = tag_of(self.campaign.name, c.token)
                 self.store.release_claim(c.token, reason=(
                     f"released: no job named {tag} (the submitter stopped before the scheduler took it)"))
@@ -322,7 +329,7 @@ def _finalize_step(plan_dir: Path, store: StateStore, manifest: Manifest, campai
     """The campaign's finalize job, once nothing of the plan is left pending (see submission/finalize.py)."""
     if not manifest.finalize:
         return None
-    from hpcrun.operate.submission.finalize import Finalizer
+    from hpcrun.operate.submission.finalize import Finalizer, in_flight_elsewhere
     from hpcrun.operate.tracking.track import poll_store
 
     def refresh() -> None:
@@ -333,21 +340,11 @@ def _finalize_step(plan_dir: Path, store: StateStore, manifest: Manifest, campai
     if refused is not None:
         return refused
     room = None if report.queue is None else report.queue[1] - report.queue[0] - report.submitted_jobs
-    elsewhere = _in_flight_elsewhere(manifest, store, campaign)
+    elsewhere = in_flight_elsewhere(manifest, store, campaign)
     if elsewhere:   # a dependency cannot reach another cluster's jobs: wait for them to end
         return FinalizeAction("waiting", f"plan jobs are still in flight on {elsewhere}; the finalize job (on the "
                                          "first cluster) goes out once they have ended")
     return finalizer.step(report, room)
-
-
-def _in_flight_elsewhere(manifest: Manifest, store: StateStore, campaign: Campaign) -> str:
-    """The other clusters (not the first) with plan jobs queued or running, in words ('' for none)."""
-    clusters = clusters_of(manifest)
-    if len(clusters) < 2:
-        return ""
-    counts = store.cluster_counts(campaign.id)
-    busy = [c.label for c in clusters[1:] if any(counts.get(c.name, {}).get(s, 0) for s in ("submitted", "running"))]
-    return ", ".join(f"cluster {b}" for b in busy)
 
 
 def submit(plan_dir: Union[str, Path], *, db: Optional[str] = None, dry_run: bool = False,
@@ -393,7 +390,7 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
         report.finalize = dry_run_action(manifest, store, campaign, report.left_pending)
         return report
     with submit_lock(store.engine, store.location, campaign.name, lock_timeout, on_wait), \
-            _lease(store, campaign.id, "submit"):
+            store.leased(campaign.id, "submit"):
         submitter = Submitter(plan_dir, store, manifest, campaign)
         try:
             report.recovered, report.released = submitter.reconcile()
@@ -406,7 +403,7 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
         report.spent = spent_words(spent[submitter.cluster.name]) if (
             len(submitter.clusters) < 2 and spent.get(submitter.cluster.name)) else None
         if report.paused or report.spent:   # an operator's pause, a spent allocation: settle, submit nothing new
-            report.left_pending = len(store.pending_jobs(campaign.id))
+            report.left_pending = len(store.pending_jobs(campaign.id)) + submitter.unsettled
             return report
         if len(submitter.clusters) > 1:
             _spread(submitter, limit, report, on_batch, spent)
@@ -421,7 +418,12 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
                     report.batches.append(done)
                     if on_batch:
                         on_batch(done)
-        if with_finalize:
+            report.left_pending += submitter.returned
+        report.left_pending += submitter.unsettled
+        if with_finalize and submitter.unsettled:   # its dependency would miss the jobs those claims may hold
+            report.finalize = FinalizeAction("waiting", f"the finalize job waits until the claims of "
+                                             f"{submitter.unsettled} plan job(s) are settled (accounting catching up)")
+        elif with_finalize:
             report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
         if report.batches:
             ids = ", ".join(b.job_id or "?" for b in report.batches[:20]) + (" ..." if len(report.batches) > 20 else "")
@@ -461,6 +463,7 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
                         report.batches.append(done)
                         if on_batch:
                             on_batch(done)
+                report.left_pending += sub.returned
             except Unreachable as exc:   # it went away between the survey and now: the claim was released
                 seat.state, seat.detail = DOWN, str(exc).splitlines()[0]
                 report.left_pending += len(seat.given) - sum(b.tasks for b in report.batches
@@ -468,16 +471,6 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
         store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
         report.clusters[seat.cluster.label] = {"state": seat.state, "detail": seat.detail, "room": seat.room,
                                                "pending_there": seat.pending, "placed": len(seat.given)}
-
-
-@contextmanager
-def _lease(store: StateStore, campaign_id: int, purpose: str) -> Iterator[None]:
-    """The lease that goes with a lock just taken: this store's writes are fenced while it holds it."""
-    store.take_lease(campaign_id, purpose)
-    try:
-        yield
-    finally:
-        store.drop_fence(purpose)
 
 
 def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: Optional[str] = None,

@@ -4,8 +4,9 @@ trail and the pause switch (a mixin of StateStore)."""
 from __future__ import annotations
 
 import datetime as dt
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
@@ -67,6 +68,15 @@ class Control(StoreBase):
 
     def drop_fence(self, purpose: str) -> None:
         self.fences.pop(purpose, None)
+
+    @contextmanager
+    def leased(self, campaign_id: int, purpose: str) -> Iterator[None]:
+        """The lease that goes with a lock just taken: this store's writes are fenced while it holds it."""
+        self.take_lease(campaign_id, purpose)
+        try:
+            yield
+        finally:
+            self.drop_fence(purpose)
 
     def check_fences(self) -> None:
         """Raise Fenced unless every lease this store holds is still its own (before an action the
