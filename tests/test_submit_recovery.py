@@ -157,8 +157,47 @@ def test_an_outage_left_open_ends_when_the_settle_reaches_the_accounting_and_the
     with open_plan_store(plan_dir) as store:
         [outage] = [o for o in store.outages(cid) if o.daemon == "accounting"]
         assert not outage.open, "the settle's own sacct answered: the outage ends"
+        store.pause(cid)
+    assert submit(plan_dir).left_pending == 2   # paused: the waiting claims still count as left
+    with open_plan_store(plan_dir) as store:
+        store.resume(cid)
     monkeypatch.setattr(submit_mod, "ACCOUNTING_CATCHUP_S", 0.0)   # the catch-up is over
     report = submit(plan_dir)
     assert report.released and len(report.batches) == 2, report
     names = [n for n in _names(fake_slurm) if not n.endswith(".finalize")]
     assert len(names) == len(set(names)) == 2, names
+
+
+def test_no_finalize_job_while_a_cluster_that_does_not_answer_may_hold_a_claims_job(tmp_path, spec_factory,
+                                                                                   fake_slurm, monkeypatch):
+    """Two clusters; a claim whose submitter was killed before sbatch, and one cluster's accounting away: the claim
+    cannot be settled (its job may be there), so it counts as left and the finalize job waits (its dependency
+    would miss that job)."""
+    from hpcrun.backends.scheduler.slurm import Slurm
+    from hpcrun.backends.scheduler.slurm_run import SlurmAccountingUnreachable
+
+    profiles = []
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
+        profiles.append(str(tmp_path / f"{name}.yaml"))
+    spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"},
+                         "finalize": {"command": ["/bin/true"]}}, inputs=2)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    with monkeypatch.context() as m:
+        def killed(*_a, **_kw):
+            raise KeyboardInterrupt("killed before sbatch")
+        m.setattr(Slurm, "submit", killed)
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
+    real = Slurm.records
+
+    def records(self, *a, **kw):
+        if self.cluster == "beta":
+            raise SlurmAccountingUnreachable("sacct: error: Problem talking to the database: Connection refused")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Slurm, "records", records)
+    report = submit(plan_dir)
+    assert report.finalize is not None and report.finalize.action == "waiting", report.finalize
+    assert report.left_pending >= 1, report
+    assert not [a for a in fake_slurm.args() if "--job-name=test-campaign.finalize" in a], fake_slurm.args()

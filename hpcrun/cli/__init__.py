@@ -149,8 +149,8 @@ def _submit_summary(report: Any) -> None:
         out.print("nothing to submit: every job of this plan is done, in flight or parked"
                   if not report.left_pending else "nothing submitted now", highlight=False)
     if report.left_pending:
-        out.print(f"{report.left_pending} job(s) left pending (queue limit or --limit); run submit again "
-                  "or use --follow", highlight=False)
+        out.print(f"{report.left_pending} job(s) left for a later submit (the queue limit, --limit, or claims "
+                  "waiting to be settled); run submit again or use --follow", highlight=False)
     if report.finalize is not None:
         out.print(f"finalize: {report.finalize.message}", highlight=False, markup=False, emoji=False,
                   soft_wrap=True)

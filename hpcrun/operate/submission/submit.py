@@ -324,6 +324,11 @@ class Submitter:
         return self.settle(self.store.unresolved_claims(self.campaign.id))
 
 
+def _claimed_jobs(store: StateStore, campaign: Campaign) -> int:
+    """Plan jobs claimed but neither recorded nor released: their jobs may exist (not pending, not in flight)."""
+    return len({i.job_index for c in store.unresolved_claims(campaign.id) for i in c.inputs})
+
+
 def _finalize_step(plan_dir: Path, store: StateStore, manifest: Manifest, campaign: Campaign,
                    report: SubmitReport, again: bool) -> Optional[FinalizeAction]:
     """The campaign's finalize job, once nothing of the plan is left pending (see submission/finalize.py)."""
@@ -398,6 +403,7 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
             if len(submitter.clusters) < 2:
                 raise
             # a claim's job may sit on the cluster that does not answer: settled once it does, never guessed
+            submitter.unsettled = _claimed_jobs(store, campaign)
         held, spent = store.paused(campaign.id), spent or {}
         report.paused = held.text() if held else None
         report.spent = spent_words(spent[submitter.cluster.name]) if (
@@ -420,9 +426,10 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
                         on_batch(done)
             report.left_pending += submitter.returned
         report.left_pending += submitter.unsettled
-        if with_finalize and submitter.unsettled:   # its dependency would miss the jobs those claims may hold
-            report.finalize = FinalizeAction("waiting", f"the finalize job waits until the claims of "
-                                             f"{submitter.unsettled} plan job(s) are settled (accounting catching up)")
+        claimed = with_finalize and manifest.finalize and _claimed_jobs(store, campaign)   # a claim of any round
+        if claimed:   # its dependency would miss the jobs those claims may hold
+            report.finalize = FinalizeAction("waiting", f"the finalize job waits until the claims of {claimed} plan "
+                                             "job(s) are settled (their scheduler, or its accounting, did not say)")
         elif with_finalize:
             report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
         if report.batches:
