@@ -380,3 +380,23 @@ def test_a_nodes_older_python_runs_the_agent_or_is_refused_in_one_line(tmp_path,
     else:
         assert proc.returncode == 0 and "Traceback" not in logs, logs
         assert sorted(_results(plan)) == [f"{qid}_{i}" for i in range(3)], logs
+
+
+def test_a_pilot_on_its_way_out_signals_a_claims_pid_only_as_a_group(tmp_path):
+    """A pilot whose agent was killed stops its claims' scripts by the pids their tokens name, each the leader of a
+    process group. A script that already ended may have been reaped and its pid taken by another process of the
+    user: no group then, and that process is left alone (a pid alone is never signalled)."""
+    plan = _plan(tmp_path, _spec(tmp_path, 1, _ledgered(tmp_path, 0.1)))
+    _enqueue(plan, 1)
+    bystander = subprocess.Popen(["sleep", "60"])   # in the test's process group, not leading one of its own
+    try:
+        proc = _pilot(plan, "801")
+        me = plan / "queue" / "live" / "801"
+        _until(lambda: me.is_dir(), what="the pilot's directory")
+        (me / "L9_9").write_text(f"801.0.9\t0\tn1\t1.0\t{bystander.pid}\n")   # a claim whose script was reaped
+        logs = _wait(proc)
+        time.sleep(0.5)
+        assert bystander.poll() is None, f"the pilot signalled pid {bystander.pid} alone\n{logs}"
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -135,6 +135,13 @@ AGENT_PID=""
 on_drain() {
   [ -z "$AGENT_PID" ] || kill -USR1 "$AGENT_PID" 2>/dev/null
 }
+# shellcheck disable=SC2329  # called by the trap handler
+pgroups() {
+  # whether any of these process groups still has a process
+  local g
+  for g in "$@"; do kill -0 -- "-$g" 2>/dev/null && return 0; done
+  return 1
+}
 # shellcheck disable=SC2329  # trap handler
 on_exit() {
   trap - EXIT
@@ -145,19 +152,20 @@ on_exit() {
     wait "$AGENT_PID" 2>/dev/null
   fi
   # an agent that could not (killed): its inputs' scripts stopped here, each leads a process group of its own
-  # (only this pilot's claims: a token returned from another pilot names a process of another node)
+  # (only this pilot's claims: a token returned from another pilot names a process of another node). Only as a
+  # group: a script that ended was reaped, and its pid may be another process of the user's now
   for f in "$ME"/*_* "$Q/fenced/$HPCRUN_PILOT_ID"/*_* "$Q/ended/$HPCRUN_PILOT_ID"/*_*; do
     [ -e "$f" ] || continue
     IFS=$'\t' read -r -a line < "$f" || true
     pid=${line[4]:-}
     [[ "${line[0]:-}" == "$HPCRUN_PILOT_ID."* && "$pid" =~ ^[0-9]+$ ]] || continue
     pids+=("$pid")
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+    kill -TERM -- "-$pid" 2>/dev/null
   done
-  while [ "${#pids[@]}" -gt 0 ] && kill -0 "${pids[@]}" 2>/dev/null && [ "$waited" -lt 150 ]; do
+  while [ "${#pids[@]}" -gt 0 ] && pgroups "${pids[@]}" && [ "$waited" -lt 150 ]; do
     sleep 0.1; waited=$((waited + 1))
   done
-  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
   if [ -d "$ME" ]; then
     if compgen -G "$ME/*_*" > /dev/null || compgen -G "$ME/.take.*" > /dev/null || compgen -G "$ME/.rest.*" > /dev/null; then
       mv -T -- "$ME" "$Q/fenced/$HPCRUN_PILOT_ID" 2>/dev/null && log "its claims handed back to the queue"
