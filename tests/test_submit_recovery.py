@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from hpcrun.backends.scheduler.base import SubmitUncertain
+from hpcrun.backends.scheduler.slurm import Slurm
 from hpcrun.operate.plandir import open_plan_store
 from hpcrun.operate.submission import submit as submit_mod
 from hpcrun.operate.submission.submit import submit
@@ -50,26 +51,31 @@ def test_a_job_that_ended_before_its_record_is_found_not_submitted_again(tmp_pat
 def _uncertain_second_sbatch(monkeypatch, made: str) -> Dict[str, Callable[[], Any]]:
     """The second sbatch of a submission times out: the job was made at once, later (``later``: call it), or
     never, and hpcrun cannot tell."""
-    real, calls = submit_mod.Submitter.__init__, {"n": 0, "later": lambda: None}
+    real, calls = Slurm.submit, {"n": 0, "later": lambda: None}
 
-    def init(self, *args, **kwargs):
-        real(self, *args, **kwargs)
-        submit_one = self.sched.submit
+    def flaky(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            if made == "at once":
+                real(self, *a, **kw)
+            else:   # made after the controller answered the submitter's look, or never
+                calls["later"] = lambda: real(self, *a, **kw) if made == "later" else None
+            raise SubmitUncertain("sbatch: error: Batch job submission failed: Socket timed out on send/recv")
+        return real(self, *a, **kw)
 
-        def flaky(*a, **kw):
-            calls["n"] += 1
-            if calls["n"] == 2:
-                if made == "at once":
-                    submit_one(*a, **kw)
-                else:   # made after the controller answered the submitter's look, or never
-                    calls["later"] = lambda: submit_one(*a, **kw) if made == "later" else None
-                raise SubmitUncertain("sbatch: error: Batch job submission failed: Socket timed out on send/recv")
-            return submit_one(*a, **kw)
-
-        self.sched.submit = flaky
-
-    monkeypatch.setattr(submit_mod.Submitter, "__init__", init)
+    monkeypatch.setattr(Slurm, "submit", flaky)
     return calls
+
+
+def _killed_before_sbatch(monkeypatch, plan_dir) -> None:
+    """A submitter killed between its claim and sbatch: a claim the scheduler never got."""
+    def killed(*_a, **_kw):
+        raise KeyboardInterrupt("killed before sbatch")
+
+    with monkeypatch.context() as m:
+        m.setattr(Slurm, "submit", killed)
+        with pytest.raises(KeyboardInterrupt):
+            submit(plan_dir)
 
 
 def _pending(plan_dir) -> List[int]:
@@ -134,18 +140,7 @@ def test_an_outage_left_open_ends_when_the_settle_reaches_the_accounting_and_the
     meanwhile: its dependency would miss the claim's jobs), then is released and its jobs submitted once."""
     spec = spec_factory({"jobs": {"array": "never"}, "finalize": {"command": ["/bin/true"]}}, inputs=2)
     plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
-    with monkeypatch.context() as m:
-        def killed(self, *_a, **_kw):
-            raise KeyboardInterrupt("killed before sbatch")
-        m.setattr(submit_mod.Submitter, "_record", killed)
-        real_init = submit_mod.Submitter.__init__
-
-        def init(self, *a, **kw):
-            real_init(self, *a, **kw)
-            self.sched.submit = lambda *_a, **_kw: killed(self)
-        m.setattr(submit_mod.Submitter, "__init__", init)
-        with pytest.raises(KeyboardInterrupt):
-            submit(plan_dir)
+    _killed_before_sbatch(monkeypatch, plan_dir)
     assert not _names(fake_slurm)
     with open_plan_store(plan_dir) as store:
         cid = store.get_campaign("test-campaign").id
@@ -173,7 +168,6 @@ def test_no_finalize_job_while_a_cluster_that_does_not_answer_may_hold_a_claims_
     """Two clusters; a claim whose submitter was killed before sbatch, and one cluster's accounting away: the claim
     cannot be settled (its job may be there), so it counts as left and the finalize job waits (its dependency
     would miss that job)."""
-    from hpcrun.backends.scheduler.slurm import Slurm
     from hpcrun.backends.scheduler.slurm_run import SlurmAccountingUnreachable
 
     profiles = []
@@ -183,12 +177,7 @@ def test_no_finalize_job_while_a_cluster_that_does_not_answer_may_hold_a_claims_
     spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"},
                          "finalize": {"command": ["/bin/true"]}}, inputs=2)
     plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
-    with monkeypatch.context() as m:
-        def killed(*_a, **_kw):
-            raise KeyboardInterrupt("killed before sbatch")
-        m.setattr(Slurm, "submit", killed)
-        with pytest.raises(KeyboardInterrupt):
-            submit(plan_dir)
+    _killed_before_sbatch(monkeypatch, plan_dir)
     real = Slurm.records
 
     def records(self, *a, **kw):

@@ -334,6 +334,10 @@ def _finalize_step(plan_dir: Path, store: StateStore, manifest: Manifest, campai
     """The campaign's finalize job, once nothing of the plan is left pending (see submission/finalize.py)."""
     if not manifest.finalize:
         return None
+    claimed = _claimed_jobs(store, campaign)   # a claim of any round, on any cluster
+    if claimed:   # its dependency would miss the jobs those claims may hold
+        return FinalizeAction("waiting", f"the finalize job waits until the claims of {claimed} plan job(s) are "
+                                         "settled (their scheduler, or its accounting, did not say)")
     from hpcrun.operate.submission.finalize import Finalizer, in_flight_elsewhere
     from hpcrun.operate.tracking.track import poll_store
 
@@ -426,11 +430,7 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
                         on_batch(done)
             report.left_pending += submitter.returned
         report.left_pending += submitter.unsettled
-        claimed = with_finalize and manifest.finalize and _claimed_jobs(store, campaign)   # a claim of any round
-        if claimed:   # its dependency would miss the jobs those claims may hold
-            report.finalize = FinalizeAction("waiting", f"the finalize job waits until the claims of {claimed} plan "
-                                             "job(s) are settled (their scheduler, or its accounting, did not say)")
-        elif with_finalize:
+        if with_finalize:
             report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
         if report.batches:
             ids = ", ".join(b.job_id or "?" for b in report.batches[:20]) + (" ..." if len(report.batches) > 20 else "")
