@@ -289,6 +289,33 @@ def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_en
     assert not any(p.endswith("/" + first) for p in left), (left, logs)   # the input that ended: removed
 
 
+def test_a_claims_term_trap_tidies_when_its_input_is_already_gone(tmp_path):
+    """The pilot stops the running input's group, then the claim's script. When the input is gone before the
+    script's TERM trap signals it, the trap's kill finds no group: under the script's ``set -e`` that failed kill
+    ended the trap with 1 before it tidied (CI saw the work directory of the input that ended left behind). Made
+    certain here (BASH_ENV): the script's ``kill -TERM -- <group>`` signals, then fails as on a group gone."""
+    gone = tmp_path / "gone.sh"   # the claim's script's own kill of a group: signalled, then ESRCH as if gone
+    gone.write_text('case $0 in */jobs/*) kill() { builtin kill "$@"; local rc=$?; [ "$BASHPID" != "$$" ] '
+                    '|| [ "${1:-}" != -TERM ] || [ "${2:-}" != -- ] || rc=1; return "$rc"; } ;; esac\n')
+    marker = tmp_path / "first"
+    chain = _ledgered(tmp_path, f'if mkdir "{marker}" 2>/dev/null; then exec cp "$0" "$1"; else sleep 60; fi')
+    data = _spec(tmp_path, 2, chain)
+    data["jobs"]["pilot"].update(slots=1, input_time="1s")
+    plan = _plan(tmp_path, data)
+    _enqueue(plan, 2)
+    pilot = _pilot(plan, "807", BASH_ENV=str(gone))
+    deadline = time.monotonic() + 30
+    while len((tmp_path / "ledger").read_text().splitlines()) < 2:   # the second input runs
+        assert time.monotonic() < deadline and pilot.poll() is None, _wait(pilot, 5)
+        time.sleep(0.1)
+    os.killpg(pilot.pid, signal.SIGTERM)
+    logs = _wait(pilot, 60)
+    first = (tmp_path / "ledger").read_text().splitlines()[0].split(" ")[1]
+    work = tmp_path / "out" / ".hpcrun-work"
+    left = sorted(str(p.relative_to(work)) for p in work.glob("*/*")) if work.exists() else []
+    assert first.endswith(".0") and not any(p.endswith("/" + first) for p in left), (left, logs)
+
+
 def test_a_claim_started_as_the_pilot_is_stopped_starts_no_input(tmp_path):
     """A TERM between a claim's start and its first input: the script is told nothing to run, the claim's inputs go
     back to the queue (never started: no attempt) and the script's input is closed, so it ends."""
