@@ -112,6 +112,21 @@ def test_a_timed_out_sbatch_among_per_job_submissions_doubles_nothing(tmp_path, 
     assert len(_submissions(plan_dir)) == 3
 
 
+def test_a_timed_out_retry_found_keeps_its_changes(tmp_path, spec_factory, fake_slurm, monkeypatch):
+    """Retries that carry changes (not on a node), per-job scripts, the second sbatch times out and the controller
+    made the job: its submission, recorded by the handler's settle, keeps the retry's changes as the others do."""
+    from hpcrun.store.store import StateStore
+    plan_dir = write_plan(load_plan(spec_factory({"jobs": {"array": "never"}}, inputs=3)), tmp_path / "plan").out_dir
+    adjust = '{"exclude": ["nid00003"], "changes": "not on nid00003"}'
+    monkeypatch.setattr(StateStore, "pending_adjustments", lambda self, _c: dict.fromkeys(range(3), adjust))
+    _uncertain_second_sbatch(monkeypatch, "at once")
+    submit(plan_dir)
+    with sqlite3.connect(plan_dir / "state.db") as db:
+        rows = sorted(db.execute("SELECT job_id, changes FROM hpcrun_submission"))
+    assert rows == [("100", "not on nid00003"), ("101", "not on nid00003")], rows
+    assert all("--exclude=nid00003" in a for a in fake_slurm.args() if "--job-name=test-campaign." in a)
+
+
 def test_a_claim_waits_while_the_accounting_catches_up_after_an_outage(tmp_path, spec_factory, fake_slurm,
                                                                        monkeypatch):
     """The job ended long ago (gone from every squeue: past MinJobAge) and slurmdbd, back from an outage a minute

@@ -21,7 +21,7 @@ import datetime as dt
 import os
 import time
 from pathlib import Path
-from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from hpcrun.backends.scheduler.base import (
     ACCOUNTING_CATCHUP_S,
@@ -31,7 +31,6 @@ from hpcrun.backends.scheduler.base import (
     Unreachable,
 )
 from hpcrun.errors import InputError, Problem
-from hpcrun.operate.campaign.generations import generation_record
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.plandir import (
     ClusterInfo,
@@ -63,65 +62,12 @@ from hpcrun.operate.submission.placement import (
     spent_words,
     survey,
 )
+from hpcrun.operate.submission.registration import register  # re-exported: the supervisor and the API use it
 from hpcrun.store.locking.lock import submit_lock
-from hpcrun.store.records import Campaign, Claim, NewInput, NewSubmission
+from hpcrun.store.records import Campaign, Claim, NewSubmission
 from hpcrun.store.store import StateStore
 
 DEFAULT_LOCK_TIMEOUT = 600.0
-
-
-def _split_checksum(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
-    if not text:
-        return None, None
-    algo, _, value = text.partition(":")
-    return value, algo
-
-
-def plan_inputs(manifest: Manifest, held_paths: AbstractSet[str] = frozenset(),
-                held: Optional[List[str]] = None) -> Iterator[NewInput]:
-    """Every input of the plan with the job that processes it, as the store registers them (one job's at
-    a time: the store takes them in chunks). A job with an input in ``held_paths`` is left out, its
-    inputs put in ``held``."""
-    generation = manifest.generation.number
-    for job in manifest.jobs:
-        if held_paths and any(p in held_paths for p in job["inputs"]):
-            if held is not None:
-                held.extend(job["inputs"])
-            continue
-        n = len(job["inputs"])
-        sizes: Sequence[Optional[int]] = job.get("input_sizes") or [None] * n
-        events: Sequence[Optional[int]] = job.get("input_events") or [None] * n
-        sums: Sequence[Optional[str]] = job.get("checksums") or [None] * n
-        for path, size, ev, cs in zip(job["inputs"], sizes, events, sums):
-            value, algo = _split_checksum(cs)
-            yield NewInput(path, size=size, checksum=value, checksum_algo=algo, job_index=job["index"],
-                           events=ev, job_name=job["name"], generation=generation)
-
-
-def register(store: StateStore, manifest: Manifest) -> Campaign:
-    """The campaign and its inputs in the store (idempotent; new inputs are added). A manifest of a newer
-    generation than the store's is taken up here, once: its jobs' inputs move to it, except a job one of
-    whose inputs went into flight since it was planned (that one finishes where it is)."""
-    number = manifest.generation.number
-    campaign = store.register_campaign(manifest.campaign, manifest.spec_digest,
-                                       manifest.profile_digest, number)
-    gen = generation_record(manifest)
-    if number > 1 and store.current_generation(campaign.id) < number:
-        held: List[str] = []
-        moved = store.take_up_generation(campaign.id, gen, plan_inputs(manifest, store.in_flight_paths(campaign.id),
-                                                                        held), held)
-        if moved is not None:
-            store.audit(campaign.id, "generation", f"took up generation {number}: {moved['added']} input(s) "
-                                                   f"added, {moved['rerun']} to run again, {moved['withdrawn']} "
-                                                   f"withdrawn, {len(held)} left in jobs in flight")
-        return store.get_campaign(campaign.name)
-    key = (manifest.campaign, str(number), manifest.spec_digest, manifest.profile_digest, str(manifest.total_jobs))
-    if key in store.registered:
-        return campaign
-    store.record_generation(campaign.id, gen)
-    store.add_inputs(campaign.id, plan_inputs(manifest), generation=number, remap=False)
-    store.registered.add(key)
-    return campaign
 
 
 def _text_key(script: ScriptInfo, job_index: int) -> int:
@@ -219,7 +165,8 @@ class Submitter:
             # never submitted, go back to pending
             self._record(claim, by_job)
             rest = Claim(claim.token, claim.claimed_by, tuple(i for i in claim.inputs if i.job_index not in by_job))
-            batch.job_id = dict(self.settle([rest], release=False)[0]).get(batch.tag or "")
+            found = self.settle([rest], False, dict.fromkeys(batch.jobs, batch.changes))[0]
+            batch.job_id = dict(found).get(batch.tag or "")
             if not batch.job_id:
                 raise
             self.store.release_claim(claim.token, reason="released: not submitted (a submission before it timed out)")
@@ -236,9 +183,11 @@ class Submitter:
         throttle = throttle_of(self.manifest)
         return compress_indices(j - script.first for j in jobs) + (f"%{throttle}" if throttle else "")
 
-    def _record(self, claim: Claim, job_ids: Dict[int, str]) -> None:
+    def _record(self, claim: Claim, job_ids: Dict[int, str], changes: Optional[Dict[int, Optional[str]]] = None
+                ) -> None:
         """Record the claimed plan jobs that got a job on this submitter's cluster (``job_ids``: plan job ->
-        scheduler job id)."""
+        scheduler job id), with their retry's ``changes`` (default: those of the group being submitted)."""
+        changes = self.changes if changes is None else changes
         by_job: Dict[int, List[int]] = {}
         for rec in claim.inputs:
             if rec.job_index is not None and rec.job_index in job_ids:
@@ -257,14 +206,16 @@ class Submitter:
             path, digest = (script.path, script.sha256) if text is None else (f"{script.headers}#{key}", digests[key])
             subs.append(NewSubmission(job_ids[job_index], path, digest, tag, input_ids,
                                       job_index - script.first if script.is_array else None, claim.token,
-                                      changes=self.changes.get(job_index), cluster=self.cluster.name,
+                                      changes=changes.get(job_index), cluster=self.cluster.name,
                                       script_text=text, generation=script.generation))
         self.store.record_submissions(self.campaign.id, subs)
 
     # -- claims left by a stopped submitter --------------------------------------------------
 
-    def settle(self, claims: Sequence[Claim], release: bool = True) -> Tuple[List[Tuple[str, str]], List[str]]:
-        """Record the Slurm jobs found under each claim's names, release what Slurm never got (``release``).
+    def settle(self, claims: Sequence[Claim], release: bool = True, changes: Optional[Dict[int, Optional[str]]] = None
+               ) -> Tuple[List[Tuple[str, str]], List[str]]:
+        """Record the Slurm jobs found under each claim's names (with ``changes``, the retry's of a timed-out
+        sbatch: a stopped submitter's are not known), release what Slurm never got (``release``).
 
         A claim's names are its tag (an array, or a single job) and ``<tag>.<plan job>`` (a
         group of per-job scripts). Returns ([(name, job id) found], [tags released]).
@@ -309,7 +260,7 @@ class Submitter:
                 got.setdefault(label, {}).update(dict.fromkeys(jobs if job is None else [job], job_id))
                 found.append((name, job_id))
             for label, job_ids in got.items():
-                self.on(by_label[label])._record(c, job_ids)
+                self.on(by_label[label])._record(c, job_ids, changes or {})
             if release and sum(len(j) for j in got.values()) < len(jobs):
                 if late:   # left for a later settle: not pending, not submitted (no finalize job meanwhile)
                     self.unsettled += len(jobs) - sum(len(j) for j in got.values())
