@@ -205,3 +205,58 @@ def test_no_finalize_job_while_a_cluster_that_does_not_answer_may_hold_a_claims_
     assert report.finalize is not None and report.finalize.action == "waiting", report.finalize
     assert report.left_pending >= 1, report
     assert not [a for a in fake_slurm.args() if "--job-name=test-campaign.finalize" in a], fake_slurm.args()
+
+
+def test_a_timed_out_sbatch_whose_look_another_cluster_does_not_answer_leaves_its_own_cluster_up(
+        tmp_path, spec_factory, fake_slurm, monkeypatch):
+    """Two clusters, per-job scripts: alpha's second sbatch times out (the controller made the job), and beta's
+    accounting does not answer the look for it. Alpha is not marked down with beta's words: the claim waits for
+    the next round's settle (as when the job is not found), which records alpha's job once beta answers."""
+    from hpcrun.backends.scheduler.slurm_run import SlurmAccountingUnreachable
+
+    profiles = []
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
+        profiles.append(str(tmp_path / f"{name}.yaml"))
+    spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"}}, inputs=4)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    real, away = Slurm.records, {"beta": True}
+
+    def records(self, *a, **kw):
+        if away.get(self.cluster or ""):
+            raise SlurmAccountingUnreachable("sacct: error: Problem talking to the database: Connection refused")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Slurm, "records", records)
+    with monkeypatch.context() as m:
+        _uncertain_second_sbatch(m, "at once")
+        with pytest.raises(SubmitUncertain):
+            submit(plan_dir)
+    with open_plan_store(plan_dir) as store:
+        health = {h.name: h for h in store.cluster_health(store.get_campaign("test-campaign").id)}
+    assert not any("Problem talking" in (h.detail or "") for h in health.values()), health
+    away["beta"] = False
+    submit(plan_dir)
+    names = _names(fake_slurm)
+    assert len(names) == len(set(names)) == 4, names
+    assert len(_submissions(plan_dir)) == 4
+
+
+def test_jobs_sent_back_by_a_timed_out_sbatch_on_one_of_two_clusters_count_as_left(tmp_path, spec_factory,
+                                                                                    fake_slurm, monkeypatch):
+    """Two clusters, per-job scripts: the second sbatch times out and its job was made; the jobs after it in its
+    claim, never submitted, go back to pending and the round says so (``submit --follow`` goes on for them)."""
+    profiles = []
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
+        profiles.append(str(tmp_path / f"{name}.yaml"))
+    spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"}}, inputs=6)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    with monkeypatch.context() as m:
+        _uncertain_second_sbatch(m, "at once")
+        report = submit(plan_dir)
+    pending = _pending(plan_dir)
+    assert pending and report.left_pending == len(pending), (report.left_pending, pending)
+    submit(plan_dir)
+    names = _names(fake_slurm)
+    assert len(names) == len(set(names)) == 6, names

@@ -81,14 +81,14 @@ class SubmitUncertain(SchedulerError):
 
 
 class Unreachable(SchedulerError):
-    """One of the cluster's daemons does not answer (``daemon``: the controller unless said otherwise):
-    nothing was submitted, nothing learnt about its jobs. An outage to wait out, never a verdict."""
+    """A daemon of the cluster (``daemon``) does not answer: nothing done, nothing learnt: an outage, not a verdict."""
 
     daemon: ClassVar[str] = "controller"
 
     def __init__(self, message: str, cluster: Optional[str] = None) -> None:
         super().__init__(message)
         self.cluster = cluster     # the named cluster that did not answer (None: the host's own)
+        self.asked: Optional[str] = None   # the plan's cluster being asked, where a caller of several says so
 
 
 class AccountingUnreachable(Unreachable):

@@ -159,13 +159,18 @@ class Submitter:
                 changes.update(dict.fromkeys(jobs, batch.changes))
                 done.append(batch)
                 by_job.update(dict.fromkeys(jobs, batch.job_id))
-        except SubmitUncertain:
+        except SubmitUncertain as uncertain:
             # what was submitted is recorded; the timed-out job is looked for, never released now (the controller
-            # may make it after this look): unfound, the claim waits for the next settle. Found, the jobs after it,
-            # never submitted, go back to pending
+            # may make it after this look): unfound, or another cluster not answering the look, the claim waits for
+            # the next settle. Found, the jobs after it, never submitted, go back to pending
             self._record(claim, by_job)
             rest = Claim(claim.token, claim.claimed_by, tuple(i for i in claim.inputs if i.job_index not in by_job))
-            found = self.settle([rest], False, dict.fromkeys(batch.jobs, batch.changes))[0]
+            try:
+                found = self.settle([rest], False, dict.fromkeys(batch.jobs, batch.changes))[0]
+            except Unreachable as exc:   # this cluster's: its seat is down; another's says nothing of this one
+                if exc.asked == self.cluster.name:
+                    raise
+                raise uncertain from exc
             batch.job_id = dict(found).get(batch.tag or "")
             if not batch.job_id:
                 raise
@@ -233,17 +238,11 @@ class Submitter:
         ids: Dict[str, set] = {n: set() for n in names}
         claimed = [i.claimed_at for c in claims for i in c.inputs if i.claimed_at is not None]
         for cl in self.clusters:
-            for q in cl.sched.queue(names=list(names), ended=True):
-                if q.name in ids:
-                    ids[q.name].add((cl.label, q.array_job_id))
-            if cl.accounting:
-                since = cl.sched.since_text(min(claimed)) if claimed else "now-7days"
-                for rec in cl.sched.records((), since, names=list(names)).values():
-                    if rec.name in ids:
-                        ids[rec.name].add((cl.label, rec.job_id.split("_", 1)[0]))
-                ended = self.store.end_outage(self.campaign.id, cl.name, AccountingUnreachable.daemon)
-                if ended is not None:   # it answered: its catch-up counts from now (a poll may not ask it)
-                    self.store.audit(self.campaign.id, "outage", ended.text(cl.sched.daemon_name(ended.daemon)))
+            try:
+                self._look(cl, list(names), ids, claimed)
+            except Unreachable as exc:
+                exc.asked = cl.name
+                raise
         found: List[Tuple[str, str]] = []
         released: List[str] = []
         by_label = {cl.label: cl for cl in self.clusters}
@@ -270,6 +269,21 @@ class Submitter:
                     f"released: no job named {tag} (the submitter stopped before the scheduler took it)"))
                 released.append(tag)
         return found, released
+
+    def _look(self, cl: ClusterInfo, names: List[str], ids: Dict[str, set], claimed: List[dt.datetime]) -> None:
+        """The jobs of one cluster under the claims' ``names``, in its queue (ended too) and its accounting, into
+        ``ids`` (name -> {(cluster label, job id)})."""
+        for q in cl.sched.queue(names=names, ended=True):
+            if q.name in ids:
+                ids[q.name].add((cl.label, q.array_job_id))
+        if cl.accounting:
+            since = cl.sched.since_text(min(claimed)) if claimed else "now-7days"
+            for rec in cl.sched.records((), since, names=names).values():
+                if rec.name in ids:
+                    ids[rec.name].add((cl.label, rec.job_id.split("_", 1)[0]))
+            ended = self.store.end_outage(self.campaign.id, cl.name, AccountingUnreachable.daemon)
+            if ended is not None:   # it answered: its catch-up counts from now (a poll may not ask it)
+                self.store.audit(self.campaign.id, "outage", ended.text(cl.sched.daemon_name(ended.daemon)))
 
     def reconcile(self) -> Tuple[List[Tuple[str, str]], List[str]]:
         return self.settle(self.store.unresolved_claims(self.campaign.id))
