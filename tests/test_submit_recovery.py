@@ -260,3 +260,19 @@ def test_jobs_sent_back_by_a_timed_out_sbatch_on_one_of_two_clusters_count_as_le
     submit(plan_dir)
     names = _names(fake_slurm)
     assert len(names) == len(set(names)) == 6, names
+
+
+def test_an_outage_of_an_accounting_the_plan_does_not_ask_holds_no_claim(tmp_path, spec_factory, fake_slurm,
+                                                                         monkeypatch):
+    """An accounting outage left open in the store, on a plan whose cluster has no accounting (queue-only Slurm):
+    nothing the settle asks can end it, and it says nothing of the claim's job, so the claim of a submitter killed
+    before sbatch is released and its job submitted once."""
+    profile = tmp_path / "queue-only.yaml"
+    profile.write_text("name: queue-only\nextends: local-test\nscheduler: {kind: slurm-queue-only}\n")
+    plan_dir = write_plan(load_plan(spec_factory({"site": {"profile": str(profile)}, "jobs": {"array": "always"}})),
+                          tmp_path / "plan").out_dir
+    _killed_before_sbatch(monkeypatch, plan_dir)
+    with open_plan_store(plan_dir) as store:
+        store.record_outage(store.get_campaign("test-campaign").id, None, "accounting", "sacct: error: refused")
+    report = submit(plan_dir)
+    assert report.released and len(_names(fake_slurm)) == 1, (report, _names(fake_slurm))

@@ -247,8 +247,9 @@ class Submitter:
         released: List[str] = []
         by_label = {cl.label: cl for cl in self.clusters}
         now = dt.datetime.now(dt.timezone.utc)   # a claim waits while an accounting may still send its job's record
-        late = release and any(o.daemon == AccountingUnreachable.daemon and o.within(now, ACCOUNTING_CATCHUP_S)
-                               for o in self.store.outages(self.campaign.id))
+        asked = {cl.name for cl in self.clusters if cl.accounting}   # another's outage (off, or gone) says nothing
+        late = release and any(o.daemon == AccountingUnreachable.daemon and o.cluster in asked
+                               and o.within(now, ACCOUNTING_CATCHUP_S) for o in self.store.outages(self.campaign.id))
         for c in claims:
             got: Dict[str, Dict[int, str]] = {}
             jobs = {i.job_index for i in c.inputs if i.job_index is not None}
