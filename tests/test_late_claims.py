@@ -266,16 +266,35 @@ def test_a_claim_is_dealt_out_evenly_in_order():
     assert shares([], 3) == []
 
 
-def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_ended(tmp_path):
+# the claim's script (its main shell): each wait for an input followed by 0.3 s, so the pilot's TERM, sent just
+# after the input's, comes while the input's pid is still kept; each kill of a group signals, then fails (ESRCH)
+# as on a group already gone
+GONE = """case $0 in */jobs/*)
+  wait() { builtin wait "$@"; local rc=$?; [ "$BASHPID" != "$$" ] || sleep 0.3; return "$rc"; }
+  kill() { builtin kill "$@"; local rc=$?; [ "$BASHPID" != "$$" ] || [ "${1:-}" != -TERM ] || [ "${2:-}" != -- ] || rc=1
+           return "$rc"; } ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("gone", [False, True], ids=["as-it-comes", "input-already-gone"])
+def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_ended(tmp_path, gone):
     """The claim's run removes its inputs' empty work directories once, at its end; a TERM (a cancel, the drain)
-    ends it early, and still the inputs that ended leave none behind."""
+    ends it early, and still the inputs that ended leave none behind. The pilot stops the running input's group,
+    then the claim's script: when the input is gone before the script's TERM trap signals it, the trap's kill
+    finds no group, and under the script's ``set -e`` that failed kill ended the trap before it tidied (CI saw
+    it). ``input-already-gone`` makes that certain (BASH_ENV, ``GONE``)."""
+    env = {}
+    if gone:
+        (tmp_path / "gone.sh").write_text(GONE)
+        env["BASH_ENV"] = str(tmp_path / "gone.sh")
     marker = tmp_path / "first"
     chain = _ledgered(tmp_path, f'if mkdir "{marker}" 2>/dev/null; then exec cp "$0" "$1"; else sleep 60; fi')
     data = _spec(tmp_path, 2, chain)
     data["jobs"]["pilot"].update(slots=1, input_time="1s")   # both inputs in one claim, one after the other
     plan = _plan(tmp_path, data)
     _enqueue(plan, 2)
-    pilot = _pilot(plan, "806")
+    pilot = _pilot(plan, "806", **env)
     deadline = time.monotonic() + 30
     while len((tmp_path / "ledger").read_text().splitlines()) < 2:   # the second input runs
         assert time.monotonic() < deadline and pilot.poll() is None, _wait(pilot, 5)
@@ -287,33 +306,6 @@ def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_en
     work = tmp_path / "out" / ".hpcrun-work"
     left = sorted(str(p.relative_to(work)) for p in work.glob("*/*")) if work.exists() else []
     assert not any(p.endswith("/" + first) for p in left), (left, logs)   # the input that ended: removed
-
-
-def test_a_claims_term_trap_tidies_when_its_input_is_already_gone(tmp_path):
-    """The pilot stops the running input's group, then the claim's script. When the input is gone before the
-    script's TERM trap signals it, the trap's kill finds no group: under the script's ``set -e`` that failed kill
-    ended the trap with 1 before it tidied (CI saw the work directory of the input that ended left behind). Made
-    certain here (BASH_ENV): the script's ``kill -TERM -- <group>`` signals, then fails as on a group gone."""
-    gone = tmp_path / "gone.sh"   # the claim's script's own kill of a group: signalled, then ESRCH as if gone
-    gone.write_text('case $0 in */jobs/*) kill() { builtin kill "$@"; local rc=$?; [ "$BASHPID" != "$$" ] '
-                    '|| [ "${1:-}" != -TERM ] || [ "${2:-}" != -- ] || rc=1; return "$rc"; } ;; esac\n')
-    marker = tmp_path / "first"
-    chain = _ledgered(tmp_path, f'if mkdir "{marker}" 2>/dev/null; then exec cp "$0" "$1"; else sleep 60; fi')
-    data = _spec(tmp_path, 2, chain)
-    data["jobs"]["pilot"].update(slots=1, input_time="1s")
-    plan = _plan(tmp_path, data)
-    _enqueue(plan, 2)
-    pilot = _pilot(plan, "807", BASH_ENV=str(gone))
-    deadline = time.monotonic() + 30
-    while len((tmp_path / "ledger").read_text().splitlines()) < 2:   # the second input runs
-        assert time.monotonic() < deadline and pilot.poll() is None, _wait(pilot, 5)
-        time.sleep(0.1)
-    os.killpg(pilot.pid, signal.SIGTERM)
-    logs = _wait(pilot, 60)
-    first = (tmp_path / "ledger").read_text().splitlines()[0].split(" ")[1]
-    work = tmp_path / "out" / ".hpcrun-work"
-    left = sorted(str(p.relative_to(work)) for p in work.glob("*/*")) if work.exists() else []
-    assert first.endswith(".0") and not any(p.endswith("/" + first) for p in left), (left, logs)
 
 
 def test_a_claim_started_as_the_pilot_is_stopped_starts_no_input(tmp_path):

@@ -78,6 +78,16 @@ def _killed_before_sbatch(monkeypatch, plan_dir) -> None:
             submit(plan_dir)
 
 
+def _two_clusters(tmp_path, spec_factory, inputs: int, **spec: Any):
+    """A plan of per-job scripts on two clusters, alpha and beta (the local-test profile under two names)."""
+    profiles = []
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
+        profiles.append(str(tmp_path / f"{name}.yaml"))
+    data = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"}, **spec}, inputs=inputs)
+    return write_plan(load_plan(data), tmp_path / "plan").out_dir
+
+
 def _pending(plan_dir) -> List[int]:
     with open_plan_store(plan_dir) as store:
         return store.pending_jobs(store.get_campaign("test-campaign").id)
@@ -185,13 +195,7 @@ def test_no_finalize_job_while_a_cluster_that_does_not_answer_may_hold_a_claims_
     would miss that job)."""
     from hpcrun.backends.scheduler.slurm_run import SlurmAccountingUnreachable
 
-    profiles = []
-    for name in ("alpha", "beta"):
-        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
-        profiles.append(str(tmp_path / f"{name}.yaml"))
-    spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"},
-                         "finalize": {"command": ["/bin/true"]}}, inputs=2)
-    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    plan_dir = _two_clusters(tmp_path, spec_factory, 2, finalize={"command": ["/bin/true"]})
     _killed_before_sbatch(monkeypatch, plan_dir)
     real = Slurm.records
 
@@ -214,12 +218,7 @@ def test_a_timed_out_sbatch_whose_look_another_cluster_does_not_answer_leaves_it
     the next round's settle (as when the job is not found), which records alpha's job once beta answers."""
     from hpcrun.backends.scheduler.slurm_run import SlurmAccountingUnreachable
 
-    profiles = []
-    for name in ("alpha", "beta"):
-        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
-        profiles.append(str(tmp_path / f"{name}.yaml"))
-    spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"}}, inputs=4)
-    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    plan_dir = _two_clusters(tmp_path, spec_factory, 4)
     real, away = Slurm.records, {"beta": True}
 
     def records(self, *a, **kw):
@@ -246,12 +245,7 @@ def test_jobs_sent_back_by_a_timed_out_sbatch_on_one_of_two_clusters_count_as_le
                                                                                     fake_slurm, monkeypatch):
     """Two clusters, per-job scripts: the second sbatch times out and its job was made; the jobs after it in its
     claim, never submitted, go back to pending and the round says so (``submit --follow`` goes on for them)."""
-    profiles = []
-    for name in ("alpha", "beta"):
-        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: local-test\nscheduler:\n  cluster: {name}\n")
-        profiles.append(str(tmp_path / f"{name}.yaml"))
-    spec = spec_factory({"site": {"profile": profiles}, "jobs": {"array": "never"}}, inputs=6)
-    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    plan_dir = _two_clusters(tmp_path, spec_factory, 6)
     with monkeypatch.context() as m:
         _uncertain_second_sbatch(m, "at once")
         report = submit(plan_dir)
