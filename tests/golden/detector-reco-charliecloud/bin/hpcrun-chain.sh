@@ -21,7 +21,7 @@ stopping=0
 # shellcheck disable=SC2329  # trap handler: pass the launcher's SIGTERM on to the running program
 on_term() {
   stopping=1
-  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true   # a child gone meanwhile: no error under set -e
 }
 [ -n "${chain_here:-}" ] || trap on_term TERM INT
 # the timeline opened once for all the lines of the chain, not once a line (an open is a metadata call on Lustre)

@@ -101,7 +101,7 @@ stopping=0
 # shellcheck disable=SC2329  # trap handler
 on_term() {
   stopping=1
-  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true   # a child gone meanwhile: no error under set -e
 }
 trap on_term TERM INT
 # Belt and braces: the job also asks for a stop by creating db/stop (if a launcher does not
