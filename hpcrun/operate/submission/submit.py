@@ -55,6 +55,7 @@ from hpcrun.operate.submission.headers import digest as text_digest
 from hpcrun.operate.submission.locality import prefer_nodes
 from hpcrun.operate.submission.placement import (
     DOWN,
+    Seat,
     mark_slow,
     on_cluster,
     place,
@@ -93,6 +94,7 @@ class Submitter:
         self.changes: Dict[int, Optional[str]] = {}   # plan job -> a retry's changes, while one group submits
         self.texts: Dict[int, str] = {}                # plan job -> its script rendered at submission
         self.unsettled = self.returned = 0   # plan jobs whose claims wait for a later settle; sent back to pending
+        self.sent: List[Batch] = []
         self._books: Dict[str, HeaderBook] = {}
 
     def script_text(self, script: ScriptInfo, job_index: int) -> Optional[str]:
@@ -137,7 +139,7 @@ class Submitter:
             return []  # another submitter took them
         base = tag_of(self.campaign.name, claim.token)
         grouped = len(batches) > 1
-        done: List[Batch] = []
+        done = self.sent = []   # what the scheduler took, as it goes: a caller reports it when the group raises
         by_job: Dict[int, str] = {}
         changes = self.changes = {}
         self.texts = {}
@@ -431,19 +433,29 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
             batches, _ = plan_retry_batches(sub.scripts, seat.given, own, None, throttle)
             try:
                 for group in claim_groups(batches):
-                    for done in sub.submit_group(group):
-                        done.cluster = seat.cluster.name
-                        report.batches.append(done)
-                        if on_batch:
-                            on_batch(done)
+                    _reported(sub.submit_group(group), seat, report, on_batch)
                 report.left_pending += sub.returned
-            except Unreachable as exc:   # it went away between the survey and now: the claim was released
-                seat.state, seat.detail = DOWN, str(exc).splitlines()[0]
+            except (Unreachable, SubmitUncertain) as exc:
+                # it went away between the survey and now (the claim was released), or an sbatch timed out and its
+                # job was not found (the claim waits for the next settle): the other clusters still get theirs
+                _reported(sub.sent, seat, report, on_batch)   # what its group sent before (recorded)
+                if isinstance(exc, Unreachable):
+                    seat.state = DOWN
+                seat.detail = str(exc).splitlines()[0]
                 report.left_pending += len(seat.given) - sum(b.tasks for b in report.batches
                                                              if b.cluster == seat.cluster.name)
         store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
         report.clusters[seat.cluster.label] = {"state": seat.state, "detail": seat.detail, "room": seat.room,
                                                "pending_there": seat.pending, "placed": len(seat.given)}
+
+
+def _reported(batches: Sequence[Batch], seat: Seat, report: SubmitReport, on_batch: Optional[Callable[[Batch], None]]
+              ) -> None:
+    for done in batches:
+        done.cluster = seat.cluster.name
+        report.batches.append(done)
+        if on_batch:
+            on_batch(done)
 
 
 def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: Optional[str] = None,
