@@ -39,6 +39,14 @@ hold_dir() {
   command -v flock > /dev/null || return 0
   exec 9> "$1/.lock.new" && flock -n 9 && mv -f -- "$1/.lock.new" "$1/.lock"
 }
+# shellcheck disable=SC2329  # called below
+remove_tree() {
+  # rm -rf, and where a program left a read-only directory in it (a tool's cache), made writable first (never
+  # through a symbolic link); fails only if something is left
+  rm -rf -- "$1" 2>/dev/null && return 0
+  [ -L "$1" ] || chmod -R u+w -- "$1" 2>/dev/null
+  rm -rf -- "$1"
+}
 # shellcheck disable=SC2329  # called on the way out
 remove_node_dir() {
   # everything but the lock first: a removal cut short (SIGKILL after the grace period) leaves a
@@ -46,9 +54,9 @@ remove_node_dir() {
   local entry
   for entry in "$1"/* "$1"/.[!.]*; do
     [ -e "$entry" ] || [ -L "$entry" ] || continue
-    [ "${entry##*/}" = .lock ] || rm -rf -- "$entry"
+    [ "${entry##*/}" = .lock ] || remove_tree "$entry" || true
   done
-  rm -rf -- "$1"
+  remove_tree "$1" || true
 }
 # shellcheck disable=SC2329  # called below
 reclaim_dirs() {
@@ -58,7 +66,7 @@ reclaim_dirs() {
   for dir in "$1/$2"*; do
     [ "$dir" != "$3" ] && [ -d "$dir" ] && [ ! -L "$dir" ] && [ -O "$dir" ] && [ -e "$dir/.lock" ] || continue
     # shellcheck disable=SC2016  # $1 is the inner shell's
-    bytes=$(flock -n "$dir/.lock" sh -c '[ -e "$1/.lock" ] || exit 1; b=$(du -sb -- "$1" | cut -f1); rm -rf -- "$1"; echo "$b"' _ "$dir" 2>/dev/null) || continue
+    bytes=$(flock -n "$dir/.lock" sh -c '[ -e "$1/.lock" ] || exit 1; b=$(du -sb -- "$1" | cut -f1); rm -rf -- "$1" || { chmod -R u+w -- "$1"; rm -rf -- "$1"; }; echo "$b"' _ "$dir" 2>/dev/null) || continue
     printf '%s\t%s\n' "$dir" "${bytes:-0}" >> "$4"
   done
 }

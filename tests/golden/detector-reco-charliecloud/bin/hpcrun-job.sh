@@ -163,6 +163,7 @@ launch_in_batch() {
 on_exit() {
   local rc=$?
   trap - EXIT
+  set +e   # the way out runs to its end whatever fails in it: the exit code is rc, and it is recorded
   stop_db
   printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/exit_code"
   log "job finished with exit code $rc"
