@@ -184,26 +184,30 @@ def test_staged_into_a_node_local_stage_dir_private_and_reclaimed(servers, case)
         shutil.rmtree(stage, ignore_errors=True)
 
 
-@pytest.mark.parametrize("private", [True, False], ids=["node-local-stage-dir", "stage-in-the-work-dir"])
-def test_a_read_only_directory_left_among_the_staged_inputs_is_removed_and_the_job_ends_well(servers, case, private):
-    """A program that leaves a read-only directory among its staged inputs (a tool's cache): ``rm -rf`` alone
-    fails on it as the job's user, and under the job's ``set -e`` that ended a job whose steps all succeeded:
-    with status 1 and no ``exit_code`` where the EXIT trap removed the node-local stage directory, with status 1
-    where the job's last step removed the staged inputs. Now they are removed and the job ends with 0."""
+@pytest.mark.parametrize("where", ["node-local-stage-dir", "stage-in-the-work-dir", "work-dir-after-a-merge"])
+def test_a_read_only_directory_a_chain_leaves_is_removed_and_the_job_ends_well(servers, case, where):
+    """A program that leaves a read-only directory (a tool's cache) among its staged inputs, or in its work
+    directory that the job removes after a merge: ``rm -rf`` alone fails on it as the job's user, and under the
+    job's ``set -e`` that ended a job whose steps all succeeded: with status 1 and no ``exit_code`` where the
+    EXIT trap removed the node-local stage directory, with status 1 where the job's last step removed the staged
+    inputs or the chains' parts. Now they are removed and the job ends with 0."""
     stage = Path(tempfile.mkdtemp(prefix="hpcrun-stage-", dir="/tmp"))
     stage.chmod(0o1777)
+    n = ["node-local-stage-dir", "stage-in-the-work-dir", "work-dir-after-a-merge"].index(where)
     try:
-        url = servers.put(f"store/s/ro{int(private)}.raw", os.urandom(1000))   # a path of its own: one per case
-        chain = ["/bin/sh", "-c", 'mkdir "$HPCRUN_INPUT_DIR/ro" && touch "$HPCRUN_INPUT_DIR/ro/f" '
-                 '&& chmod 500 "$HPCRUN_INPUT_DIR/ro" && exec cp "$0" "$1"', "{input}", "{output}"]
-        xrootd = {"stage_dir": str(stage)} if private else None
-        plan = plan_job(case, write_case(case, {"files": [url]}, xrootd=xrootd, chain=chain))
+        url = servers.put(f"store/s/ro{n}.raw", os.urandom(1000))   # a path of its own: one per case
+        d = "$HPCRUN_WORKDIR" if n == 2 else "$HPCRUN_INPUT_DIR"
+        chain = ["/bin/sh", "-c", f'mkdir "{d}/ro" && touch "{d}/ro/f" && chmod 500 "{d}/ro" && exec cp "$0" "$1"',
+                 "{input}", "{output}"]
+        extra = {"merge": {"command": ["/bin/sh", "-c", 'cat "$@" > "$0"', "{output}", "{parts}"]}} if n == 2 else {}
+        xrootd = {"stage_dir": str(stage)} if n == 0 else None
+        plan = plan_job(case, write_case(case, {"files": [url]}, xrootd=xrootd, chain=chain, **extra))
         done = run_job(plan, "212")
         assert done.returncode == 0, done.stdout + done.stderr
         assert (rundir(plan, "212") / "exit_code").read_text() == "0\n"
         assert not list(stage.iterdir()), list(stage.iterdir())
-        assert not list((case / "out" / ".hpcrun-work").glob("*/in/*")), "staged copies are removed at the end"
-        assert (case / "out" / f"ro{int(private)}.out").stat().st_size == 1000
+        assert not list((case / "out" / ".hpcrun-work").glob("*/*/*")), list((case / "out" / ".hpcrun-work").rglob("*"))
+        assert [p.stat().st_size for p in (case / "out").glob("*ro*")] == [1000]
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(stage), str(case / "out")], check=False)
         shutil.rmtree(stage, ignore_errors=True)
