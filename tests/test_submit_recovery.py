@@ -5,10 +5,12 @@ has no record of it yet. Fake sbatch/squeue/sacct (tests/fake_slurm.py)."""
 from __future__ import annotations
 
 import sqlite3
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List
 
 import pytest
 
+from hpcrun.backends.scheduler import slurm_run
 from hpcrun.backends.scheduler.base import SubmitUncertain
 from hpcrun.backends.scheduler.slurm import Slurm
 from hpcrun.operate.plandir import open_plan_store
@@ -272,3 +274,27 @@ def test_an_outage_of_an_accounting_the_plan_does_not_ask_holds_no_claim(tmp_pat
         store.record_outage(store.get_campaign("test-campaign").id, None, "accounting", "sacct: error: refused")
     report = submit(plan_dir)
     assert report.released and len(_names(fake_slurm)) == 1, (report, _names(fake_slurm))
+
+
+def test_submit_follow_waits_out_a_controller_that_stops_answering(tmp_path, spec_factory, fake_slurm, monkeypatch,
+                                                                   cli):
+    """``submit --follow`` under a queue limit: between two rounds slurmctld stops answering (a restart). The next
+    round says so and waits; the one after submits the rest, once. (The first round's failure is still an error:
+    no Slurm there is not an outage.)"""
+    (tmp_path / "capped.yaml").write_text("name: capped\nextends: local-test\nmax_queued_jobs: 1\n")
+    spec = spec_factory({"site": {"profile": str(tmp_path / "capped.yaml")}, "jobs": {"array": "never"}}, inputs=2)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    steps = iter([lambda: (fake_slurm.end("100"), fake_slurm.stop("slurmctld")),   # after the first round
+                  lambda: fake_slurm.start("slurmctld")])                          # after the round that waited
+    monkeypatch.setattr(slurm_run.time, "sleep", lambda _s: None)   # no backoff of 1+2+4 s between sbatch's tries
+    monkeypatch.setattr(submit_mod, "time", SimpleNamespace(sleep=lambda _s: next(steps)()))   # follow's own pause
+    result = cli("submit", str(plan_dir), "--follow", "--interval", "1")
+    assert result.exit_code == 0, result.output
+    assert "does not answer" in result.output and "waiting for it" in result.output, result.output
+    names = _names(fake_slurm)
+    assert len(names) == len(set(names)) == 2 and _submissions(plan_dir) == ["100", "101"], names
+    fake_slurm.stop("slurmctld")
+    other = tmp_path / "other"
+    other_plan = write_plan(load_plan(spec), other).out_dir
+    result = cli("submit", str(other_plan), "--follow", "--interval", "1")
+    assert result.exit_code != 0 and "does not answer" in result.output, result.output

@@ -183,8 +183,11 @@ def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional
 
     show = None if as_json else _show_batch(dry_run)
     if follow and not dry_run:
+        def outage(exc: Exception) -> None:
+            err.print(f"{str(exc).splitlines()[0]}: waiting for it; the next round tries again", highlight=False,
+                      markup=False, soft_wrap=True)
         reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=show,
-                                finalize_again=finalize_again)
+                                finalize_again=finalize_again, on_outage=outage)
         report = reports[-1]
         report.batches = [b for r in reports for b in r.batches]
     else:

@@ -462,14 +462,25 @@ def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: 
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            on_batch: Optional[Callable[[Batch], None]] = None,
            on_round: Optional[Callable[[SubmitReport], None]] = None,
-           finalize_again: bool = False) -> List[SubmitReport]:
+           finalize_again: bool = False,
+           on_outage: Optional[Callable[[SchedulerError], None]] = None) -> List[SubmitReport]:
     """Keep submitting as the queue drains until no outstanding work is left to submit (every
-    ``interval`` seconds: one minute by default, never below the site's minimum)."""
+    ``interval`` seconds: one minute by default, never below the site's minimum). A controller that does not
+    answer, or an sbatch that timed out, after the first round is waited out (``on_outage`` told), round after
+    round: a restart of slurmctld does not end it. In the first round it is an error to show at once."""
     pause = poll_interval(read_manifest(Path(os.path.abspath(plan_dir)), jobs=False), interval)
     reports: List[SubmitReport] = []
     while True:
-        report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch,
-                        finalize_again=finalize_again and not reports)
+        try:
+            report = submit(plan_dir, db=db, lock_timeout=lock_timeout, on_batch=on_batch,
+                            finalize_again=finalize_again and not reports)
+        except (Unreachable, SubmitUncertain) as exc:
+            if not reports:   # no Slurm here, a wrong cluster name: not an outage to wait for
+                raise
+            if on_outage:
+                on_outage(exc)
+            time.sleep(pause)
+            continue
         reports.append(report)
         if on_round:
             on_round(report)
