@@ -4,6 +4,7 @@ has no record of it yet. Fake sbatch/squeue/sacct (tests/fake_slurm.py)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List
@@ -50,14 +51,14 @@ def test_a_job_that_ended_before_its_record_is_found_not_submitted_again(tmp_pat
     assert _submissions(plan_dir) == ["100"]
 
 
-def _uncertain_second_sbatch(monkeypatch, made: str) -> Dict[str, Callable[[], Any]]:
-    """The second sbatch of a submission times out: the job was made at once, later (``later``: call it), or
-    never, and hpcrun cannot tell."""
+def _uncertain_second_sbatch(monkeypatch, made: str, nth: int = 2) -> Dict[str, Callable[[], Any]]:
+    """The second (``nth``) sbatch times out: the job was made at once, later (``later``: call it), or never, and
+    hpcrun cannot tell."""
     real, calls = Slurm.submit, {"n": 0, "later": lambda: None}
 
     def flaky(self, *a, **kw):
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == nth:
             if made == "at once":
                 real(self, *a, **kw)
             else:   # made after the controller answered the submitter's look, or never
@@ -294,7 +295,30 @@ def test_submit_follow_waits_out_a_controller_that_stops_answering(tmp_path, spe
     names = _names(fake_slurm)
     assert len(names) == len(set(names)) == 2 and _submissions(plan_dir) == ["100", "101"], names
     fake_slurm.stop("slurmctld")
-    other = tmp_path / "other"
-    other_plan = write_plan(load_plan(spec), other).out_dir
+    other_plan = write_plan(load_plan(spec), tmp_path / "other").out_dir
+
+    def waited(_s: float) -> None:
+        raise AssertionError("follow waited in its first round")
+    monkeypatch.setattr(submit_mod, "time", SimpleNamespace(sleep=waited))
     result = cli("submit", str(other_plan), "--follow", "--interval", "1")
-    assert result.exit_code != 0 and "does not answer" in result.output, result.output
+    assert result.exit_code == 3 and "does not answer" in result.output, result.output
+    assert "waiting for it" not in result.output, result.output
+
+
+def test_submit_follow_shows_what_a_round_cut_short_by_a_timed_out_sbatch_sent(tmp_path, spec_factory, fake_slurm,
+                                                                               monkeypatch, cli):
+    """``submit --follow`` on one cluster, per-job scripts in one group: the group's second sbatch times out (no job
+    made). The job its first sbatch made is recorded, and now shown and counted too; the next round releases the
+    claim of the one never made and submits it, once."""
+    (tmp_path / "capped.yaml").write_text("name: capped\nextends: local-test\nmax_queued_jobs: 2\n")
+    spec = spec_factory({"site": {"profile": str(tmp_path / "capped.yaml")}, "jobs": {"array": "never"}}, inputs=4)
+    plan_dir = write_plan(load_plan(spec), tmp_path / "plan").out_dir
+    _uncertain_second_sbatch(monkeypatch, "never", nth=4)
+    steps = iter([lambda: (fake_slurm.end("100"), fake_slurm.end("101")), lambda: None, lambda: None])
+    monkeypatch.setattr(submit_mod, "time", SimpleNamespace(sleep=lambda _s: next(steps)()))
+    result = cli("submit", str(plan_dir), "--follow", "--interval", "1", "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output[result.output.index("{"):])
+    assert sorted(b["job_id"] for b in shown["submitted"]) == ["100", "101", "102", "103"], shown["submitted"]
+    names = _names(fake_slurm)
+    assert len(names) == len(set(names)) == 4, names

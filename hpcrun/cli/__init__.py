@@ -123,39 +123,6 @@ DB_OPTION = click.option("--db", envvar="HPCRUN_STATE_DB", default=None, metavar
                          help="campaign state database URL (default: PLAN_DIR/state.db; env HPCRUN_STATE_DB)")
 
 
-def _show_batch(dry_run: bool) -> Callable[[Any], None]:
-    def show(batch: Any) -> None:
-        what = f"array tasks {batch.array_spec}" if batch.array_spec else "job"
-        word = "would submit" if dry_run else "submitted"
-        ident = (f": {batch.job_id} (name {batch.tag})" if batch.job_id else "") + (
-            f" on cluster {batch.cluster}" if batch.cluster else "")
-        out.print(f"{word} {batch.script.path} {what}, {batch.tasks} plan job(s){ident}", highlight=False)
-    return show
-
-
-def _submit_summary(report: Any) -> None:
-    for tag, job_id in report.recovered:
-        out.print(f"recovered job {job_id} ({tag}) submitted by a run that stopped before recording it",
-                  highlight=False)
-    for tag in report.released:
-        out.print(f"released claim {tag}: Slurm never got it, its jobs are pending again", highlight=False)
-    if report.queue:
-        out.print(f"queue: {report.queue[0]} of at most {report.queue[1]} jobs queued for this user", highlight=False)
-    from hpcrun.cli.summary import cluster_submit_lines
-
-    for line in cluster_submit_lines(report.clusters):
-        out.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)
-    if not report.batches:
-        out.print("nothing to submit: every job of this plan is done, in flight or parked"
-                  if not report.left_pending else "nothing submitted now", highlight=False)
-    if report.left_pending:
-        out.print(f"{report.left_pending} job(s) left for a later submit (the queue limit, --limit, or claims "
-                  "waiting to be settled); run submit again or use --follow", highlight=False)
-    if report.finalize is not None:
-        out.print(f"finalize: {report.finalize.message}", highlight=False, markup=False, emoji=False,
-                  soft_wrap=True)
-
-
 FINALIZE_AGAIN = click.option(
     "--finalize-again", is_flag=True,
     help="send one more finalize job (after the last one ended), after the work submitted since")
@@ -179,17 +146,26 @@ def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional
     """Submit the work of PLAN_DIR that is neither done nor in flight, and record it; then the
     campaign's finalize job (spec `finalize:`) once every plan job has been submitted."""
     from hpcrun import api
+    from hpcrun.backends.scheduler.base import SchedulerError
+    from hpcrun.cli.summary import show_batch, submit_summary
+    from hpcrun.operate.results import Batch
     from hpcrun.operate.submission.submit import follow as follow_submit
 
-    show = None if as_json else _show_batch(dry_run)
+    show = None if as_json else show_batch(out, dry_run)
     if follow and not dry_run:
-        def outage(exc: Exception) -> None:
-            err.print(f"{str(exc).splitlines()[0]}: waiting for it; the next round tries again", highlight=False,
+        def outage(exc: SchedulerError) -> None:
+            err.print(f"{exc.words()}: waiting for it; the next round tries again", highlight=False,
                       markup=False, soft_wrap=True)
-        reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=show,
+        sent: List[Batch] = []   # every round's, a round cut short by an outage too
+
+        def sending(batch: Batch) -> None:
+            sent.append(batch)
+            if show:
+                show(batch)
+        reports = follow_submit(plan_dir, interval=interval, db=db, lock_timeout=lock_timeout, on_batch=sending,
                                 finalize_again=finalize_again, on_outage=outage)
         report = reports[-1]
-        report.batches = [b for r in reports for b in r.batches]
+        report.batches = sent
     else:
         def waiting(holder: str) -> None:
             err.print(f"waiting for the submit lock held by {holder}", highlight=False)
@@ -201,7 +177,7 @@ def submit_cmd(plan_dir: Path, db: Optional[str], dry_run: bool, limit: Optional
     if as_json:
         click.echo(json.dumps(api.SubmitResult(report).to_dict(), indent=1))
     else:
-        _submit_summary(report)
+        submit_summary(out, report)
 
 
 def _status_table(report: Any, show_all: bool, max_rows: int = 50) -> None:
@@ -313,12 +289,13 @@ def retry_cmd(plan_dir: Path, db: Optional[str], max_attempts: Optional[int], ca
               jobs: tuple, unpark: bool, dry_run: bool, exports: bool, finalize_again: bool, as_json: bool) -> None:
     """Resubmit failed, timed-out and node-failed jobs of PLAN_DIR; park those out of attempts."""
     from hpcrun import api
+    from hpcrun.cli.summary import show_batch
 
     if exports:
         out.print(f"{api.rearm_exports(plan_dir, db=db)} given-up export(s) will be tried again by the supervisor")
         return
     report = api.retry(plan_dir, db=db, max_attempts=max_attempts, cancelled=cancelled, jobs=jobs, unpark=unpark,
-                       dry_run=dry_run, on_batch=None if as_json else _show_batch(False),
+                       dry_run=dry_run, on_batch=None if as_json else show_batch(out, False),
                        finalize_again=finalize_again).raw
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from rich.table import Table
 
@@ -143,3 +143,35 @@ def rpc_line(plan: Plan) -> str:
     return (f"{r['submissions']} submission(s) + {r['in_job_user']} from {r['steps']} job step(s) "
             f"(+{r['in_job_daemons']} from the nodes' step daemons) = {r['user_per_1000_inputs']} per 1000 "
             "inputs from your user; tracking adds a few per poll, not per input")
+
+
+def show_batch(out: Any, dry_run: bool) -> Callable[[Any], None]:
+    """One line a submission as it goes (``would submit`` in a dry run)."""
+    def show(batch: Any) -> None:
+        what = f"array tasks {batch.array_spec}" if batch.array_spec else "job"
+        word = "would submit" if dry_run else "submitted"
+        ident = (f": {batch.job_id} (name {batch.tag})" if batch.job_id else "") + (
+            f" on cluster {batch.cluster}" if batch.cluster else "")
+        out.print(f"{word} {batch.script.path} {what}, {batch.tasks} plan job(s){ident}", highlight=False)
+    return show
+
+
+def submit_summary(out: Any, report: Any) -> None:
+    for tag, job_id in report.recovered:
+        out.print(f"recovered job {job_id} ({tag}) submitted by a run that stopped before recording it",
+                  highlight=False)
+    for tag in report.released:
+        out.print(f"released claim {tag}: Slurm never got it, its jobs are pending again", highlight=False)
+    if report.queue:
+        out.print(f"queue: {report.queue[0]} of at most {report.queue[1]} jobs queued for this user", highlight=False)
+    for line in cluster_submit_lines(report.clusters):
+        out.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)
+    if not report.batches:
+        out.print("nothing to submit: every job of this plan is done, in flight or parked"
+                  if not report.left_pending else "nothing submitted now", highlight=False)
+    if report.left_pending:
+        out.print(f"{report.left_pending} job(s) left for a later submit (the queue limit, --limit, or claims "
+                  "waiting to be settled); run submit again or use --follow", highlight=False)
+    if report.finalize is not None:
+        out.print(f"finalize: {report.finalize.message}", highlight=False, markup=False, emoji=False,
+                  soft_wrap=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
+from hpcrun.operate.results import ScriptInfo
 
 # render.headers is imported by the first script filled from a template: it brings jinja2 and the plan's models,
 # which a campaign of script files (late binding's pilots) never needs
@@ -132,3 +133,8 @@ def _job_index(manifest: Manifest, word: str) -> int:
     raise InputError([Problem(word, None, "JOB", (
         f"is not a job of campaign {manifest.campaign}: give its name ({prefix}{1:05d}), its number "
         f"(1 to {total}) or its script's name (job00001)"))])
+
+
+def text_key(script: ScriptInfo, job_index: int) -> int:
+    """Whose text a job is submitted with: its own, or its array's (named by the array's first job)."""
+    return script.first if script.is_array else job_index

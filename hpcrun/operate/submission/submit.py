@@ -50,12 +50,11 @@ from hpcrun.operate.submission.batches import (  # re-exported: callers and test
     tag_of,
     throttle_of,
 )
-from hpcrun.operate.submission.headers import HeaderBook
+from hpcrun.operate.submission.headers import HeaderBook, text_key
 from hpcrun.operate.submission.headers import digest as text_digest
 from hpcrun.operate.submission.locality import prefer_nodes
 from hpcrun.operate.submission.placement import (
     DOWN,
-    Seat,
     mark_slow,
     on_cluster,
     place,
@@ -69,11 +68,6 @@ from hpcrun.store.records import Campaign, Claim, NewSubmission
 from hpcrun.store.store import StateStore
 
 DEFAULT_LOCK_TIMEOUT = 600.0
-
-
-def _text_key(script: ScriptInfo, job_index: int) -> int:
-    """Whose text a job is submitted with: its own, or its array's (named by the array's first job)."""
-    return script.first if script.is_array else job_index
 
 
 class Submitter:
@@ -105,7 +99,7 @@ class Submitter:
         book = self._books.get(script.headers)
         if book is None:
             book = self._books[script.headers] = HeaderBook(self.plan_dir, script.path, script.headers)
-        return book.text(_text_key(script, job_index))
+        return book.text(text_key(script, job_index))
 
     def on(self, cluster: ClusterInfo) -> Submitter:
         """The same submitter sending work to another cluster of the plan."""
@@ -133,6 +127,7 @@ class Submitter:
         group of per-job scripts, to its plan job), so a stop anywhere in between is settled
         by the next submit (``settle``).
         """
+        self.sent = []
         claim = self.store.claim_jobs(self.campaign.id, [j for b in batches for j in b.jobs])
         claimed = {i.job_index for i in claim.inputs if i.job_index is not None}
         if not claimed:
@@ -155,7 +150,7 @@ class Submitter:
                 self.store.check_fences()   # a holder that lost its lock hands the scheduler nothing
                 text = self.script_text(batch.script, jobs[0])
                 if text is not None:
-                    self.texts[_text_key(batch.script, jobs[0])] = text
+                    self.texts[text_key(batch.script, jobs[0])] = text
                 batch.job_id = self.sched.submit(self.plan_dir / batch.script.path, name=batch.tag,
                                                  array=batch.array_spec or None, adjust=batch.adjust, text=text)
                 changes.update(dict.fromkeys(jobs, batch.changes))
@@ -206,7 +201,7 @@ class Submitter:
         tag = tag_of(self.campaign.name, claim.token)
         for job_index, input_ids in sorted(by_job.items()):
             script = self.script_of(job_index)
-            key = _text_key(script, job_index)
+            key = text_key(script, job_index)
             text = self.texts.get(key) or self.script_text(script, job_index)  # settled: the same text
             if text is not None and key not in digests:   # an array's tasks: filled and hashed once
                 self.texts[key], digests[key] = text, text_digest(text)
@@ -392,19 +387,30 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
             batches, report.left_pending = plan_retry_batches(submitter.scripts, pending, adjustments, budget,
                                                               throttle)
             for group in claim_groups(batches):
-                for done in submitter.submit_group(group):
-                    report.batches.append(done)
-                    if on_batch:
-                        on_batch(done)
+                try:
+                    done = submitter.submit_group(group)
+                except BaseException:   # what the group sent before it raised is recorded, so reported too
+                    _reported(submitter.sent, None, report, on_batch)
+                    _audit(store, campaign, report)
+                    raise
+                _reported(done, None, report, on_batch)
             report.left_pending += submitter.returned
         report.left_pending += submitter.unsettled
         if with_finalize:
-            report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
-        if report.batches:
-            ids = ", ".join(b.job_id or "?" for b in report.batches[:20]) + (" ..." if len(report.batches) > 20 else "")
-            store.audit(campaign.id, "submit", f"submitted {report.submitted_jobs} job(s) in "
-                        f"{len(report.batches)} submission(s): {ids}")
+            try:
+                report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
+            except SchedulerError:
+                _audit(store, campaign, report)
+                raise
+        _audit(store, campaign, report)
     return report
+
+
+def _audit(store: StateStore, campaign: Campaign, report: SubmitReport) -> None:
+    if report.batches:
+        ids = ", ".join(b.job_id or "?" for b in report.batches[:20]) + (" ..." if len(report.batches) > 20 else "")
+        store.audit(campaign.id, "submit", f"submitted {report.submitted_jobs} job(s) in "
+                    f"{len(report.batches)} submission(s): {ids}")
 
 
 def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
@@ -433,15 +439,15 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
             batches, _ = plan_retry_batches(sub.scripts, seat.given, own, None, throttle)
             try:
                 for group in claim_groups(batches):
-                    _reported(sub.submit_group(group), seat, report, on_batch)
+                    _reported(sub.submit_group(group), seat.cluster.name, report, on_batch)
                 report.left_pending += sub.returned
             except (Unreachable, SubmitUncertain) as exc:
                 # it went away between the survey and now (the claim was released), or an sbatch timed out and its
                 # job was not found (the claim waits for the next settle): the other clusters still get theirs
-                _reported(sub.sent, seat, report, on_batch)   # what its group sent before (recorded)
+                _reported(sub.sent, seat.cluster.name, report, on_batch)   # what its group sent before (recorded)
                 if isinstance(exc, Unreachable):
                     seat.state = DOWN
-                seat.detail = str(exc).splitlines()[0]
+                seat.detail = exc.words()
                 report.left_pending += len(seat.given) - sum(b.tasks for b in report.batches
                                                              if b.cluster == seat.cluster.name)
         store.record_cluster_health(campaign.id, seat.cluster.name, seat.state, seat.detail)
@@ -449,10 +455,11 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
                                                "pending_there": seat.pending, "placed": len(seat.given)}
 
 
-def _reported(batches: Sequence[Batch], seat: Seat, report: SubmitReport, on_batch: Optional[Callable[[Batch], None]]
-              ) -> None:
+def _reported(batches: Sequence[Batch], cluster: Optional[str], report: SubmitReport,
+              on_batch: Optional[Callable[[Batch], None]]) -> None:
     for done in batches:
-        done.cluster = seat.cluster.name
+        if cluster is not None:   # a campaign on several clusters: where each went
+            done.cluster = cluster
         report.batches.append(done)
         if on_batch:
             on_batch(done)
