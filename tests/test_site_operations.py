@@ -217,3 +217,32 @@ def test_what_a_restarting_daemon_prints_is_an_outage(tmp_path, monkeypatch, no_
     with pytest.raises(Unreachable) as caught:
         slurm_run._run([command, "-h"])
     assert caught.value.daemon == daemon, caught.value
+
+
+def test_a_job_seen_running_whose_record_lags_behind_is_not_called_lost(tmp_path, spec_factory, fake_slurm,
+                                                                         monkeypatch, no_backoff):
+    """slurmdbd answers but lags behind the controller (its agent queue backed up: no outage to record). A job seen
+    running ends and leaves the queue (past MinJobAge) before its record comes: it ran, so its record will come. It
+    is not called LOST (retried, it would run twice) until its walltime and the catch-up have passed since it was
+    seen running; its record, once it comes, ends it."""
+    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    ids = _ids(plan_dir)
+    queue = (fake_slurm.bin / "queue")
+    queue.write_text(queue.read_text().replace("|PENDING|(Dependency)", "|RUNNING|nid00001"))
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)   # seen running
+    fake_slurm.end(ids["test-campaign.00001"], accounted=False)   # gone from squeue, no record yet
+    report = run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    last = report.rounds[-1]
+    assert last.jobs["running"] == 3 and last.jobs["failed"] == 0, last.summary()   # not lost
+    fake_slurm.catch_up()
+    report = run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert report.rounds[-1].jobs["done"] == 1 and report.rounds[-1].jobs["running"] == 2, report.rounds[-1].summary()
+    # another ends the same way, and its record never comes: lost once its walltime and the catch-up have passed
+    fake_slurm.end(ids["test-campaign.00002"], accounted=False)
+    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", -86400.0)   # that long since it was seen running
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert _calls(fake_slurm) == 4                               # the lost one submitted again, the others not
+    with open_plan_store(plan_dir) as store:
+        assert store.attempts_by_class(store.get_campaign("test-campaign").id) == {"lost": 1}

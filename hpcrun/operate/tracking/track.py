@@ -61,7 +61,6 @@ from hpcrun.store.base import StateStoreError
 from hpcrun.store.locking.mounts import INPUT_STATES
 from hpcrun.store.records import (
     ActiveSubmission,
-    FinalizeRecord,
     NewStateChange,
     Outage,
     QaResult,
@@ -218,7 +217,7 @@ class Poller:
         if self.accounting:
             # not visible yet (accounting lags the controller by a moment), or gone without a record
             # (e.g. an array task cancelled before it was ever eligible)
-            if (now - a.submitted_at).total_seconds() > LOST_AFTER_S:
+            if (now - a.submitted_at).total_seconds() > LOST_AFTER_S and not self._record_may_come(a, now):
                 return NewStateChange(a.id, "LOST", now, reason=(
                     "the job left the queue and accounting has no record of it (cancelled before it "
                     "was eligible to run?)")), ""
@@ -230,6 +229,15 @@ class Poller:
         reason = _read(self.job_dir(a, raw) + "/reason") if raw else ""
         state = "FAILED" if reason else "COMPLETED"
         return NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"), raw
+
+    def _record_may_come(self, a: ActiveSubmission, now: dt.datetime) -> bool:
+        """A job seen started has an accounting record (written as it started), which a slurmdbd lagging behind
+        the controller (answering, so no outage) may deliver after the queue forgot the job: it is not called
+        lost before its walltime and the catch-up have passed since it was seen so (it would run twice)."""
+        if a.last_state in (None, "PENDING"):
+            return False
+        seen = max((c.observed_at for c in self.store.state_changes(a.id)), default=a.submitted_at)
+        return (now - seen).total_seconds() <= self.manifest.walltime_seconds + ACCOUNTING_CATCHUP_S
 
     def _from_queue(self, a: ActiveSubmission, q: Queued, now: dt.datetime) -> _Seen:
         """The queue's word, where accounting has none yet (or only a pending one)."""
@@ -280,57 +288,6 @@ class Poller:
     def qa_outcomes(self, ended: Sequence[Tuple[ActiveSubmission, str]]) -> List[QaResult]:
         """QA rows the finished jobs wrote (see :mod:`hpcrun.operate.outputs.qa_rows`)."""
         return qa_outcomes(self.store, self.run_dir, self.job_dir, ended)
-
-
-def _finalize_in_flight(store: StateStore, campaign_id: int) -> Optional[FinalizeRecord]:
-    rounds = store.finalize_rounds(campaign_id)
-    last = rounds[-1] if rounds else None
-    if last is None or last.job_id is None or last.submitted_at is None \
-            or last.last_state in TERMINAL or last.last_state == "LOST":
-        return None
-    return last
-
-
-def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> None:
-    """Record the finalize job's state from this poll's accounting answer (the queue for a pending reason)."""
-    assert row.job_id is not None and row.submitted_at is not None
-    now = dt.datetime.now(dt.timezone.utc)
-    rec = poller.records.get(row.job_id)
-    queued = None
-    waits = (poller.first.name or None) in poller.catching_up
-    if rec is None or rec.state == "PENDING":
-        try:
-            queued = next((q for q in poller.sched.queue(job_ids=[row.job_id], expand=False, ended=True)
-                           if q.job_id == row.job_id), None)
-        except Unreachable:
-            return   # the controller does not answer: asked again at the next poll
-    if waits and rec is None and (queued is None or normalize_state(queued.state) in TERMINAL):
-        return   # accounting is down or catching up: its record will say how it ended
-    own = _read(f"{poller.run_dir}/finalize/{row.job_id}/reason")
-    if rec is not None and not (rec.state == "PENDING" and queued is not None):
-        code, _sig = parse_exit_code(rec.exit_code)
-        if rec.state == "PENDING":
-            reason = rec.reason
-        elif rec.state in TERMINAL and rec.state != "COMPLETED":
-            reason = own or ("" if rec.reason.startswith(_WAIT_REASONS) else rec.reason)
-        else:
-            reason = ""
-        parse = poller.sched.parse_time
-        store.record_finalize_state(row.id, rec.state, exit_code=code, elapsed_s=rec.elapsed_s,
-                                    started_at=parse(rec.start), ended_at=parse(rec.end),
-                                    reason=reason or None, observed_at=now)
-    elif queued is not None:
-        state = normalize_state(queued.state)
-        if state in TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= LOST_AFTER_S:
-            return  # ended a moment ago: wait for accounting's record
-        store.record_finalize_state(row.id, state, reason=(own if state in TERMINAL else "")
-                                    or queued.reason.strip("()") or None, observed_at=now)
-    elif not poller.accounting:
-        store.record_finalize_state(row.id, "FAILED" if own else "COMPLETED",
-                                    reason=own or "left the queue (no accounting)", observed_at=now)
-    elif (now - row.submitted_at).total_seconds() > LOST_AFTER_S:
-        store.record_finalize_state(row.id, "LOST", reason=(
-            "the finalize job left the queue and accounting has no record of it"), observed_at=now)
 
 
 # without --all: the jobs a human must look at, and those in flight while they are few enough to list
@@ -422,10 +379,11 @@ def _poll_store(plan_dir: Path, manifest: Manifest, store: StateStore, all_jobs:
         campaign = store.get_campaign(manifest.campaign)
     except StateStoreError:
         return _unsubmitted(store.location, plan_dir, all_jobs)
+    from hpcrun.operate.tracking.finalize_job import finalize_in_flight, observe_finalize  # it imports this module
     poller = Poller(plan_dir, store, manifest)
     known_outages = store.outages(campaign.id)
     poller.note_outages(known_outages, dt.datetime.now(dt.timezone.utc))
-    fin = _finalize_in_flight(store, campaign.id) if manifest.finalize else None
+    fin = finalize_in_flight(store, campaign.id) if manifest.finalize else None
     extra = [(fin.job_id, fin.submitted_at)] if fin and fin.job_id and fin.submitted_at else []
     late = follows_changes(poller)   # late binding: the queue says what changed (no list of what is in flight)
     if late:
