@@ -14,7 +14,7 @@ import pytest
 from hpcrun.backends.scheduler import slurm, slurm_run
 from hpcrun.backends.scheduler.base import AccountingUnreachable, Unreachable
 from hpcrun.backends.scheduler.slurm_acct import ACCT_FIELDS, parse_acct
-from hpcrun.operate.plandir import open_plan_store
+from hpcrun.operate.plandir import open_plan_store, read_manifest
 from hpcrun.operate.supervision.supervise import run
 from hpcrun.operate.tracking import track
 
@@ -239,10 +239,38 @@ def test_a_job_seen_running_whose_record_lags_behind_is_not_called_lost(tmp_path
     fake_slurm.catch_up()
     report = run(plan_dir, interval=1, sleep=lambda s: None, once=True)
     assert report.rounds[-1].jobs["done"] == 1 and report.rounds[-1].jobs["running"] == 2, report.rounds[-1].summary()
-    # another ends the same way, and its record never comes: lost once its walltime and the catch-up have passed
+    # another ends the same way, and its record never comes: lost once the longest walltime it may have had, the
+    # queue's MinJobAge and the catch-up have passed since it was seen running (the bound moved to 30 s before
+    # now, then 30 s after: seen a moment ago)
     fake_slurm.end(ids["test-campaign.00002"], accounted=False)
-    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", -86400.0)   # that long since it was seen running
+    m = read_manifest(plan_dir)
+    longest = max(m.walltime_seconds, int(m.submit.limits.get("max_walltime_s") or 0))
+    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", 30.0 - longest - track.MIN_JOB_AGE_S)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert _calls(fake_slurm) == 3                               # within the bound: waited for
+    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", -30.0 - longest - track.MIN_JOB_AGE_S)
     run(plan_dir, interval=1, sleep=lambda s: None, once=True)
     assert _calls(fake_slurm) == 4                               # the lost one submitted again, the others not
     with open_plan_store(plan_dir) as store:
         assert store.attempts_by_class(store.get_campaign("test-campaign").id) == {"lost": 1}
+
+
+def test_a_job_that_leaves_the_queue_during_an_accounting_outage_is_not_called_lost(tmp_path, spec_factory,
+                                                                                  fake_slurm, monkeypatch,
+                                                                                  no_backoff):
+    """A job last seen pending that ends and leaves the queue while slurmdbd is down: nothing may be concluded of
+    it (its record will come), so it is not called LOST; once slurmdbd answers, its record ends it, run once."""
+    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
+    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", 0.0)
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    ids = _ids(plan_dir)
+    fake_slurm.stop("slurmdbd")
+    fake_slurm.end(ids["test-campaign.00001"])                  # ran and ended between two polls
+    report = run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    assert report.rounds[-1].jobs["failed"] == 0 and _calls(fake_slurm) == 3, report.rounds[-1].summary()
+    fake_slurm.start("slurmdbd")
+    _to_the_end(plan_dir, fake_slurm)
+    assert _calls(fake_slurm) == 3
+    with open_plan_store(plan_dir) as store:
+        assert store.attempts_by_class(store.get_campaign("test-campaign").id) == {}

@@ -7,7 +7,8 @@ import datetime as dt
 from typing import Optional
 
 from hpcrun.backends.scheduler.base import TERMINAL, Unreachable, normalize_state, parse_exit_code
-from hpcrun.operate.tracking.track import _WAIT_REASONS, LOST_AFTER_S, Poller, _read
+from hpcrun.operate.tracking import track
+from hpcrun.operate.tracking.track import _WAIT_REASONS, Poller, _read
 from hpcrun.store.records import FinalizeRecord
 from hpcrun.store.store import StateStore
 
@@ -51,13 +52,14 @@ def observe_finalize(poller: Poller, store: StateStore, row: FinalizeRecord) -> 
                                     reason=reason or None, observed_at=now)
     elif queued is not None:
         state = normalize_state(queued.state)
-        if state in TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= LOST_AFTER_S:
+        if state in TERMINAL and poller.accounting and (now - row.submitted_at).total_seconds() <= track.LOST_AFTER_S:
             return  # ended a moment ago: wait for accounting's record
         store.record_finalize_state(row.id, state, reason=(own if state in TERMINAL else "")
                                     or queued.reason.strip("()") or None, observed_at=now)
     elif not poller.accounting:
         store.record_finalize_state(row.id, "FAILED" if own else "COMPLETED",
                                     reason=own or "left the queue (no accounting)", observed_at=now)
-    elif (now - row.submitted_at).total_seconds() > LOST_AFTER_S:
+    elif (now - row.submitted_at).total_seconds() > track.LOST_AFTER_S and not track.record_may_come(
+            poller.manifest, row.last_state, row.last_observed_at, now):
         store.record_finalize_state(row.id, "LOST", reason=(
             "the finalize job left the queue and accounting has no record of it"), observed_at=now)

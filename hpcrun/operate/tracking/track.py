@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 from hpcrun.backends.late.queue import Queue
 from hpcrun.backends.scheduler.base import (
     ACCOUNTING_CATCHUP_S,
+    INPUT_STATE_OF,
     TERMINAL,
     AccountingUnreachable,
     Queued,
@@ -69,8 +70,21 @@ from hpcrun.store.store import StateStore
 from hpcrun.units import format_duration
 
 LOST_AFTER_S = 60.0  # a job neither the queue nor accounting knows this long after submission is gone
+MIN_JOB_AGE_S = 600.0   # the queue may list an ended job this long (Slurm's MinJobAge, 300 s by default, and more)
 _WAIT_REASONS = ("BurstBuffer", "JobArrayTaskLimit", "Resources", "Priority", "Dependency", "JobHeld", "None",
                  "BeginTime", "ReqNodeNotAvail", "QOS", "AssocGrp", "AssocMax")
+
+
+def record_may_come(manifest: Manifest, last_state: Optional[str], seen: Optional[dt.datetime],
+                    now: dt.datetime) -> bool:
+    """A job seen started (``last_state`` at ``seen``) has an accounting record, written as it started, which a
+    slurmdbd lagging behind the controller while it answers (no outage) may deliver after the queue forgot the
+    job: it is not called lost (it would run twice) before the longest walltime it may have had (a retry's is
+    raised up to the partition's), the queue's MinJobAge and the catch-up have passed since it was seen so."""
+    if INPUT_STATE_OF.get(last_state or "") != "running" or seen is None:
+        return False
+    longest = max(manifest.walltime_seconds, int(manifest.submit.limits.get("max_walltime_s") or 0))
+    return (now - seen).total_seconds() <= longest + MIN_JOB_AGE_S + ACCOUNTING_CATCHUP_S
 
 
 def _fmt_elapsed(seconds: Optional[float]) -> str:
@@ -231,13 +245,10 @@ class Poller:
         return NewStateChange(a.id, state, now, reason=reason or "left the queue (no accounting)"), raw
 
     def _record_may_come(self, a: ActiveSubmission, now: dt.datetime) -> bool:
-        """A job seen started has an accounting record (written as it started), which a slurmdbd lagging behind
-        the controller (answering, so no outage) may deliver after the queue forgot the job: it is not called
-        lost before its walltime and the catch-up have passed since it was seen so (it would run twice)."""
-        if a.last_state in (None, "PENDING"):
+        if INPUT_STATE_OF.get(a.last_state or "") != "running":   # no query for the rest (pending, held)
             return False
         seen = max((c.observed_at for c in self.store.state_changes(a.id)), default=a.submitted_at)
-        return (now - seen).total_seconds() <= self.manifest.walltime_seconds + ACCOUNTING_CATCHUP_S
+        return record_may_come(self.manifest, a.last_state, seen, now)
 
     def _from_queue(self, a: ActiveSubmission, q: Queued, now: dt.datetime) -> _Seen:
         """The queue's word, where accounting has none yet (or only a pending one)."""
