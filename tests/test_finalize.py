@@ -350,3 +350,26 @@ def test_retry_opens_the_plan_once(tmp_path, spec_factory, fake_slurm, monkeypat
     assert report.requeued == ["test-campaign.00001"] and report.submit is not None
     assert [b.jobs for b in report.submit.batches] == [[0]]
     assert (len(reads), len(opens)) == (1, 1)
+
+
+def test_a_finalize_job_seen_running_whose_record_lags_is_not_called_lost(tmp_path, spec_factory, fake_slurm,
+                                                                           monkeypatch):
+    """The finalize job runs, ends and leaves the queue before slurmdbd (answering, but behind) has its record: not
+    LOST while its record may come (the bound: the longest walltime, MinJobAge and the catch-up since it was seen
+    running); its record ends it. Past the bound it is LOST."""
+    from hpcrun.operate.tracking import track
+    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
+    plan_dir = _plan(tmp_path, spec_factory)
+    submit(plan_dir)
+    for job_id in ("100", "101", "102"):
+        fake_slurm.end(job_id)
+    queue = fake_slurm.bin / "queue"
+    queue.write_text(queue.read_text().replace("|PENDING|(Dependency)", "|RUNNING|nid00001"))
+    st = poll(plan_dir)
+    assert st.finalize is not None and st.finalize["state"] == "RUNNING", st.finalize
+    fake_slurm.end("103", accounted=False)                      # gone from squeue, its record not there yet
+    st = poll(plan_dir)
+    assert st.finalize is not None and st.finalize["state"] == "RUNNING", st.finalize   # not lost
+    monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", -10.0 ** 9)   # the bound passed
+    st = poll(plan_dir)
+    assert st.finalize is not None and st.finalize["state"] == "LOST", st.finalize
