@@ -217,7 +217,7 @@ class Submitter:
     def settle(self, claims: Sequence[Claim], release: bool = True, changes: Optional[Dict[int, Optional[str]]] = None
                ) -> Tuple[List[Tuple[str, str]], List[str]]:
         """Record the Slurm jobs found under each claim's names (with ``changes``, the retry's of a timed-out
-        sbatch: a stopped submitter's are not known), release what Slurm never got (``release``).
+        submission: a stopped submitter's are not known), release what Slurm never got (``release``).
 
         A claim's names are its tag (an array, or a single job) and ``<tag>.<plan job>`` (a
         group of per-job scripts). Returns ([(name, job id) found], [tags released]).
@@ -442,7 +442,7 @@ def _spread(submitter: Submitter, limit: Optional[int], report: SubmitReport,
                     _reported(sub.submit_group(group), seat.cluster.name, report, on_batch)
                 report.left_pending += sub.returned
             except (Unreachable, SubmitUncertain) as exc:
-                # it went away between the survey and now (the claim was released), or an sbatch timed out and its
+                # it went away between the survey and now (the claim was released), or a submission timed out and its
                 # job was not found (the claim waits for the next settle): the other clusters still get theirs
                 _reported(sub.sent, seat.cluster.name, report, on_batch)   # what its group sent before (recorded)
                 if isinstance(exc, Unreachable):
@@ -473,8 +473,8 @@ def follow(plan_dir: Union[str, Path], *, interval: Optional[float] = None, db: 
            on_outage: Optional[Callable[[SchedulerError], None]] = None) -> List[SubmitReport]:
     """Keep submitting as the queue drains until no outstanding work is left to submit (every
     ``interval`` seconds: one minute by default, never below the site's minimum). A controller that does not
-    answer, or an sbatch that timed out, after the first round is waited out (``on_outage`` told), round after
-    round: a restart of slurmctld does not end it. In the first round it is an error to show at once."""
+    answer, or a submission that timed out, after the first round is waited out (``on_outage`` told), round after
+    round: a restart of the controller does not end it. In the first round it is an error to show at once."""
     pause = poll_interval(read_manifest(Path(os.path.abspath(plan_dir)), jobs=False), interval)
     reports: List[SubmitReport] = []
     while True:
