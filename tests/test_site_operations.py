@@ -37,6 +37,14 @@ def _ids(plan_dir) -> dict:
         return {j.job_name: j.slurm_id for j in store.job_states(c.id) if j.slurm_id}
 
 
+def _submitted(tmp_path, spec_factory, monkeypatch):
+    """The plan's jobs submitted by one round of the supervisor, anything unseen called lost at once (no 60 s)."""
+    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)
+    plan_dir = _plan(tmp_path, spec_factory)
+    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
+    return plan_dir, _ids(plan_dir)
+
+
 def _to_the_end(plan_dir, fake):
     """`hpcrun run` to the end, the fake jobs completing between rounds."""
     cluster = Cluster(fake, {})
@@ -107,11 +115,8 @@ def test_a_site_cancel_is_retried_and_an_operator_cancel_is_not(tmp_path, spec_f
 
 def test_an_accounting_outage_is_ridden_out_with_nothing_lost_or_doubled(tmp_path, spec_factory, fake_slurm, cli,
                                                                          monkeypatch, no_backoff, store_backend):
-    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
     monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", 0.0)
-    plan_dir = _plan(tmp_path, spec_factory)
-    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
-    ids = _ids(plan_dir)
+    plan_dir, ids = _submitted(tmp_path, spec_factory, monkeypatch)
     fake_slurm.stop("slurmdbd")
     queue = (fake_slurm.bin / "queue")
     queue.write_text(queue.read_text().replace("|PENDING|(Dependency)", "|RUNNING|nid00001"))
@@ -225,10 +230,7 @@ def test_a_job_seen_running_whose_record_lags_behind_is_not_called_lost(tmp_path
     running ends and leaves the queue (past MinJobAge) before its record comes: it ran, so its record will come. It
     is not called LOST (retried, it would run twice) until its walltime and the catch-up have passed since it was
     seen running; its record, once it comes, ends it."""
-    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
-    plan_dir = _plan(tmp_path, spec_factory)
-    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
-    ids = _ids(plan_dir)
+    plan_dir, ids = _submitted(tmp_path, spec_factory, monkeypatch)
     queue = (fake_slurm.bin / "queue")
     queue.write_text(queue.read_text().replace("|PENDING|(Dependency)", "|RUNNING|nid00001"))
     run(plan_dir, interval=1, sleep=lambda s: None, once=True)   # seen running
@@ -260,11 +262,8 @@ def test_a_job_that_leaves_the_queue_during_an_accounting_outage_is_not_called_l
                                                                                   no_backoff):
     """A job last seen pending that ends and leaves the queue while slurmdbd is down: nothing may be concluded of
     it (its record will come), so it is not called LOST; once slurmdbd answers, its record ends it, run once."""
-    monkeypatch.setattr(track, "LOST_AFTER_S", 0.0)            # anything unseen would be called lost at once
     monkeypatch.setattr(track, "ACCOUNTING_CATCHUP_S", 0.0)
-    plan_dir = _plan(tmp_path, spec_factory)
-    run(plan_dir, interval=1, sleep=lambda s: None, once=True)
-    ids = _ids(plan_dir)
+    plan_dir, ids = _submitted(tmp_path, spec_factory, monkeypatch)
     fake_slurm.stop("slurmdbd")
     fake_slurm.end(ids["test-campaign.00001"])                  # ran and ended between two polls
     report = run(plan_dir, interval=1, sleep=lambda s: None, once=True)
