@@ -127,14 +127,14 @@ class Submitter:
         group of per-job scripts, to its plan job), so a stop anywhere in between is settled
         by the next submit (``settle``).
         """
-        self.sent = []
+        self.sent = []   # this group's, from its start (a claim that comes back empty sends nothing)
         claim = self.store.claim_jobs(self.campaign.id, [j for b in batches for j in b.jobs])
         claimed = {i.job_index for i in claim.inputs if i.job_index is not None}
         if not claimed:
             return []  # another submitter took them
         base = tag_of(self.campaign.name, claim.token)
         grouped = len(batches) > 1
-        done = self.sent = []   # what the scheduler took, as it goes: a caller reports it when the group raises
+        done = self.sent   # what the scheduler took, as it goes: a caller reports it when the group raises
         by_job: Dict[int, str] = {}
         changes = self.changes = {}
         self.texts = {}
