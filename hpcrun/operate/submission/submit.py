@@ -378,31 +378,29 @@ def submit_store(plan_dir: Path, manifest: Manifest, store: StateStore, *, dry_r
         if report.paused or report.spent:   # an operator's pause, a spent allocation: settle, submit nothing new
             report.left_pending = len(store.pending_jobs(campaign.id)) + submitter.unsettled
             return report
-        if len(submitter.clusters) > 1:
-            _spread(submitter, limit, report, on_batch, spent)
-        else:
-            budget, report.queue = queue_budget(manifest, limit)
-            pending = store.pending_jobs(campaign.id)
-            adjustments = prefer_nodes(manifest, store, campaign.id, pending, store.pending_adjustments(campaign.id))
-            batches, report.left_pending = plan_retry_batches(submitter.scripts, pending, adjustments, budget,
-                                                              throttle)
-            for group in claim_groups(batches):
-                try:
-                    done = submitter.submit_group(group)
-                except BaseException:   # what the group sent before it raised is recorded, so reported too
-                    _reported(submitter.sent, None, report, on_batch)
-                    _audit(store, campaign, report)
-                    raise
-                _reported(done, None, report, on_batch)
-            report.left_pending += submitter.returned
-        report.left_pending += submitter.unsettled
-        if with_finalize:
-            try:
+        try:   # what went out is audited however the round ends
+            if len(submitter.clusters) > 1:
+                _spread(submitter, limit, report, on_batch, spent)
+            else:
+                budget, report.queue = queue_budget(manifest, limit)
+                pending = store.pending_jobs(campaign.id)
+                adjustments = prefer_nodes(manifest, store, campaign.id, pending,
+                                           store.pending_adjustments(campaign.id))
+                batches, report.left_pending = plan_retry_batches(submitter.scripts, pending, adjustments, budget,
+                                                                  throttle)
+                for group in claim_groups(batches):
+                    try:
+                        done = submitter.submit_group(group)
+                    except BaseException:   # what the group sent before it raised is recorded, so reported too
+                        _reported(submitter.sent, None, report, on_batch)
+                        raise
+                    _reported(done, None, report, on_batch)
+                report.left_pending += submitter.returned
+            report.left_pending += submitter.unsettled
+            if with_finalize:
                 report.finalize = _finalize_step(plan_dir, store, manifest, campaign, report, finalize_again)
-            except SchedulerError:
-                _audit(store, campaign, report)
-                raise
-        _audit(store, campaign, report)
+        finally:
+            _audit(store, campaign, report)
     return report
 
 
