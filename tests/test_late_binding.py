@@ -232,7 +232,8 @@ def test_an_inputs_chain_run_in_its_own_shell_keeps_its_rows_records_and_names_t
     assert result[7] == "7" and result[8] == "FAILED", logs
     run = plan / "run" / "latelocal.00001" / result[1]
     assert (run / "chains.tsv").read_text() == "0\t3\tfailed\n"
-    assert (run / "chains" / "0.rc").read_text() == "3\n"
+    # its status is the call's (chains.tsv above), its rows the input's own: neither is a file of its own (issue 55)
+    assert not (run / "chains" / "0.rc").exists() and not (run / "inputs.tsv").exists()
     timeline = (run / "chains" / "0.timeline").read_text().split("\n")
     assert [w.split()[0] + w.split()[2] for w in timeline if w.startswith(("begin", "end"))] == [
         "beginr000", "endr000", "beginr001", "endr001", "beginr002", "endr002"], timeline
@@ -459,3 +460,29 @@ def test_a_first_round_asks_the_accounting_nothing(tmp_path, monkeypatch):
     assert asked == [] and first.added == 1, first
     sched.tend(since=since, settled=False, paused=False, spent=False, work=2)
     assert asked == [1]
+
+
+
+def test_the_round_that_finds_the_campaign_settled_stops_pilots_without_asking_the_accounting(tmp_path, monkeypatch):
+    """Settled (nothing pending or in flight): the pilots are told to stop and the round ends without the
+    accounting's answer (a tenth of a second of `hpcrun run`'s exit, issue 55); it shows the pilots as the round
+    before saw them. A round with work again asks, and lifts the stop."""
+    import datetime as dt
+
+    from hpcrun.backends.scheduler.base import Record
+    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", 'exec cp "$0" "$1"', "{input}", "{output}"]))
+    sched = _pilots(plan)
+    inner = next(iter(sched.scheds.values()))
+    asked: List[int] = []
+    running = {"77_0": Record("77_0", "77", sched.config.name, "RUNNING", "", "", 5.0, None, 8, "n1", None, None)}
+    monkeypatch.setattr(inner, "records", lambda *a, **k: asked.append(1) or running)
+    monkeypatch.setattr(inner, "submit", lambda *a, **k: "77")
+    since = dt.datetime.now(dt.timezone.utc)
+    sched.tend(since=since, settled=False, paused=False, spent=False, work=2)   # submits: nothing to ask yet
+    busy = sched.tend(since=since, settled=False, paused=False, spent=False, work=2)
+    assert asked == [1] and not sched.q.d("stop").exists() and busy.pilots["running"] == 1, busy.pilots
+    done = sched.tend(since=since, settled=True, paused=False, spent=False, work=0)
+    assert asked == [1], "the settled round asked the accounting"
+    assert sched.q.d("stop").exists() and done.pilots == busy.pilots and done.added == 0
+    sched.tend(since=since, settled=False, paused=False, spent=False, work=2)
+    assert asked == [1, 1] and not sched.q.d("stop").exists()

@@ -32,6 +32,7 @@ from hpcrun.backends.late.seats import (
     allot,
     drain,
     hand_off,
+    keep_accounting,
     meeting,
     seat_of,
 )
@@ -66,6 +67,7 @@ class Pilots(Scheduler):
         self.config = config
         self.q = Queue(Path(config.queue))
         self.failing = False    # its pilots were failing at their start at the last round (said once a turn)
+        self.shown: Dict[str, int] = {"pending": 0, "running": 0, "ended": 0, "draining": 0}   # the last round's
         # the last reading of the queue (when, its submissions, its records): the poll's queue question reuses it
         self._last_read: Optional[Tuple[float, Set[str], Dict[str, Record]]] = None
         # the real scheduler's words (a wrapper of any registered kind, not a kind of its own)
@@ -277,9 +279,12 @@ class Pilots(Scheduler):
         self.q.make()
         rnd = PilotRound(repaired=self.q.repair())
         _flag(self.q.d("paused"), paused)
-        views = [self._view(seat, since) for seat in self.config.seats]
+        # once settled, the pilots stop at once; the accounting is not asked (its answer would change nothing but
+        # the round's figures, the last round's: a pilot's end is read later by refresh_accounting)
+        _flag(self.q.d("stop"), settled)
+        views = [] if settled else [self._view(seat, since) for seat in self.config.seats]
         by_raw = {k: r for v in views for k, r in v.by_raw().items()}
-        self._keep_accounting(by_raw)
+        keep_accounting(self.q.root, by_raw)
         now = time.monotonic()
         for pilot in self.q.pilots("live"):
             rec = by_raw.get(pilot)
@@ -304,18 +309,17 @@ class Pilots(Scheduler):
         running = sum(1 for _ in self.q.claims(("live",)))
         active = sum(v.active() for v in views)
         pending = sum(len(v.pending()) + v.unseen for v in views)
-        rnd.pilots = {"pending": pending, "running": active - pending,
-                      "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists()),
-                      "ended": sum(v.ended() for v in views)}
+        rnd.pilots = self.shown if settled else {
+            "pending": pending, "running": active - pending, "ended": sum(v.ended() for v in views),
+            "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists())}
+        self.shown = rnd.pilots
         rnd.down = [(v.seat.label, v.down) for v in views if v.down]
         held = next((h for v in views if v.pending() and (h := self._held_by(v))), "")
         if held != _read(self.q.root / "held").strip():   # the waiting tasks carry it: the poll records the outage
             _write_new(self.q.root / "held", held + "\n") if held else (self.q.root / "held").unlink(missing_ok=True)
         rnd.spent = spent or bool(held)
         if settled:
-            _flag(self.q.d("stop"), True)
             return rnd
-        _flag(self.q.d("stop"), False)
         work = max(work, waiting + running)   # the store's count: pilots start while the queue is filled
         need = min(sum(s.max_pilots for s in self.config.seats), math.ceil(work / max(1, self.config.slots)))
         rnd.failing = sum(self._failing(v.records.values()) for v in views)
@@ -423,7 +427,7 @@ class Pilots(Scheduler):
                 if self.config.several:
                     continue
                 raise
-            self._keep_accounting(SeatView(seat, records).by_raw())
+            keep_accounting(self.q.root, SeatView(seat, records).by_raw())
 
     def _running_pilots(self, seat: PilotSeat) -> List[str]:
         """This cluster's pilots (as its accounting keys them) last seen not ended: those of them that ended now
@@ -435,22 +439,6 @@ class Pilots(Scheduler):
                     and seat_of(parts[0], self.config.seats) == seat:
                 out.append(parts[8])
         return out
-
-    def _keep_accounting(self, by_raw: Mapping[str, Record]) -> None:
-        """What the accounting says of each pilot (``pilots.tsv``: state, start, end, elapsed, CPU time,
-        CPUs), kept for the report: the accounting sees the pilots, never the inputs in them."""
-        path = self.q.root / "pilots.tsv"
-        rows: Dict[str, str] = {}
-        for line in _read(path).splitlines():
-            rows[line.split("\t", 1)[0]] = line
-        for raw, r in by_raw.items():
-            kept = rows.get(raw, "").split("\t")
-            if len(kept) > 1 and kept[1] in TERMINAL:   # its end was read with its steps: kept as it was
-                continue
-            rows[raw] = "\t".join(str(x if x is not None else "") for x in (
-                raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes, r.job_id))
-        if rows:
-            _write_new(path, "".join(f"{line}\n" for line in rows.values()))
 
 
 @dataclass

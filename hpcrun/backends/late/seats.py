@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcrun.backends.late.queue import Queue, _read, _write_new
@@ -153,3 +154,21 @@ def hand_off(q: Queue, view: SeatView, sched: Scheduler, after: float,
         if r.job_id in stale:
             r.state = "CANCELLED"
     return view.seat.label, len(stale), after
+
+
+def keep_accounting(root: Path, by_raw: Mapping[str, Record]) -> None:
+    """What the accounting says of each pilot (``pilots.tsv`` in the queue ``root``: state, start, end, elapsed,
+    CPU time, CPUs), kept for the report: the accounting sees the pilots, never the inputs in them."""
+    if not by_raw:
+        return
+    path = root / "pilots.tsv"
+    rows: Dict[str, str] = {}
+    for line in _read(path).splitlines():
+        rows[line.split("\t", 1)[0]] = line
+    for raw, r in by_raw.items():
+        kept = rows.get(raw, "").split("\t")
+        if len(kept) > 1 and kept[1] in TERMINAL:   # its end was read with its steps: kept as it was
+            continue
+        rows[raw] = "\t".join(str(x if x is not None else "") for x in (
+            raw, r.state, r.start, r.end, r.elapsed_s, r.cpu_s, r.alloc_cpus, r.nodes, r.job_id))
+    _write_new(path, "".join(f"{line}\n" for line in rows.values()))

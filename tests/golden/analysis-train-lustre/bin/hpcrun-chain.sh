@@ -24,6 +24,7 @@ on_term() {
 # the timeline opened once for all the lines of the chain, not once a line (an open is a metadata call on Lustre)
 command exec {timeline_fd}>> "$timeline" || command exec {timeline_fd}> /dev/null   # none if it cannot be written
 printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
+chain_inputs() {   # the job's rows on standard input: each row an input of this chain's slice
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
   if [ "$stopping" -eq 1 ]; then
     rc=143
@@ -64,12 +65,18 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
     rc=$step
     printf 'chain %s failed on %s with exit code %s\n' "$chain" "$stem" "$step" >> "$log"
   fi
-done < "$HPCRUN_RUNDIR/inputs.tsv"
+done
+}
+if [ -n "${chain_here:-}" ]; then
+  chain_inputs <<< "$HPCRUN_TASK_ROWS"   # the input's own rows, from its shell: no inputs.tsv written and read again
+else
+  chain_inputs < "$HPCRUN_RUNDIR/inputs.tsv"
+fi
 printf 'stop %s %s\n' "${EPOCHREALTIME/,/.}" "$rc" >&"$timeline_fd"
-printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
 if [ -n "${chain_here:-}" ]; then
   exec {timeline_fd}>&-   # the input's later steps do not inherit it
-  # shellcheck disable=SC2317  # sourced: back to the input's shell
+  # shellcheck disable=SC2317  # sourced: back to the input's shell, which keeps the status (no chains/0.rc)
   return "$rc"
 fi
+printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
 exit "$rc"
