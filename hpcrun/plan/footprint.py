@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple
 
 from hpcrun.errors import InputError, Problem
-from hpcrun.model.site import SiteProfile
-from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.values import FilesystemUse, Footprint, PartUse, Plan, inputs_in
 from hpcrun.units import format_bytes, format_count
+
+if TYPE_CHECKING:   # names for types alone (the supervisor's forecast loads no model)
+    from hpcrun.model.site import SiteProfile
+    from hpcrun.model.yamlsrc import Located
 
 # --- entries (files and directories) -----------------------------------------------------------------------
 # a running job's (late binding: claim's) run directory, run/<job>/ itself included: inputs.tsv, outputs.tsv,

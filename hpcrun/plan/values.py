@@ -11,12 +11,14 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from hpcrun.backends.scheduler.base import JobRequest
-from hpcrun.model.site import Partition, Pool, SiteProfile
-from hpcrun.model.spec import Campaign
-from hpcrun.plan.intake.inputs import InputItem
+
+if TYPE_CHECKING:   # names for types alone: the supervisor reads these values without loading the spec's models
+    from hpcrun.model.site import Partition, Pool, SiteProfile
+    from hpcrun.model.spec import Campaign
+    from hpcrun.plan.intake.inputs import InputItem
 
 
 class Job(NamedTuple):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Sequence, Set, Tuple
 
-from hpcrun.plan.intake.inputs import stem_of
+from hpcrun.plan.intake.stems import stem_of
 from hpcrun.store.records import ActiveSubmission, QaResult
 from hpcrun.store.store import StateStore
 

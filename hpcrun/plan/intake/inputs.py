@@ -16,6 +16,7 @@ from hpcrun.model.spec import InputFile, InputsSpec
 from hpcrun.model.textfile import LIST_MAX_BYTES, TextFileError, read_text
 from hpcrun.model.yamlsrc import Located
 from hpcrun.plan.intake.remote import Remote, is_url, urls_of
+from hpcrun.plan.intake.stems import stem_of
 from hpcrun.units import UnitError, parse_size
 
 
@@ -40,11 +41,6 @@ def parent_dirs(paths: Iterable[str]) -> Set[str]:
     urls = set(urls_of(paths))
     heads = {p[:p.rfind("/") + 1] for p in paths if p not in urls}
     return {parent_dir(h) for h in heads}
-
-
-def stem_of(path: str) -> str:
-    name = path.rpartition("/")[2]   # os.path.basename, at 10^5 calls
-    return name.split(".", 1)[0] if not name.startswith(".") else name
 
 
 class _Sized(NamedTuple):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from hpcrun.plan.intake.inputs import InputItem
+if TYPE_CHECKING:   # the supervisor reads the caches' index too: it need not load the spec's models for a type
+    from hpcrun.plan.intake.inputs import InputItem
 
 INDEX_READ_MAX = 64 * 1024 * 1024   # bytes read of one node's file (about 5 x 10^5 cached files)
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
