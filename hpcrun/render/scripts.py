@@ -179,15 +179,23 @@ def _chain_here(plan: Plan, inline: bool) -> Dict[str, Any]:
     chain is read by the job's shell at all (``inline``), and the names the chain sets that stay the call's own
     (``local -x`` keeps a value such as PATH until the chain's own export; the names are checked by the model).
     Only hpcrun's own chain script is written to be sourced: a site's copy of it runs as a process."""
-    shipped = templates_dir() / "hpcrun-chain.sh.j2"
-    found = next((d / shipped.name for d in template_dirs(plan) if (d / shipped.name).is_file()), shipped)
-    if not inline or found.resolve() != shipped.resolve():
-        return {"chain_here": False, "chain_kept": Shell(":")}
+    if not inline or not _shipped(plan, "hpcrun-chain.sh.j2"):
+        return {"chain_here": False, "rows_spared": False, "chain_kept": Shell(":")}
     names = [n for n, _ in sorted(plan.campaign.chain.env.items())]
     if plan.campaign.database is not None:
         names += ["HPCRUN_DB_SOCKET", "HPCRUN_DB_DEFAULTS", "HPCRUN_DB_USER"]
     kept = " ".join(f'{n}="${{{n}-}}"' for n in names)
-    return {"chain_here": True, "chain_kept": Shell(f"local -x {kept}" if kept else ":")}
+    # no inputs.tsv only where the job's chains block is hpcrun's own, which gives the chain its rows: a site's
+    # job template (or its copy of one of hpcrun's) may run the chain as a process, which reads the file
+    spared = plan.profile.template is None and all(_shipped(plan, n) for n in ("job.sh.j2", "base.sh.j2", "_shell.j2"))
+    return {"chain_here": True, "rows_spared": spared, "chain_kept": Shell(f"local -x {kept}" if kept else ":")}
+
+
+def _shipped(plan: Plan, name: str) -> bool:
+    """Whether the template ``name`` a plan renders is hpcrun's own, not a site's copy found first."""
+    shipped = templates_dir() / name
+    found = next((d / name for d in template_dirs(plan) if (d / name).is_file()), shipped)
+    return found.resolve() == shipped.resolve()
 
 
 def _launch_context(plan: Plan, sched: Scheduler) -> Dict[str, Any]:

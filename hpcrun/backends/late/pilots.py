@@ -67,7 +67,6 @@ class Pilots(Scheduler):
         self.config = config
         self.q = Queue(Path(config.queue))
         self.failing = False    # its pilots were failing at their start at the last round (said once a turn)
-        self.shown: Dict[str, int] = {"pending": 0, "running": 0, "ended": 0, "draining": 0}   # the last round's
         # the last reading of the queue (when, its submissions, its records): the poll's queue question reuses it
         self._last_read: Optional[Tuple[float, Set[str], Dict[str, Record]]] = None
         # the real scheduler's words (a wrapper of any registered kind, not a kind of its own)
@@ -279,10 +278,8 @@ class Pilots(Scheduler):
         self.q.make()
         rnd = PilotRound(repaired=self.q.repair())
         _flag(self.q.d("paused"), paused)
-        # once settled, the pilots stop at once; the accounting is not asked (its answer would change nothing but
-        # the round's figures, the last round's: a pilot's end is read later by refresh_accounting)
-        _flag(self.q.d("stop"), settled)
-        views = [] if settled else [self._view(seat, since) for seat in self.config.seats]
+        _flag(self.q.d("stop"), settled)   # first: once settled the pilots stop at once, not after the accounting
+        views = [self._view(seat, since) for seat in self.config.seats]
         by_raw = {k: r for v in views for k, r in v.by_raw().items()}
         keep_accounting(self.q.root, by_raw)
         now = time.monotonic()
@@ -309,10 +306,8 @@ class Pilots(Scheduler):
         running = sum(1 for _ in self.q.claims(("live",)))
         active = sum(v.active() for v in views)
         pending = sum(len(v.pending()) + v.unseen for v in views)
-        rnd.pilots = self.shown if settled else {
-            "pending": pending, "running": active - pending, "ended": sum(v.ended() for v in views),
-            "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists())}
-        self.shown = rnd.pilots
+        rnd.pilots = {"pending": pending, "running": active - pending, "ended": sum(v.ended() for v in views),
+                      "draining": sum(1 for p in self.q.pilots("live") if (self.q.d("live") / p / "draining").exists())}
         rnd.down = [(v.seat.label, v.down) for v in views if v.down]
         held = next((h for v in views if v.pending() and (h := self._held_by(v))), "")
         if held != _read(self.q.root / "held").strip():   # the waiting tasks carry it: the poll records the outage

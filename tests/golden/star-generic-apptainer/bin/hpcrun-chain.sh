@@ -29,6 +29,7 @@ command exec {timeline_fd}>> "$timeline" || command exec {timeline_fd}> /dev/nul
 printf 'start %s %s\n' "${EPOCHREALTIME/,/.}" "$HPCRUN_NODE" >&"$timeline_fd"
 chain_inputs() {   # the job's rows on standard input: each row an input of this chain's slice
 while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum; do
+  rows_read=$(( rows_read + 1 ))
   if [ "$stopping" -eq 1 ]; then
     rc=143
     break
@@ -70,15 +71,23 @@ while IFS=$'\t' read -r _index _name _chains path events stem _output _checksum;
   fi
 done
 }
-if [ -n "${chain_here:-}" ]; then
-  chain_inputs <<< "$HPCRUN_TASK_ROWS"   # the input's own rows, from its shell: no inputs.tsv written and read again
+rows_read=0
+# chain_own: the job's own call of this chain in its shell (hpcrun_chain_here), which holds the rows and keeps the
+# status itself; a caller of an older job template (a site's copy of the chains block) reads inputs.tsv and .rc
+if [ -n "${chain_own:-}" ] && [ -n "${HPCRUN_TASK_ROWS:-}" ]; then
+  chain_inputs <<< "$HPCRUN_TASK_ROWS"   # no inputs.tsv written and read again (issue 55)
 else
   chain_inputs < "$HPCRUN_RUNDIR/inputs.tsv"
+fi
+if [ "$rows_read" -eq 0 ] && [ "$rc" -eq 0 ]; then   # no row (no inputs.tsv, a here-string not made): nothing ran
+  rc=3
+  printf 'chain %s read no input row: nothing ran\n' "$chain" >> "$log"
 fi
 printf 'stop %s %s\n' "${EPOCHREALTIME/,/.}" "$rc" >&"$timeline_fd"
 if [ -n "${chain_here:-}" ]; then
   exec {timeline_fd}>&-   # the input's later steps do not inherit it
-  # shellcheck disable=SC2317  # sourced: back to the input's shell, which keeps the status (no chains/0.rc)
+  [ -n "${chain_own:-}" ] || printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
+  # shellcheck disable=SC2317  # sourced: back to the input's shell
   return "$rc"
 fi
 printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
