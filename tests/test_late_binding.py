@@ -272,9 +272,10 @@ def test_a_sites_copy_of_the_job_template_still_gives_its_chain_rows_and_reads_i
                       '"$HPCRUN_RUNDIR/chains/$k.rc" || true; fi\n',
                       '  read -r rc 2>/dev/null < "$HPCRUN_RUNDIR/chains/$k.rc" || true\n')
     if block == "forked":
+        assert "  hpcrun_chain_here || chains_rc=$?\n" in old
         old = old.replace("  hpcrun_chain_here || chains_rc=$?\n",
                           "  HPCRUN_TASK_RANK=0 HPCRUN_TASK_COUNT=1 hpcrun_chain &\n  CHAIN_PID=$!\n")
-    assert old.count("chain_own") == 1 and "read -r rc 2>/dev/null < " in old and old != text
+    assert old.count("chain_own") == 1 and "chain_here_rc; else read" not in old and old != text
     (site / "job.sh.j2").write_text(old)
     monkeypatch.setenv("HPCRUN_TEMPLATE_PATH", str(site))
     plan = _plan(tmp_path, _spec(tmp_path, 1, COPY))
@@ -286,6 +287,48 @@ def test_a_sites_copy_of_the_job_template_still_gives_its_chain_rows_and_reads_i
     assert (run / "inputs.tsv").is_file() and (run / "chains" / "0.rc").read_text() == "0\n", logs
     assert (run / "chains.tsv").read_text() == "0\t0\tok\n"
     assert [p.name for p in (tmp_path / "out" / ".hpcrun-claims" / result[1]).iterdir()] == ["r000.out"]
+
+
+def test_an_inputs_chain_that_never_ran_in_its_shell_is_killed_not_failed(tmp_path):
+    """The chain's script could not be read (gone from the shared filesystem): the chain run by the input's shell
+    never ran, so it left no status; it counts as killed (14, retried elsewhere), as a forked chain that left no
+    .rc does, not as a program that failed by itself (7)."""
+    plan = _plan(tmp_path, _spec(tmp_path, 1, COPY))
+    (plan / "bin" / "hpcrun-chain.sh").unlink()
+    qid = _enqueue(plan, 1)
+    logs = _wait(_pilot(plan, "812"), 60)
+    result = _results(plan)[f"{qid}_0"]
+    assert result[7] == "14", logs
+    run = plan / "run" / "latelocal.00001" / result[1]
+    assert (run / "chains.tsv").read_text() == "0\tmissing\tkilled\n", logs
+
+
+@pytest.mark.parametrize("own", ["base.sh.j2", "_shell.j2", "job.sh.j2", "profile"])
+def test_inputs_tsv_is_spared_only_with_hpcruns_own_job_templates(tmp_path, monkeypatch, own):
+    """A site's copy of a job template (found first on the template path) or a template its profile names may run
+    the chain as a process, which reads inputs.tsv: the plan then writes it for every input."""
+    spared = '[ "$HPCRUN_NCHAINS" -eq 1 ] || printf \'%s\\n\' "$HPCRUN_TASK_ROWS" > "$HPCRUN_RUNDIR/inputs.tsv"'
+    shipped = _dir(tmp_path / "shipped")
+    text = next((_plan(shipped, _spec(shipped, 1, COPY)) / "jobs").glob("*")).read_text()
+    assert spared in text
+    site = tmp_path / "site"
+    (site / "templates").mkdir(parents=True)
+    data = _spec(_dir(tmp_path / "copy"), 1, COPY)
+    if own == "profile":
+        (site / "mysite.yaml").write_text("name: mysite\nextends: local-test\ntemplate: mysite\n")
+        (site / "templates" / "mysite.sh.j2").write_text('{% extends "job.sh.j2" %}\n')
+        monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(site))
+        data["site"] = {"profile": "mysite"}
+    else:
+        (site / "templates" / own).write_text((templates_dir() / own).read_text())
+        monkeypatch.setenv("HPCRUN_TEMPLATE_PATH", str(site / "templates"))
+    text = next((_plan(tmp_path / "copy", data) / "jobs").glob("*")).read_text()
+    assert spared not in text and 'printf \'%s\\n\' "$HPCRUN_TASK_ROWS" > "$HPCRUN_RUNDIR/inputs.tsv"\n' in text
+
+
+def _dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def test_a_chain_that_reads_no_input_row_fails_rather_than_succeeding_with_nothing_run(tmp_path):

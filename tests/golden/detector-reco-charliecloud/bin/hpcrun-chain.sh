@@ -86,7 +86,12 @@ fi
 printf 'stop %s %s\n' "${EPOCHREALTIME/,/.}" "$rc" >&"$timeline_fd"
 if [ -n "${chain_here:-}" ]; then
   exec {timeline_fd}>&-   # the input's later steps do not inherit it
-  [ -n "${chain_own:-}" ] || printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
+  if [ -n "${chain_own:-}" ]; then
+    # shellcheck disable=SC2034  # the input's shell's: the status this chain ended with (left unset if it never ran)
+    chain_here_rc=$rc
+  else
+    printf '%s\n' "$rc" > "$HPCRUN_RUNDIR/chains/$chain.rc"
+  fi
   # shellcheck disable=SC2317  # sourced: back to the input's shell
   return "$rc"
 fi
