@@ -26,6 +26,27 @@ def test_import_hpcrun_stays_light():
         hpcrun.no_such_thing  # noqa: B018
 
 
+def test_the_commands_that_operate_a_plan_start_without_the_specs_models():
+    """`hpcrun run` decides retries from the manifest's frozen rules (hpcrun/model/failures.py): loading pydantic
+    and building the spec's retry models cost ~0.1 s before its first sbatch (issue 55)."""
+    code = ("import sys, hpcrun.cli, hpcrun.operate.supervision.supervise, hpcrun.operate.retries.retry; "
+            "print([m for m in ('pydantic', 'hpcrun.model.retry', 'hpcrun.model.spec') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("attempts,cancelled", [(3, False), (1, True), (7, False)])
+def test_the_default_rules_are_the_specs_rules_with_nothing_overridden(attempts, cancelled):
+    from hpcrun.model.failures import default_rules
+    from hpcrun.model.retry import RetrySpec, effective_rules
+    spec = RetrySpec(max_attempts=attempts, cancelled=cancelled)
+    assert default_rules(attempts, cancelled) == effective_rules(spec)
+    over = effective_rules(RetrySpec(max_attempts=attempts, on={"chain": {"max_attempts": 9, "retry": False}}))
+    assert over["chain"]["max_attempts"] == 9 and over["chain"]["retry"] is False
+    assert {k: v for k, v in over.items() if k != "chain"} == {
+        k: v for k, v in default_rules(attempts).items() if k != "chain"}
+
+
 def test_validate_returns_problems_with_file_line_and_key(spec_factory):
     bad = spec_factory({"jobs": {"files_per_jobb": 2}})
     check = hpcrun.validate(bad)

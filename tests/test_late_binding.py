@@ -8,6 +8,7 @@ the same on real Slurm.
 
 from __future__ import annotations
 
+import calendar
 import os
 import subprocess
 import time
@@ -571,3 +572,56 @@ def test_the_round_that_finds_the_campaign_settled_stops_the_pilots_before_askin
     sched.tend(since=since, settled=True, paused=False, spent=False, work=0)
     sched.tend(since=since, settled=False, paused=False, spent=False, work=2)
     assert stopped_when_asked == [True, False]
+
+
+def test_an_inputs_log_lines_carry_the_utc_second_they_were_written_in(tmp_path):
+    """The job's log stamps are UTC whatever the node's zone (TZ east of Greenwich here), and a stamp worked out
+    once a second (issue 55: no zone files read for every line) is never one an earlier second left behind: each
+    input's first line is stamped at its start, its last at its end, 1.3 s later."""
+    plan = _plan(tmp_path, _spec(tmp_path, 4, ["/bin/sh", "-c", 'sleep 1.3; cp "$0" "$1"', "{input}", "{output}"]))
+    _enqueue(plan, 4)
+    out = _wait(_pilot(plan, "501", TZ="Asia/Tokyo"))
+    results = _results(plan)
+    assert len(results) == 4, out
+    lines = [line for p in plan.glob("run/pilots/*/claims/*.log") for line in p.read_text().splitlines()]
+
+    def stamps(cid: str, words: str) -> List[float]:
+        return [calendar.timegm(time.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%SZ"))
+                for line in lines if f" hpcrun[{cid}]: {words}" in line]
+
+    for r in results.values():
+        cid, t0, t1 = r[1], float(r[5]), float(r[6])
+        [first], [last] = stamps(cid, "job latelocal."), stamps(cid, "all steps succeeded")
+        assert int(t0) - 1 <= first <= t0 + 0.5, (cid, first, t0, lines)   # a second's stamp: its floor
+        assert int(t1) - 1 <= last <= t1 + 0.5 and last >= first + 1, (cid, last, t1, lines)
+
+
+def test_the_agent_writes_an_inputs_begin_into_its_claim_token_and_makes_no_file_for_it(tmp_path):
+    """Issue 55: the begin record is written in place (layout.write_over), as the commit's result line is; a
+    temporary renamed over the token made an inode and freed one for every input. Counted by the agent itself."""
+    plan = _plan(tmp_path, _spec(tmp_path, 6, COPY))
+    _enqueue(plan, 6)
+    out = _wait(_pilot(plan, "501"))
+    assert len(_results(plan)) == 6, out
+    [agent] = [p.read_text().rstrip("\n").split("\t") for p in plan.glob("run/pilots/*/agent.tsv")]
+    ops = dict(f.split("=") for f in agent[2:])
+    assert agent[0] == "6" and "replace" not in ops and int(ops["open"]) >= 6 * 3, agent   # begin, commit, journal
+
+
+def test_a_token_written_over_is_the_same_file_and_one_gone_is_never_made_again(tmp_path):
+    from hpcrun.backends.late import layout
+    token = tmp_path / "live" / "501" / "L1_0"
+    token.parent.mkdir(parents=True)
+    token.write_text("")
+    inode = token.stat().st_ino
+    layout.write_over(token, "501.0.0\t0\tn1\t1.0\t42\n")
+    assert token.read_text() == "501.0.0\t0\tn1\t1.0\t42\n" and token.stat().st_ino == inode
+    layout.write_over(token, "x\n")   # a shorter line: nothing of the longer one left behind
+    assert token.read_text() == "x\n"
+    token.unlink()   # the supervisor took it back
+    with pytest.raises(FileNotFoundError):
+        layout.write_over(token, "501.0.1\t0\tn1\t2.0\t43\n")
+    (tmp_path / "live" / "501").rename(tmp_path / "fenced")   # the pilot fenced: its directory left live/
+    with pytest.raises(FileNotFoundError):
+        layout.write_over(token, "501.0.1\t0\tn1\t2.0\t43\n")
+    assert not token.exists() and not list((tmp_path / "fenced").iterdir())

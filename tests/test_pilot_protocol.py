@@ -120,7 +120,7 @@ def test_an_output_that_cannot_be_moved_fails_its_input_and_is_kept(tmp_path):
     assert good.state == "COMPLETED" and (tmp_path / "out" / "r001.out").read_text().strip() == good.raw_id
     # read again: the same answer, nothing moved or lost meanwhile
     assert _pilots(plan).records([qid], "")[f"{qid}_0"].state == "FAILED" and kept.exists()
-    from hpcrun.model.retry import classify
+    from hpcrun.model.failures import classify
     assert classify("FAILED", 12) == "placement"
 
 

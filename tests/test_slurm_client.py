@@ -9,7 +9,7 @@ import pytest
 from hpcrun.backends.scheduler import slurm
 from hpcrun.backends.scheduler.base import unchanged
 from hpcrun.errors import InputError
-from hpcrun.model.retry import classify
+from hpcrun.model.failures import classify
 from hpcrun.operate.submission.submit import ScriptInfo, compress_indices, plan_batches, submit
 from hpcrun.store.store import open_store
 

@@ -20,7 +20,7 @@ from hpcrun import __version__
 from hpcrun.backends.late.runs import SUMS
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.backends.scheduler.base import Scheduler
-from hpcrun.model.retry import KILL_SIGNALS
+from hpcrun.model.failures import KILL_SIGNALS
 from hpcrun.plan.job.pilots import BEAT_S, QUEUE_DIR, claims_base
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range

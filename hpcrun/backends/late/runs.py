@@ -322,7 +322,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-METADATA = ("rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir", "rmdir")
+METADATA = ("open", "rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir",
+            "rmdir")
 
 
 def count_ops(counts: Dict[str, int]) -> None:

@@ -1,7 +1,7 @@
 """The retry policy: per failure class, retry (with a change) or park at once, with the reason.
 
-The spec's ``retry`` section (hpcrun/model/retry.py) is frozen into the manifest as one rule
-per class. For each failed plan job this module picks the class of its last attempt, counts
+The spec's ``retry`` section (hpcrun/model/retry.py; the classes: hpcrun/model/failures.py) is frozen into
+the manifest as one rule per class. For each failed plan job this module picks the class of its last attempt, counts
 the earlier failures of that class, and decides: park it (the class is not retried, it is out
 of attempts, or the change it needs is no longer possible) or send it back to pending with
 what its next submission must change (more time, more memory, other nodes). Both
@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hpcrun.model.retry import RetrySpec, classify, effective_rules
+from hpcrun.model.failures import classify, default_rules
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.results import adjust_of  # noqa: F401  (re-exported: the decision's JSON read back)
 from hpcrun.store.records import FailedJob, RetryDecision
@@ -40,9 +40,8 @@ class RetryPolicy:
                       cancelled: Optional[bool] = None) -> RetryPolicy:
         sub = manifest.submit
         attempts = 3 if sub.max_attempts is None else int(sub.max_attempts)
-        rules = sub.retry or effective_rules(RetrySpec(  # plans from before the policy
-            max_attempts=attempts, cancelled=sub.retry_cancelled))
-        defaults = effective_rules(RetrySpec(max_attempts=attempts))
+        rules = sub.retry or default_rules(attempts, bool(sub.retry_cancelled))   # plans from before the policy
+        defaults = default_rules(attempts)
         # a plan written before a class existed (site_cancel) gets that class's default rule
         rules = {**defaults, **{k: dict(v) for k, v in rules.items()}}
         if cancelled is not None:

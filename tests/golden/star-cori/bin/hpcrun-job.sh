@@ -22,7 +22,15 @@ export STAR_LEVEL=SL19c
 export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
 export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
 
-log() { TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T hpcrun[%s]: %s\n' -1 "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
+# the stamp in UTC, worked out again only when the second changes: a TZ of its own on every line made bash read the
+# zone files twice a line (a late input logs five lines; its claim's loop refreshes the stamp before it starts one)
+log_clock() {
+  [ "$EPOCHSECONDS" = "${log_second:-}" ] || {
+    log_second=$EPOCHSECONDS
+    TZ=UTC printf -v log_stamp '%(%Y-%m-%dT%H:%M:%SZ)T' "$log_second"
+  }
+}
+log() { log_clock; printf '%s hpcrun[%s]: %s\n' "$log_stamp" "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
 fail() {
   local code=$1
   shift
