@@ -390,3 +390,27 @@ def test_the_report_reads_each_file_of_a_run_whose_removal_a_crash_cut_short(tmp
     (cut / "reclaimed").mkdir(parents=True)
     shutil.copy(keep, cut / "reclaimed" / "a.tsv")   # what a removal cut short left of the first run
     assert gather._reclaimed(plan) == {"dirs": 3, "bytes": 60}
+
+
+def test_removals_are_done_several_at_once_and_every_one_is_tried():
+    """A round's removals wait on the filesystem (a metadata server, a discard), so they run AT_ONCE at a time
+    (issue 55): here four that each wait for the others, which in turn would never end; and an error of one
+    comes out once every other was done."""
+    import threading
+
+    from hpcrun.bulk import each_at_once
+
+    met = threading.Barrier(4, timeout=10)
+    done: list = []
+    each_at_once(lambda item: (met.wait(), done.append(item)), [1, 2, 3, 4])
+    assert sorted(done) == [1, 2, 3, 4]
+
+    def remove(item: int) -> None:
+        if item == 2:
+            raise FileNotFoundError(item)
+        done.append(item)
+
+    done.clear()
+    with pytest.raises(FileNotFoundError):
+        each_at_once(remove, [1, 2, 3, 4, 5])
+    assert sorted(done) == [1, 3, 4, 5]

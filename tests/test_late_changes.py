@@ -335,7 +335,8 @@ def test_a_held_range_is_read_again_whole(tmp_path):
 
 def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(monkeypatch):
     """Once every input left may be running (no more than the running pilots' slots), the end may come at any moment:
-    the queue is read every FAST_TICK_S instead of every TICK_S, for at most FAST_FOR_S; the pause's slices follow."""
+    the queue is read every FAST_TICK_S instead of every TICK_S, for at most FAST_FOR_S; the pause's slices follow.
+    So too once those left would end before the next read at the pace the last read saw (issue 55)."""
     from types import SimpleNamespace
 
     from hpcrun.operate.supervision import queue_reads
@@ -366,7 +367,59 @@ def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(m
     sup.manifest.pilots = None   # array mode: no queue to read
     sup.left, sup.tick_ends, sup.slots = 20, 0, 24
     assert queue_reads.tick_s(sup) == queue_reads.TICK_S
+    sup.manifest.pilots, sup.slots = {"queue": "q"}, 24   # short inputs: 300 left, ending 400 a second
+    sup.left, sup.tick_ends, sup.near_since, sup.pace = 700, 400, None, 400.0
+    assert queue_reads.tick_s(sup) == queue_reads.FAST_TICK_S   # the next read at the last one's pace ends them
+    sup.pace = 250.0
+    assert queue_reads.tick_s(sup) == queue_reads.TICK_S and sup.near_since is None
     slept: list = []
     stop = Stop()
     stop.sleep(1.0, slept.append, lambda: False, lambda: 0.25)
     assert slept == [0.25] * 4
+
+
+def test_a_read_of_the_queue_keeps_the_pace_of_the_ends_it_saw(monkeypatch):
+    """The pace ``tick_s`` reads: the ends a read recorded over the time since the read before it."""
+    from types import SimpleNamespace
+
+    from hpcrun.operate.supervision import queue_reads
+
+    now = [1000.0]
+    got = [(5, 3, False)]
+    monkeypatch.setattr(queue_reads.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(queue_reads, "record_queue", lambda *a: got[0])
+    sup = SimpleNamespace(manifest=SimpleNamespace(pilots={"queue": "q"}), left=1000, tick_ends=0, slots=24,
+                          near_since=None, ticked=0.0, tick_changes=0, read_at=None, pace=0.0, plan_dir="p",
+                          store=SimpleNamespace(any_in=lambda *a: True), campaign=SimpleNamespace(id=1), folder=None)
+    queue_reads.read(sup)
+    assert sup.pace == 0.0 and sup.read_at == 1000.0   # a first read: no pace yet
+    now[0], got[0] = 1002.0, (300, 200, False)
+    queue_reads.read(sup)
+    assert sup.pace == 100.0 and sup.tick_ends == 203
+
+
+def test_a_reads_commits_are_placed_several_at_once_and_recorded_in_the_journals_order(tmp_path, monkeypatch):
+    """Each commit's outputs are placed (a rename, a directory removed, the record rewritten: waits on the
+    filesystem) several at once (issue 55): here four placements that each wait for the others would never end
+    one at a time. The records keep the journals' order."""
+    import threading
+
+    q = Queue(tmp_path / "queue")
+    q.make()
+    tasks = [f"L1_{i}" for i in range(6)]
+    for task in tasks:
+        (q.d("done") / task).write_text("\t".join([task, "c", "p", "0", "n1", "1.0", "2.0", "0", "COMPLETED",
+                                                   "0.1", "100"]) + "\n")
+    (q.d("results") / "a").write_text("".join(f"{t}\n" for t in reversed(tasks)))
+    met = threading.Barrier(4, timeout=10)
+    real = Queue.place
+
+    def place(self, task, result, locations):
+        if task in tasks[2:]:
+            met.wait()
+        return real(self, task, result, locations)
+
+    monkeypatch.setattr(Queue, "place", place)
+    got = read_changes(q, (), "store", lambda qid: ("tag", str(tmp_path / "out")), "", 1)
+    assert list(got.records) == list(reversed(tasks))
+    assert all((q.d("done") / t).read_text().rstrip("\n").endswith("\tplaced") for t in tasks)

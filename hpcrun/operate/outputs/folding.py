@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from hpcrun.bulk import each_at_once
+
 FOLDED = "folded"                    # run/folded/: the segments and their indexes
 SEGMENT_MAX = 1 << 30                # bytes: a segment is closed, and a new one opened, past this
 END = b"\0" * 1024                   # tar's end of archive, overwritten by the next append
@@ -86,11 +88,7 @@ class Folder:
             written.append((job, run_id, start, self.end - start, path, log, members))
         if not written or not self._sync(written):
             return 0
-        for *_, path, log, members in written:
-            _remove(path, members)
-            _quietly(os.rmdir, os.path.dirname(path))   # run/<job>/ when this was its only run
-            if log:
-                _quietly(os.unlink, log)
+        each_at_once(_remove_run, [(path, log, members) for *_, path, log, members in written])
         return len(written)
 
     def close(self) -> None:
@@ -207,6 +205,15 @@ def _remove(path: str, members: Members) -> None:
     finally:
         for fd in handles.values():
             os.close(fd)
+
+
+def _remove_run(run: Tuple[str, Optional[str], Members]) -> None:
+    """A folded run's directory, its job's if that was its only run, and its scheduler's log removed."""
+    path, log, members = run
+    _remove(path, members)
+    _quietly(os.rmdir, os.path.dirname(path))   # run/<job>/ when this was its only run
+    if log:
+        _quietly(os.unlink, log)
 
 
 def _handle(root: str, rel: str, handles: Dict[str, int]) -> int:

@@ -28,12 +28,14 @@ def open_jobs(jobs: Dict[str, int]) -> int:
 
 
 def tick_s(sup: Any) -> float:
-    """How long until the next read: FAST_TICK_S once no input may be waiting for a slot (the end is near), for
-    FAST_FOR_S from then on, whatever the rounds meanwhile, until inputs wait for a slot again; TICK_S otherwise."""
+    """How long until the next read: FAST_TICK_S once the end is near, for FAST_FOR_S from then on, whatever the
+    rounds meanwhile, until it is not again; TICK_S otherwise. Near: no input left may be waiting for a slot, or
+    at the pace the last read saw (ends a second) those left would end before the next read: short inputs end
+    hundreds a second, so that many are left a second before the end, however few the slots (issue 55)."""
     rest = sup.left - sup.tick_ends
     if not sup.manifest.pilots or rest <= 0:
         return TICK_S
-    if rest > sup.slots:
+    if rest > max(sup.slots, getattr(sup, "pace", 0.0) * TICK_S):
         if sup.slots:   # inputs wait for a slot again (not a round that could not count the pilots)
             sup.near_since = None
         return TICK_S
@@ -51,10 +53,14 @@ def read(sup: Any) -> bool:
     round comes at once."""
     if not sup.manifest.pilots or time.monotonic() - sup.ticked < tick_s(sup) - 0.01:
         return False
+    start = time.monotonic()
     try:
         recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id, sup.folder)
     except OSError:
         recorded, ends, full = 0, 0, False
+    if sup.read_at is not None:   # the pace: ends a second since the read before (a round's pause included)
+        sup.pace = ends / max(start - sup.read_at, FAST_TICK_S)
+    sup.read_at = start
     sup.tick_changes += recorded
     sup.tick_ends += ends
     sup.ticked = 0.0 if full else time.monotonic()

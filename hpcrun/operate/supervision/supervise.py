@@ -183,6 +183,7 @@ class Supervisor:
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
         self.slots, self.near_since = 0, None   # the running pilots' slots; since when no input waits for one
+        self.read_at, self.pace = None, 0.0   # the last read's start, and the ends a second it saw (queue_reads.py)
         # array mode: the last jobs' ends looked for between rounds
         self.watch = array_ends.Watch(str(plan_dir / "run"), float(manifest.submit.min_poll_interval))
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life
