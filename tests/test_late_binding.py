@@ -596,32 +596,22 @@ def test_an_inputs_log_lines_carry_the_utc_second_they_were_written_in(tmp_path)
         assert int(t1) - 1 <= last <= t1 + 0.5 and last >= first + 1, (cid, last, t1, lines)
 
 
-def test_the_agent_writes_an_inputs_begin_into_its_claim_token_and_makes_no_file_for_it(tmp_path):
-    """Issue 55: the begin record is written in place (layout.write_over), as the commit's result line is; a
-    temporary renamed over the token made an inode and freed one for every input. Counted by the agent itself."""
-    plan = _plan(tmp_path, _spec(tmp_path, 6, COPY))
-    _enqueue(plan, 6)
+def test_a_released_tokens_file_is_never_written_by_the_next_claim(tmp_path):
+    """A claim's begin makes its token a new file (a temporary renamed over it): the file a released claim's
+    token was, which a fenced agent that stalled may still hold open, is neither written by the next pilot nor
+    linked as its committed ``done/<task>``. Written in place, a stalled agent's late write would land in the
+    next pilot's committed result (docs/late-binding.md, "A token cut short reads as not begun")."""
+    plan = _plan(tmp_path, _spec(tmp_path, 1, COPY))
+    qid = _enqueue(plan, 1)
+    q = plan / "queue"
+    for chunk in (q / "backlog").iterdir():
+        chunk.unlink()
+    old = "900.0.0\t0\tn9\t1.000000\t99\n"   # the fenced pilot's begin line, as a release leaves the token
+    token = q / "ready" / f"{qid}_0"
+    token.write_text(old)
+    held = tmp_path / "held-open"   # the stalled agent's handle on that file
+    os.link(token, held)
     out = _wait(_pilot(plan, "501"))
-    assert len(_results(plan)) == 6, out
-    [agent] = [p.read_text().rstrip("\n").split("\t") for p in plan.glob("run/pilots/*/agent.tsv")]
-    ops = dict(f.split("=") for f in agent[2:])
-    assert agent[0] == "6" and "replace" not in ops and int(ops["open"]) >= 6 * 3, agent   # begin, commit, journal
-
-
-def test_a_token_written_over_is_the_same_file_and_one_gone_is_never_made_again(tmp_path):
-    from hpcrun.backends.late import layout
-    token = tmp_path / "live" / "501" / "L1_0"
-    token.parent.mkdir(parents=True)
-    token.write_text("")
-    inode = token.stat().st_ino
-    layout.write_over(token, "501.0.0\t0\tn1\t1.0\t42\n")
-    assert token.read_text() == "501.0.0\t0\tn1\t1.0\t42\n" and token.stat().st_ino == inode
-    layout.write_over(token, "x\n")   # a shorter line: nothing of the longer one left behind
-    assert token.read_text() == "x\n"
-    token.unlink()   # the supervisor took it back
-    with pytest.raises(FileNotFoundError):
-        layout.write_over(token, "501.0.1\t0\tn1\t2.0\t43\n")
-    (tmp_path / "live" / "501").rename(tmp_path / "fenced")   # the pilot fenced: its directory left live/
-    with pytest.raises(FileNotFoundError):
-        layout.write_over(token, "501.0.1\t0\tn1\t2.0\t43\n")
-    assert not token.exists() and not list((tmp_path / "fenced").iterdir())
+    done = q / "done" / f"{qid}_0"
+    assert done.read_text().split("\t")[:3] == [f"{qid}_0", "501.0.0", "501"], out
+    assert held.read_text() == old and held.stat().st_nlink == 1 and not os.path.samefile(held, done)

@@ -328,7 +328,7 @@ class Agent:
         item.pid, item.t0 = pid, t0
         r.at, r.state, r.began, r.begun = n, "", time.monotonic(), n + 1
         try:
-            L.write_over(self.me / item.task, f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")
+            L.write_new(self.me / item.task, f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")
         except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
             self.stopping = "fenced: its claims were returned to the queue"
             R.group(pid, signal.SIGKILL)

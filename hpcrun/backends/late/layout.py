@@ -51,19 +51,6 @@ def write_new(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_over(path: Path, text: str) -> None:
-    """A claim's token written in place, as the commit writes its result line: readers take a line without its
-    newline as not written (``whole``). No file is made: a temporary renamed over the token cost an inode made and
-    one freed for every input (issue 55); and a token gone (its pilot fenced) is an error, never made again."""
-    data = text.encode()
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-
-
 def whole(text: str) -> str:
     """A token's line as written whole (it ends with its newline), else "" (read while the commit wrote its result
     line into it, in place: as a token not begun)."""

@@ -322,8 +322,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-METADATA = ("open", "rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir",
-            "rmdir")
+METADATA = ("rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir", "rmdir")
 
 
 def count_ops(counts: Dict[str, int]) -> None:
