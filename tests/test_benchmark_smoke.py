@@ -113,3 +113,12 @@ def test_the_full_floor_records_what_hpcrun_records(tmp_path, monkeypatch):
                 rows.append(con.execute(f"SELECT {cols} FROM hpcrun_state_change WHERE id > ? ORDER BY submission_id",
                                         (before,)).fetchall())
         assert len(rows[0]) == 60 and rows[0] == rows[1]
+
+
+def test_removals_benchmark_runs(tmp_path):
+    """benchmarks/removals.py at a tiny size: both ways remove every run and report their times."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "removals.py"), "--runs", "20", "--pairs", "1",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert proc.stdout.count("20 runs removed in") == 2 and "several at once / one at a time" in proc.stdout
+    assert tmp_path.is_dir() and not (tmp_path / "runs").exists()
