@@ -1,12 +1,12 @@
 """What is done to 10^5-10^6 things at once: the cyclic garbage collector paused while they are made, and the
-removals of a round's runs and results done several at a time."""
+removals of a round's folded runs done several at a time."""
 
 from __future__ import annotations
 
 import gc
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterator, List, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -26,23 +26,29 @@ def bulk() -> Iterator[None]:
             gc.enable()
 
 
-# removals in flight at once: a metadata server (Lustre's, GPFS's, an NFS server) serves several requests of one
-# client at a time, and each removal's wait on a local disk mounted with -o discard (the freed block's discard) is
-# its own
+# removals in flight at once: each waits on the filesystem (a metadata server's answer; on a local disk mounted with
+# -o discard, the freed blocks' discard), and the fold's runs are each in a directory of their own, so their waits
+# overlap (benchmarks/removals.py)
 AT_ONCE = 8
 
 
 def each_at_once(do: Callable[[T], None], items: Sequence[T]) -> None:
-    """``do`` for every item, up to AT_ONCE of them at a time in threads, returning once all have: made for
-    removals, each of which waits on the filesystem rather than the CPU (a metadata server's answer; on a local
-    disk, a freed block's discard), so that a round removing a thousand runs' directories takes the time of a
-    hundred (issue 55). An error of ``do`` is raised once every item was tried; a single item is done here (no
-    thread for it)."""
-    if len(items) <= 1:
-        for item in items:
+    """``do`` for every item, up to AT_ONCE of them at a time in threads, returning once all have: made for the
+    fold's removals of runs' directories, each of which waits on the filesystem rather than the CPU, so that a
+    round removing a thousand runs takes the time of a few hundred (issue 55). An error of ``do`` is raised once
+    every item was tried. A single item, or a process that may start no thread (a login node's limit on a
+    user's processes), is done here, one item at a time (``do`` must bear an item done twice)."""
+    futures: List[Future] = []
+    if len(items) > 1:
+        try:
+            with ThreadPoolExecutor(max_workers=min(AT_ONCE, len(items)), thread_name_prefix="hpcrun-remove") as pool:
+                for item in items:
+                    futures.append(pool.submit(do, item))
+        except RuntimeError:   # "can't start new thread": those not done are done here
+            pass
+    for k, item in enumerate(items):
+        if k >= len(futures) or not futures[k].done() or futures[k].cancelled():
             do(item)
-        return
-    with ThreadPoolExecutor(max_workers=min(AT_ONCE, len(items)), thread_name_prefix="hpcrun-remove") as pool:
-        futures = [pool.submit(do, item) for item in items]
     for future in futures:   # every one ended (the pool's end waits for all): the first error, if any
-        future.result()
+        if future.done() and not future.cancelled():
+            future.result()

@@ -36,11 +36,19 @@ def test_the_commands_that_operate_a_plan_start_without_the_specs_models():
 
 
 @pytest.mark.parametrize("attempts,cancelled", [(3, False), (1, True), (7, False)])
-def test_the_default_rules_are_the_specs_rules_with_nothing_overridden(attempts, cancelled):
+def test_the_default_rules_are_the_failure_classes_own(attempts, cancelled):
+    """The rules a plan without a ``retry`` section is decided by (hpcrun/model/failures.py), and a spec's
+    override on top of them (hpcrun/model/retry.py), against the table's own figures."""
     from hpcrun.model.failures import default_rules
     from hpcrun.model.retry import RetrySpec, effective_rules
-    spec = RetrySpec(max_attempts=attempts, cancelled=cancelled)
-    assert default_rules(attempts, cancelled) == effective_rules(spec)
+    rules = default_rules(attempts, cancelled)
+    assert rules["chain"] == {"retry": True, "max_attempts": 2, "more_walltime": None, "more_memory": None,
+                              "exclude_node": False, "restage": False}
+    assert rules["qa"]["retry"] is False and rules["time_limit"]["more_walltime"] == 1.5
+    assert rules["out_of_memory"]["more_memory"] == 1.5 and rules["node_fail"]["exclude_node"] is True
+    assert rules["checksum"]["restage"] is True and rules["allocation"]["max_attempts"] == 10
+    assert rules["other"]["max_attempts"] == attempts and rules["cancelled"]["retry"] is cancelled
+    assert rules["site_cancel"]["retry"] is True and len(rules) == 22
     over = effective_rules(RetrySpec(max_attempts=attempts, on={"chain": {"max_attempts": 9, "retry": False}}))
     assert over["chain"]["max_attempts"] == 9 and over["chain"]["retry"] is False
     assert {k: v for k, v in over.items() if k != "chain"} == {

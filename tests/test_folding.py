@@ -414,3 +414,25 @@ def test_removals_are_done_several_at_once_and_every_one_is_tried():
     with pytest.raises(FileNotFoundError):
         each_at_once(remove, [1, 2, 3, 4, 5])
     assert sorted(done) == [1, 3, 4, 5]
+
+
+def test_removals_are_all_done_where_no_thread_may_start(monkeypatch):
+    """A login node's limit on a user's processes: the pool starts two threads, then none ("can't start new
+    thread"); the rest are removed one at a time, none forgotten, and no error reaches the fold's caller."""
+    import concurrent.futures
+
+    from hpcrun import bulk
+
+    real = concurrent.futures.ThreadPoolExecutor.submit
+    started: list = []
+
+    def submit(self, fn, *args):
+        if len(started) >= 2:
+            raise RuntimeError("can't start new thread")
+        started.append(args)
+        return real(self, fn, *args)
+
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit)
+    done: list = []
+    bulk.each_at_once(done.append, list(range(6)))
+    assert sorted(done) == list(range(6)) and len(started) == 2

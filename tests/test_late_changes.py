@@ -379,7 +379,8 @@ def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(m
 
 
 def test_a_read_of_the_queue_keeps_the_pace_of_the_ends_it_saw(monkeypatch):
-    """The pace ``tick_s`` reads: the ends a read recorded over the time since the read before it."""
+    """The pace ``tick_s`` reads: the ends a read recorded over the time since the read before it, a second at
+    least (a read 0.1 s after another would make a few ends look like a torrent)."""
     from types import SimpleNamespace
 
     from hpcrun.operate.supervision import queue_reads
@@ -396,30 +397,7 @@ def test_a_read_of_the_queue_keeps_the_pace_of_the_ends_it_saw(monkeypatch):
     now[0], got[0] = 1002.0, (300, 200, False)
     queue_reads.read(sup)
     assert sup.pace == 100.0 and sup.tick_ends == 203
+    now[0], got[0], sup.ticked = 1002.2, (50, 50, False), 0.0   # read again at once (after a full read): its ends
+    queue_reads.read(sup)                                       # count over a second, not over 0.2 s
+    assert sup.pace == 50.0
 
-
-def test_a_reads_commits_are_placed_several_at_once_and_recorded_in_the_journals_order(tmp_path, monkeypatch):
-    """Each commit's outputs are placed (a rename, a directory removed, the record rewritten: waits on the
-    filesystem) several at once (issue 55): here four placements that each wait for the others would never end
-    one at a time. The records keep the journals' order."""
-    import threading
-
-    q = Queue(tmp_path / "queue")
-    q.make()
-    tasks = [f"L1_{i}" for i in range(6)]
-    for task in tasks:
-        (q.d("done") / task).write_text("\t".join([task, "c", "p", "0", "n1", "1.0", "2.0", "0", "COMPLETED",
-                                                   "0.1", "100"]) + "\n")
-    (q.d("results") / "a").write_text("".join(f"{t}\n" for t in reversed(tasks)))
-    met = threading.Barrier(4, timeout=10)
-    real = Queue.place
-
-    def place(self, task, result, locations):
-        if task in tasks[2:]:
-            met.wait()
-        return real(self, task, result, locations)
-
-    monkeypatch.setattr(Queue, "place", place)
-    got = read_changes(q, (), "store", lambda qid: ("tag", str(tmp_path / "out")), "", 1)
-    assert list(got.records) == list(reversed(tasks))
-    assert all((q.d("done") / t).read_text().rstrip("\n").endswith("\tplaced") for t in tasks)

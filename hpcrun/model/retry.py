@@ -10,7 +10,16 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from hpcrun.model.failures import CLASS_NAMES, FAILURE_CLASSES, default_rules
+from hpcrun.model.failures import (  # noqa: F401  (the others re-exported: named here before failures.py)
+    CLASS_NAMES,
+    EXIT_CLASSES,
+    FAILURE_CLASSES,
+    KILL_SIGNALS,
+    STATE_CLASSES,
+    FailureClass,
+    classify,
+    default_rules,
+)
 from hpcrun.model.fields import Command, Duration
 
 

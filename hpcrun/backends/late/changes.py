@@ -29,7 +29,6 @@ from hpcrun.backends.late.figures import _seconds
 from hpcrun.backends.late.ledger import journals_of
 from hpcrun.backends.late.queue import Claim, Queue, _local_time, epoch
 from hpcrun.backends.scheduler.base import Record
-from hpcrun.bulk import each_at_once
 
 Described = Callable[[str], Optional[Tuple[str, str]]]   # submission -> (its tag, its outputs location)
 BLOCK = 1 << 16
@@ -188,21 +187,10 @@ def read_changes(q: Queue, running: Collection[str], reader: str, describe: Desc
     out.lines = _new_lines(q, cur, lines)
     out.full = sum(len(got) for got in out.lines.values()) >= lines
     folded: Dict[str, List[str]] = {}   # journal -> the tasks it names whose done/ file is gone: folded
-    named = [(line.journal, task) for line in out.again + [line for got in out.lines.values() for line in got]
-             for task in line.tasks]   # a line names only commits
-    read: Dict[str, bool] = {}
-    records: Dict[str, Record] = {}
-
-    def commit(named_task: Tuple[str, str]) -> None:
-        read[named_task[1]] = _committed(q, named_task[1], describe, chains, records, known)
-    # each commit read and its outputs placed, several at once: a placement waits on the filesystem (a rename, a
-    # directory removed, the record rewritten), and two placements of one task are safe (Queue.place)
-    each_at_once(commit, named)
-    for journal, task in named:   # in the journals' order
-        if task in records:
-            out.records[task] = records[task]
-        if not read[task]:
-            folded.setdefault(journal, []).append(task)
+    for line in out.again + [line for got in out.lines.values() for line in got]:
+        for task in line.tasks:   # a line names only commits
+            if not _committed(q, task, describe, chains, out.records, known):
+                folded.setdefault(line.journal, []).append(task)
     for journal, tasks in folded.items():   # one read of that journal's ledgers for all of them
         found = q.ledgers.find(tasks, journals_of(journal))
         out.unread |= {t for t in tasks if not _committed(q, t, describe, chains, out.records, known, found.get(t))}

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import BinaryIO, Collection, Dict, Iterator, List, Optional, Set, Tuple
 
 from hpcrun.backends.late import layout as L
-from hpcrun.bulk import each_at_once
 
 FOLDED = "folded"
 RELEASED = "released-"   # the journal the supervisor writes for a fenced pilot's commit it stopped before naming
@@ -66,7 +65,11 @@ class Ledgers:
             self._append(journal, "".join(lines))
         except OSError:
             return None
-        each_at_once(_unlink, paths)
+        for path in paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         return len(paths)
 
     def _append(self, journal: str, text: str) -> None:
@@ -148,13 +151,6 @@ def _whole_lines(f: BinaryIO) -> int:
     if tail.endswith(b"\n"):
         return size
     return size - len(tail) + tail.rfind(b"\n") + 1
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _names(journal: Path, start: int, end: int) -> List[str]:

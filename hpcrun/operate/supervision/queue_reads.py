@@ -58,8 +58,8 @@ def read(sup: Any) -> bool:
         recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id, sup.folder)
     except OSError:
         recorded, ends, full = 0, 0, False
-    if sup.read_at is not None:   # the pace: ends a second since the read before (a round's pause included)
-        sup.pace = ends / max(start - sup.read_at, FAST_TICK_S)
+    if sup.read_at is not None:   # the pace: ends a second since the read before (a round's pause included), over
+        sup.pace = ends / max(start - sup.read_at, TICK_S)   # a second at least (a read at once after a full one)
     sup.read_at = start
     sup.tick_changes += recorded
     sup.tick_ends += ends

@@ -22,14 +22,16 @@ export HPCRUN_JOB_ID=${SLURM_JOB_ID:-}
 export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
 
 # the stamp in UTC, worked out again only when the second changes: a TZ of its own on every line made bash read the
-# zone files twice a line (a late input logs five lines; its claim's loop refreshes the stamp before it starts one)
+# zone files twice a line (a late input logs five lines; its claim's loop refreshes the stamp before it starts one);
+# a bash without EPOCHSECONDS (before 5.0) works it out every line, as before
 log_clock() {
-  [ "$EPOCHSECONDS" = "${log_second:-}" ] || {
-    log_second=$EPOCHSECONDS
-    TZ=UTC printf -v log_stamp '%(%Y-%m-%dT%H:%M:%SZ)T' "$log_second"
+  local now=${EPOCHSECONDS:-}
+  [ -n "$now" ] && [ "$now" = "${hpcrun_log_second:-}" ] || {
+    hpcrun_log_second=$now
+    TZ=UTC printf -v hpcrun_log_stamp '%(%Y-%m-%dT%H:%M:%SZ)T' "${now:--1}"
   }
 }
-log() { log_clock; printf '%s hpcrun[%s]: %s\n' "$log_stamp" "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
+log() { log_clock; printf '%s hpcrun[%s]: %s\n' "$hpcrun_log_stamp" "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
 fail() {
   local code=$1
   shift
