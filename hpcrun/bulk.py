@@ -44,11 +44,14 @@ def each_at_once(do: Callable[[T], None], items: Sequence[T]) -> None:
             with ThreadPoolExecutor(max_workers=min(AT_ONCE, len(items)), thread_name_prefix="hpcrun-remove") as pool:
                 for item in items:
                     futures.append(pool.submit(do, item))
-        except RuntimeError:   # "can't start new thread": those not done are done here
+        except RuntimeError:   # "can't start new thread": the rest are done here (one queued meanwhile may be twice)
             pass
-    for k, item in enumerate(items):
-        if k >= len(futures) or not futures[k].done() or futures[k].cancelled():
+    errors: List[BaseException] = []
+    for item in items[len(futures):]:
+        try:
             do(item)
-    for future in futures:   # every one ended (the pool's end waits for all): the first error, if any
-        if future.done() and not future.cancelled():
-            future.result()
+        except Exception as exc:   # raised once every item was tried, as a worker's is
+            errors.append(exc)
+    errors[:0] = [exc for exc in (f.exception() for f in futures) if exc is not None]
+    if errors:
+        raise errors[0]

@@ -418,21 +418,31 @@ def test_removals_are_done_several_at_once_and_every_one_is_tried():
 
 def test_removals_are_all_done_where_no_thread_may_start(monkeypatch):
     """A login node's limit on a user's processes: the pool starts two threads, then none ("can't start new
-    thread"); the rest are removed one at a time, none forgotten, and no error reaches the fold's caller."""
-    import concurrent.futures
+    thread"); every item is still done (one the pool had queued may be done twice: a removal bears it), and a
+    removal's error comes out once every item was tried."""
+    import threading
 
     from hpcrun import bulk
 
-    real = concurrent.futures.ThreadPoolExecutor.submit
+    real = threading.Thread.start
     started: list = []
 
-    def submit(self, fn, *args):
-        if len(started) >= 2:
+    def start(self):
+        if self.name.startswith("hpcrun-remove") and len(started) >= 2:
             raise RuntimeError("can't start new thread")
-        started.append(args)
-        return real(self, fn, *args)
+        started.append(self.name)
+        real(self)
 
-    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit)
+    monkeypatch.setattr(threading.Thread, "start", start)
     done: list = []
-    bulk.each_at_once(done.append, list(range(6)))
-    assert sorted(done) == list(range(6)) and len(started) == 2
+    lock = threading.Lock()
+
+    def remove(item: int) -> None:
+        with lock:
+            done.append(item)
+        if item == 4:
+            raise FileNotFoundError(item)
+
+    with pytest.raises(FileNotFoundError):
+        bulk.each_at_once(remove, list(range(8)))
+    assert set(done) == set(range(8)) and len(started) == 2

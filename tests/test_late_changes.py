@@ -379,8 +379,8 @@ def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(m
 
 
 def test_a_read_of_the_queue_keeps_the_pace_of_the_ends_it_saw(monkeypatch):
-    """The pace ``tick_s`` reads: the ends a read recorded over the time since the read before it, a second at
-    least (a read 0.1 s after another would make a few ends look like a torrent)."""
+    """The pace ``tick_s`` reads: the ends the reads recorded over a second or more. Reads 0.1-0.2 s apart (near
+    the end) count into one window: alone, each would make its few ends look like a trickle."""
     from types import SimpleNamespace
 
     from hpcrun.operate.supervision import queue_reads
@@ -390,14 +390,18 @@ def test_a_read_of_the_queue_keeps_the_pace_of_the_ends_it_saw(monkeypatch):
     monkeypatch.setattr(queue_reads.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(queue_reads, "record_queue", lambda *a: got[0])
     sup = SimpleNamespace(manifest=SimpleNamespace(pilots={"queue": "q"}), left=1000, tick_ends=0, slots=24,
-                          near_since=None, ticked=0.0, tick_changes=0, read_at=None, pace=0.0, plan_dir="p",
-                          store=SimpleNamespace(any_in=lambda *a: True), campaign=SimpleNamespace(id=1), folder=None)
+                          near_since=None, ticked=0.0, tick_changes=0, pace_since=None, pace_ends=0, pace=0.0,
+                          plan_dir="p", store=SimpleNamespace(any_in=lambda *a: True), campaign=SimpleNamespace(id=1),
+                          folder=None)
     queue_reads.read(sup)
-    assert sup.pace == 0.0 and sup.read_at == 1000.0   # a first read: no pace yet
+    assert sup.pace == 0.0 and sup.pace_since == 1000.0   # a first read: no pace yet
     now[0], got[0] = 1002.0, (300, 200, False)
     queue_reads.read(sup)
     assert sup.pace == 100.0 and sup.tick_ends == 203
-    now[0], got[0], sup.ticked = 1002.2, (50, 50, False), 0.0   # read again at once (after a full read): its ends
-    queue_reads.read(sup)                                       # count over a second, not over 0.2 s
-    assert sup.pace == 50.0
-
+    for at in (1002.2, 1002.4, 1002.6, 1002.8):   # reads every 0.2 s, 40 ends each: 200 a second
+        now[0], got[0], sup.ticked = at, (40, 40, False), 0.0
+        queue_reads.read(sup)
+        assert sup.pace == 100.0   # the window is not a second long yet
+    now[0], sup.ticked = 1003.0, 0.0
+    queue_reads.read(sup)
+    assert sup.pace == 200.0

@@ -16,8 +16,9 @@ from hpcrun.operate.tracking.track import record_queue
 
 # how often; a read with nothing changed costs a few metadata operations and writes nothing (2 ms at 10^6)
 TICK_S = 1.0
-# ... and while every input left may be running (no more than the running pilots' slots): the end may come at any
-# moment, so the queue is read this often, for at most FAST_FOR_S (a last input of hours is not watched so)
+# ... and while every input left may be running (no more than the running pilots' slots), or those left would end
+# before the next read at the pace the reads saw: the end may come at any moment, so the queue is read this often,
+# for at most FAST_FOR_S (a last input of hours is not watched so)
 FAST_TICK_S = 0.1
 FAST_FOR_S = 120.0
 
@@ -58,9 +59,13 @@ def read(sup: Any) -> bool:
         recorded, ends, full = record_queue(sup.plan_dir, sup.manifest, sup.store, sup.campaign.id, sup.folder)
     except OSError:
         recorded, ends, full = 0, 0, False
-    if sup.read_at is not None:   # the pace: ends a second since the read before (a round's pause included), over
-        sup.pace = ends / max(start - sup.read_at, TICK_S)   # a second at least (a read at once after a full one)
-    sup.read_at = start
+    if sup.pace_since is None:   # the pace: the ends the reads recorded over a second or more (a round's pause
+        sup.pace_since, sup.pace_ends = start, 0   # included); a read 0.1 s after another counts into it, alone
+    else:                                          # it would make its few ends look like a trickle
+        sup.pace_ends += ends
+        if start - sup.pace_since >= TICK_S:
+            sup.pace = sup.pace_ends / (start - sup.pace_since)
+            sup.pace_since, sup.pace_ends = start, 0
     sup.tick_changes += recorded
     sup.tick_ends += ends
     sup.ticked = 0.0 if full else time.monotonic()

@@ -182,8 +182,8 @@ class Supervisor:
         self.metrics_kept: List[Family] = []   # the last round's metrics (rewritten during a store outage)
         self.ticked, self.tick_changes, self.tick_ends = time.monotonic(), 0, 0   # reads between rounds: when, what
         self.left = 0   # plan jobs pending or in flight at the last round: fewer changes cannot have ended them all
-        self.slots, self.near_since = 0, None   # the running pilots' slots; since when no input waits for one
-        self.read_at, self.pace = None, 0.0   # the last read's start, and the ends a second it saw (queue_reads.py)
+        self.slots, self.near_since = 0, None   # the running pilots' slots; since when the end is near (queue_reads.py)
+        self.pace_since, self.pace_ends, self.pace = None, 0, 0.0   # the reads' ends a second, and since when counted
         # array mode: the last jobs' ends looked for between rounds
         self.watch = array_ends.Watch(str(plan_dir / "run"), float(manifest.submit.min_poll_interval))
         self.folder = Folder(str(plan_dir / "run"))   # successful runs' directories folded: one segment for its life

@@ -28,8 +28,8 @@ export HPCRUN_NODES=${SLURM_JOB_NUM_NODES:-1}
 log_clock() {
   local now=${EPOCHSECONDS:-}
   [ -n "$now" ] && [ "$now" = "${hpcrun_log_second:-}" ] || {
-    hpcrun_log_second=$now
     TZ=UTC printf -v hpcrun_log_stamp '%(%Y-%m-%dT%H:%M:%SZ)T' "${now:--1}"
+    hpcrun_log_second=$now
   }
 }
 log() { log_clock; printf '%s hpcrun[%s]: %s\n' "$hpcrun_log_stamp" "${HPCRUN_JOB_ID:-local}" "$*" >&2; }
