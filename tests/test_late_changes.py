@@ -345,7 +345,7 @@ def test_the_queue_is_read_more_often_once_no_input_waits_and_only_for_a_while(m
     now = [1000.0]
     monkeypatch.setattr(queue_reads.time, "monotonic", lambda: now[0])
     sup = SimpleNamespace(manifest=SimpleNamespace(pilots={"queue": "q"}), left=30, tick_ends=0, slots=24,
-                          near_since=None)
+                          near_since=None, pace=0.0)
     assert queue_reads.tick_s(sup) == queue_reads.TICK_S and sup.near_since is None   # 30 left, 24 slots
     sup.tick_ends = 10
     assert queue_reads.tick_s(sup) == queue_reads.FAST_TICK_S < queue_reads.TICK_S   # 20 left: none waits

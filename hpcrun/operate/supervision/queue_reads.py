@@ -31,12 +31,13 @@ def open_jobs(jobs: Dict[str, int]) -> int:
 def tick_s(sup: Any) -> float:
     """How long until the next read: FAST_TICK_S once the end is near, for FAST_FOR_S from then on, whatever the
     rounds meanwhile, until it is not again; TICK_S otherwise. Near: no input left may be waiting for a slot, or
-    at the pace the last read saw (ends a second) those left would end before the next read: short inputs end
-    hundreds a second, so that many are left a second before the end, however few the slots (issue 55)."""
+    at the reads' pace (``read``: their ends over a second or more) those left would end before the next read:
+    short inputs end hundreds a second, so that many are left a second before the end, however few the slots
+    (issue 55)."""
     rest = sup.left - sup.tick_ends
     if not sup.manifest.pilots or rest <= 0:
         return TICK_S
-    if rest > max(sup.slots, getattr(sup, "pace", 0.0) * TICK_S):
+    if rest > max(sup.slots, sup.pace * TICK_S):
         if sup.slots:   # inputs wait for a slot again (not a round that could not count the pilots)
             sup.near_since = None
         return TICK_S
