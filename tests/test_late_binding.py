@@ -304,6 +304,28 @@ def test_an_inputs_chain_that_never_ran_in_its_shell_is_killed_not_failed(tmp_pa
     assert (run / "chains.tsv").read_text() == "0\tmissing\tkilled\n", logs
 
 
+def test_a_claims_inputs_run_the_chain_its_shell_read_once(tmp_path):
+    """The claim's shell reads and parses the chain's steps once for all its inputs (issue 55): the first input's
+    work removes the chain's script, and the claim's other inputs still run their chain; the inputs of a later claim,
+    whose shell found no script, count as killed (14), as in the test above."""
+    gone = ["/bin/sh", "-c", 'rm -f "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh"; exec cp "$0" "$1"', "{input}", "{output}"]
+    data = _spec(tmp_path, 12, gone)
+    data["jobs"]["pilot"].update({"slots": 1, "input_time": "0.1s"})
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 12)
+    logs = _wait(_pilot(plan, "813"), 60)
+    results = _results(plan)
+    assert len(results) == 12, logs
+    slot_log = next((plan / "run" / "pilots").glob("*/claims/0.log")).read_text()
+    claims = [line.split()[3:] for line in slot_log.splitlines() if line.startswith("# hpcrun claim ")]
+    assert len(claims[0]) > 1, slot_log   # a claim of several inputs
+    by_cid = {r[1]: r for r in results.values()}
+    assert [by_cid[c][7] for c in claims[0]] == ["0"] * len(claims[0]), slot_log
+    later = [by_cid[c][7] for claim in claims[1:] for c in claim if c in by_cid]
+    assert later and set(later) == {"14"}, slot_log
+    assert {r[0].rpartition("_")[0] for r in results.values()} == {qid}
+
+
 @pytest.mark.parametrize("own", ["base.sh.j2", "_shell.j2", "job.sh.j2", "profile"])
 def test_inputs_tsv_is_spared_only_with_hpcruns_own_job_templates(tmp_path, monkeypatch, own):
     """A site's copy of a job template (found first on the template path) or a template its profile names may run

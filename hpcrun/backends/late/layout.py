@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 CHUNKS = 64            # backlog files a submission is cut into: a small multiple of a pilot's slots
 BACKLOG_MAX = 512      # ... while the backlog holds fewer; beyond, MIN_CHUNKS (a 10^6 campaign goes in pieces)
@@ -43,9 +43,10 @@ def read(path: Path) -> str:
         return ""
 
 
-def write_new(path: Path, text: str) -> None:
+def write_new(path: Union[str, Path], text: str) -> None:
     """A file that appears whole (written under a temporary name, renamed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}")
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)

@@ -26,7 +26,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 if __package__:
     from hpcrun.backends.late import layout as L
@@ -283,7 +283,7 @@ def splitting(me: Path, prefixes: Tuple[str, ...]) -> bool:
         return False
 
 
-def rename(src: Path, dest: Path) -> bool:
+def rename(src: Union[str, Path], dest: Union[str, Path]) -> bool:
     try:
         os.rename(src, dest)
         return True
@@ -291,7 +291,7 @@ def rename(src: Path, dest: Path) -> bool:
         return False
 
 
-def unlink(path: Path) -> None:
+def unlink(path: Union[str, Path]) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
