@@ -326,6 +326,27 @@ def test_a_claims_inputs_run_the_chain_its_shell_read_once(tmp_path):
     assert {r[0].rpartition("_")[0] for r in results.values()} == {qid}
 
 
+def test_an_idle_pilot_leaves_within_a_second_of_the_campaigns_end(tmp_path):
+    """A pilot that runs nothing, whose looks at the queue are already seconds apart (its naps grow after each
+    miss), sees queue/stop within half a second and leaves (issue 55: the pilots stop at once), not at its next
+    look or beat."""
+    data = _spec(tmp_path, 1, COPY)
+    data["jobs"]["pilot"].update({"slots": 1, "idle_release": "60s"})
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 1)
+    proc = _pilot(plan, "814")
+    deadline = time.monotonic() + 30
+    while f"{qid}_0" not in _results(plan):
+        assert time.monotonic() < deadline and proc.poll() is None, "the input never ended"
+        time.sleep(0.1)
+    time.sleep(4.5)   # misses 0.05 + 0.2 + 0.5 + 1 + 2 s apart: the next look is 5 s off, the beat 10 s after start
+    (plan / "queue" / "stop").write_text("")
+    stopped = time.monotonic()
+    logs = _wait(proc, 30)
+    assert time.monotonic() - stopped < 1.5, logs
+    assert "the campaign is done" in logs, logs
+
+
 @pytest.mark.parametrize("own", ["base.sh.j2", "_shell.j2", "job.sh.j2", "profile"])
 def test_inputs_tsv_is_spared_only_with_hpcruns_own_job_templates(tmp_path, monkeypatch, own):
     """A site's copy of a job template (found first on the template path) or a template its profile names may run

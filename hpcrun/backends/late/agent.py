@@ -35,6 +35,7 @@ else:   # run as the plan's bin/hpcrun-pilot.py: the protocol and the runs are t
 
 NAPS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)   # the queue looked at soon after a miss, then less and less often
 STOP_WAIT_S = 15.0                 # a claim's script TERMed on the way out, KILLed after this
+STOP_LOOK_S = 0.5                  # a pilot that runs nothing looks for the campaign's end this often (one stat)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Agent:
     nap: int = 0
     next_look: float = 0.0
     next_beat: float = 0.0
+    next_stop: float = 0.0
     flags: Dict[str, object] = field(default_factory=dict)   # stop, paused, expected, until, hinted: per beat
     scripts: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)   # qid -> script, limit, plan dir
     pace: R.ClaimPace = field(init=False)   # how much a claim holds, from this pilot's last input times
@@ -75,7 +77,8 @@ class Agent:
         self.pace = R.ClaimPace(self.input_s)
         self.me = self.queue / "live" / self.pilot
         self.at = {d: os.path.join(str(self.queue), d) for d in ("cancel", "cancelled", "done", "ready")}
-        self.at.update(me=str(self.me), journal=os.path.join(str(self.queue), "results", self.pilot))
+        self.at.update(me=str(self.me), journal=os.path.join(str(self.queue), "results", self.pilot),
+                       stop=os.path.join(str(self.queue), "stop"))
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -103,12 +106,15 @@ class Agent:
             if now >= self.next_look:
                 self._fill()
             busy = self.running or self.summer.pending   # an input summed is not yet committed
+            if not busy:
+                self._look_for_stop(now)
             if not busy and not self._may_claim() and self._done_for_good():
                 break
             if not busy and time.monotonic() - self.idle_since >= self.idle_s:
                 self.log(f"nothing to claim for {self.idle_s:.0f} s: released")
                 break
-            timeout = min([self.next_beat, self.next_look] + [r.warn_at for r in self.running.values()]
+            timeout = min([self.next_beat, self.next_look] + ([] if busy else [self.next_stop])
+                          + [r.warn_at for r in self.running.values()]
                           + [r.kill_at for r in self.running.values()]
                           + [self.pace.give_back_at(r) for r in self.running.values()]) - time.monotonic()
             ready = select.select([wake_r] + [r.out for r in self.running.values()], [], [],
@@ -120,6 +126,15 @@ class Agent:
                     self._read_worker(r)
             self.summer.finished(self._summed)
         return self._leave()
+
+    def _look_for_stop(self, now: float) -> None:
+        """A pilot that runs nothing sees the campaign's end (``queue/stop``) within STOP_LOOK_S, and leaves: its
+        looks at the queue, after a few misses, are seconds apart, and so was its node's release (issue 55)."""
+        if now >= self.next_stop and not self.flags.get("stop"):
+            self.next_stop = now + STOP_LOOK_S
+            if os.path.exists(self.at["stop"]):
+                self.flags["stop"] = True
+                self.log("the campaign is done: nothing to claim")
 
     def _on_term(self, *_: object) -> None:
         self.stopping = self.stopping or "cancelled (SIGTERM): its claims return to the queue"
