@@ -130,11 +130,15 @@ class Agent:
     def _look_for_stop(self, now: float) -> None:
         """A pilot that runs nothing sees the campaign's end (``queue/stop``) within STOP_LOOK_S, and leaves: its
         looks at the queue, after a few misses, are seconds apart, and so was its node's release (issue 55)."""
-        if now >= self.next_stop and not self.flags.get("stop"):
+        if now >= self.next_stop:
             self.next_stop = now + STOP_LOOK_S
-            if os.path.exists(self.at["stop"]):
-                self.flags["stop"] = True
-                self.log("the campaign is done: nothing to claim")
+            self._saw_stop()
+
+    def _saw_stop(self) -> None:
+        """``queue/stop`` looked at (between beats): once there, the pilot claims nothing more, and says so."""
+        if not self.flags.get("stop") and os.path.exists(self.at["stop"]):
+            self.flags["stop"] = True
+            self.log("the campaign is done: nothing to claim")
 
     def _on_term(self, *_: object) -> None:
         self.stopping = self.stopping or "cancelled (SIGTERM): its claims return to the queue"
@@ -166,13 +170,14 @@ class Agent:
         except FileNotFoundError:
             self.stopping = "fenced: its claims were returned to the queue"
             return
+        known = bool(self.flags.get("stop"))   # said once, where the pilot first saw it
         self.flags.update(R.flags(self.queue, self.me))
         cancels = set(L.entries(self.queue / "cancel"))
         for r in self.running.values():
             if r.at >= 0 and r.task in cancels and not r.state:
                 r.state = "CANCELLED"
                 R.group(r.items[r.at].pid, signal.SIGTERM)
-        if self.flags["stop"] and not self.running:
+        if self.flags["stop"] and not known:
             self.log("the campaign is done: nothing to claim")
 
     def _limits(self, now: float) -> None:
@@ -212,7 +217,7 @@ class Agent:
         while free and not self.stopping:
             tasks = self._claim(self.pace.size() * len(free))   # for every free slot: one split, dealt out
             if not tasks:   # nothing left: the campaign's end (queue/stop) is looked at now, not at the next beat
-                self.flags["stop"] = self.flags.get("stop") or (self.queue / "stop").exists()
+                self._saw_stop()
                 self.next_look = time.monotonic() + NAPS[self.nap]
                 self.nap = min(self.nap + 1, len(NAPS) - 1)
                 return
