@@ -70,8 +70,7 @@ class Agent:
     summer: R.Summer = field(default_factory=lambda: R.Summer(-1))   # outputs summed here, for scripts that ask
 
     me: Path = field(init=False)      # queue/live/<pilot>: this pilot's claims
-    at: Dict[str, str] = field(init=False)   # the directories an input's path touches, as text: joined per input
-    #                                           without pathlib's parsing (a third of this loop's CPU per input)
+    at: Dict[str, str] = field(init=False)   # paths an input touches, as text (pathlib: a third of its CPU)
 
     def __post_init__(self) -> None:
         self.pace = R.ClaimPace(self.input_s)
@@ -106,8 +105,9 @@ class Agent:
             if now >= self.next_look:
                 self._fill()
             busy = self.running or self.summer.pending   # an input summed is not yet committed
-            if not busy:
-                self._look_for_stop(now)
+            if not busy and now >= self.next_stop:   # runs nothing: its looks at the queue may be seconds apart, but
+                self.next_stop = now + STOP_LOOK_S   # the campaign's end is seen within STOP_LOOK_S (issue 55)
+                self._saw_stop()
             if not busy and not self._may_claim() and self._done_for_good():
                 break
             if not busy and time.monotonic() - self.idle_since >= self.idle_s:
@@ -127,15 +127,7 @@ class Agent:
             self.summer.finished(self._summed)
         return self._leave()
 
-    def _look_for_stop(self, now: float) -> None:
-        """A pilot that runs nothing sees the campaign's end (``queue/stop``) within STOP_LOOK_S, and leaves: its
-        looks at the queue, after a few misses, are seconds apart, and so was its node's release (issue 55)."""
-        if now >= self.next_stop:
-            self.next_stop = now + STOP_LOOK_S
-            self._saw_stop()
-
-    def _saw_stop(self) -> None:
-        """``queue/stop`` looked at (between beats): once there, the pilot claims nothing more, and says so."""
+    def _saw_stop(self) -> None:   # between beats: once there, the pilot claims nothing more, and says so
         if not self.flags.get("stop") and os.path.exists(self.at["stop"]):
             self.flags["stop"] = True
             self.log("the campaign is done: nothing to claim")
@@ -163,22 +155,19 @@ class Agent:
 
     # -- the lease, and what the supervisor says -----------------------------------------------------------
     def _beat(self) -> None:
-        """The lease renewed; the queue's flags read (once a beat, not once a claim); operators' cancels done.
-        A pilot whose directory is gone was fenced: it stops."""
+        """The lease renewed; the queue's flags read once a beat; operators' cancels done. Fenced (gone): stops."""
         try:
             os.utime(self.me / "beat")
         except FileNotFoundError:
             self.stopping = "fenced: its claims were returned to the queue"
             return
-        known = bool(self.flags.get("stop"))   # said once, where the pilot first saw it
+        self._saw_stop()   # said once, where the pilot first sees it
         self.flags.update(R.flags(self.queue, self.me))
         cancels = set(L.entries(self.queue / "cancel"))
         for r in self.running.values():
             if r.at >= 0 and r.task in cancels and not r.state:
                 r.state = "CANCELLED"
                 R.group(r.items[r.at].pid, signal.SIGTERM)
-        if self.flags["stop"] and not known:
-            self.log("the campaign is done: nothing to claim")
 
     def _limits(self, now: float) -> None:
         """Each input's own time limit, as its array task would have it: the warning signal, then the end. An
@@ -451,15 +440,13 @@ class Agent:
         except OSError:
             if os.path.exists(done):   # committed by an earlier claim: named in the journal again, so it is read
                 R.unlink(token)
-                with open(at["journal"], "a") as journal:
-                    journal.write(item.task + "\n")
+                R.append_line(at["journal"], item.task)
             elif not self.me.is_dir():
                 self.stopping = "fenced: its claims were returned to the queue"
             self.log(f"claim {item.cid} of {item.task} was taken from this pilot: its result is dropped, its "
                      "outputs never placed")
             return
-        with open(at["journal"], "a") as journal:   # what changed, for the supervisor
-            journal.write(item.task + "\n")
+        R.append_line(at["journal"], item.task)   # what changed, for the supervisor
         R.unlink(token)
         if self.bb_root:
             shutil.rmtree(os.path.join(self.bb_root, "claims", item.cid), ignore_errors=True)
@@ -485,15 +472,9 @@ class Agent:
         for r in runs:   # whatever is left of each (an input's chains that outlived their leader)
             r.stop(signal.SIGKILL)
             r.proc.wait()
-        held = [n for n in os.listdir(self.me) if "_" in n and not n.startswith(".")] if self.me.is_dir() else []
-        if held or R.splitting(self.me, (L.TAKE, L.REST)):
-            try:
-                os.rename(self.me, self.queue / "fenced" / self.pilot)
-                self.log(f"its {len(held)} claim(s) handed back to the queue")
-            except OSError:
-                pass
-        elif self.me.is_dir():
-            shutil.rmtree(self.me, ignore_errors=True)
+        handed = R.hand_back(self.me, self.queue / "fenced" / self.pilot, (L.TAKE, L.REST))
+        if handed is not None:
+            self.log(f"its {handed} claim(s) handed back to the queue")
         self.log("pilot ends")
         return 0
 

@@ -18,6 +18,7 @@ import os
 import queue
 import select
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -281,6 +282,24 @@ def splitting(me: Path, prefixes: Tuple[str, ...]) -> bool:
         return any(n.startswith(prefixes) for n in os.listdir(me))
     except FileNotFoundError:
         return False
+
+
+def hand_back(me: Path, fenced: Path, prefixes: Tuple[str, ...]) -> Optional[int]:
+    """A leaving pilot's directory renamed to ``fenced`` as a whole (the supervisor returns its claims) when it holds
+    claims or a split under way (files named with ``prefixes``), else removed; how many claims it handed back (None:
+    it held none, or the rename failed)."""
+    held = [n for n in os.listdir(me) if "_" in n and not n.startswith(".")] if me.is_dir() else []
+    if held or splitting(me, prefixes):
+        return len(held) if rename(me, fenced) else None
+    if me.is_dir():
+        shutil.rmtree(me, ignore_errors=True)
+    return None
+
+
+def append_line(path: str, line: str) -> None:
+    """One line appended (a pilot's journal: the tasks it committed, for the supervisor)."""
+    with open(path, "a") as f:
+        f.write(line + "\n")
 
 
 def rename(src: Union[str, Path], dest: Union[str, Path]) -> bool:

@@ -17,17 +17,17 @@ from hpcrun.errors import InputError, Problem
 from hpcrun.operate.manifest import Manifest
 from hpcrun.operate.results import ScriptInfo
 
-# render.headers is imported by the first script filled from a template: it brings jinja2 and the plan's models,
-# which a campaign of script files (late binding's pilots) never needs
+# render.header_fill is imported by the first script filled from a template: the standard library alone (the
+# renderer's jinja2 and the plan's models, 0.2-0.3 s, are the plan's, not a submission's)
 if TYPE_CHECKING:
-    from hpcrun.render.headers import HeaderTemplate
+    from hpcrun.render.header_fill import HeaderTemplate
 
 
 def _render() -> Any:
-    """render/headers.py, imported when a script is first filled from its template."""
-    from hpcrun.render import headers
+    """render/header_fill.py, imported when a script is first filled from its template."""
+    from hpcrun.render import header_fill
 
-    return headers
+    return header_fill
 
 
 class HeaderBook:
