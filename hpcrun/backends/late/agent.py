@@ -108,7 +108,8 @@ class Agent:
             if not busy and now >= self.next_stop:   # runs nothing: its looks at the queue may be seconds apart, but
                 self.next_stop = now + STOP_LOOK_S   # the campaign's end is seen within STOP_LOOK_S (issue 55)
                 self._saw_stop()
-            if not busy and not self._may_claim() and self._done_for_good():
+            if not busy and not self._may_claim() and (self.draining or self.flags.get("stop")
+                                                       or self._left() is not None):   # done for good
                 break
             if not busy and time.monotonic() - self.idle_since >= self.idle_s:
                 self.log(f"nothing to claim for {self.idle_s:.0f} s: released")
@@ -127,8 +128,8 @@ class Agent:
             self.summer.finished(self._summed)
         return self._leave()
 
-    def _saw_stop(self) -> None:   # between beats: once there, the pilot claims nothing more, and says so
-        if not self.flags.get("stop") and os.path.exists(self.at["stop"]):
+    def _saw_stop(self, there: Optional[bool] = None) -> None:   # once there, it claims nothing more, and says so
+        if not self.flags.get("stop") and (os.path.exists(self.at["stop"]) if there is None else there):
             self.flags["stop"] = True
             self.log("the campaign is done: nothing to claim")
 
@@ -141,9 +142,6 @@ class Agent:
             with contextlib.suppress(OSError):
                 (self.me / "draining").touch()
             self.log("drain signal: claiming nothing more; running inputs finish")
-
-    def _done_for_good(self) -> bool:
-        return self.draining or bool(self.flags.get("stop")) or self._left() is not None
 
     def _left(self) -> Optional[str]:
         """Why no input may start now for lack of time (the drain, a maintenance window), or None."""
@@ -161,8 +159,9 @@ class Agent:
         except FileNotFoundError:
             self.stopping = "fenced: its claims were returned to the queue"
             return
-        self._saw_stop()   # said once, where the pilot first sees it
-        self.flags.update(R.flags(self.queue, self.me))
+        flags = R.flags(self.queue, self.me)
+        self._saw_stop(bool(flags.get("stop")))   # said once, where the pilot first sees it
+        self.flags.update(flags)
         cancels = set(L.entries(self.queue / "cancel"))
         for r in self.running.values():
             if r.at >= 0 and r.task in cancels and not r.state:

@@ -290,7 +290,11 @@ def hand_back(me: Path, fenced: Path, prefixes: Tuple[str, ...]) -> Optional[int
     it held none, or the rename failed)."""
     held = [n for n in os.listdir(me) if "_" in n and not n.startswith(".")] if me.is_dir() else []
     if held or splitting(me, prefixes):
-        return len(held) if rename(me, fenced) else None
+        try:
+            os.rename(me, fenced)
+        except OSError:   # whatever it is, the pilot still leaves: the supervisor fences it by its job's end
+            return None
+        return len(held)
     if me.is_dir():
         shutil.rmtree(me, ignore_errors=True)
     return None
