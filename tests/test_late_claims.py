@@ -367,7 +367,6 @@ def test_the_agent_sums_each_inputs_outputs_and_the_job_starts_no_program_for_th
 def test_an_output_the_agent_cannot_record_fails_its_input(tmp_path, monkeypatch):
     """The sums' record cannot be written (its run directory is gone): the input fails (exit 3) with why. An output
     that cannot be read keeps its size, its sum left empty and why in checksums.log, as the job's programs would."""
-    from hpcrun.backends.late import runs
     from hpcrun.backends.late.runs import Item, Running, Summer, outputs_tsv
     r, w = os.pipe()
     summer = Summer(w)
@@ -411,7 +410,6 @@ def test_the_sums_threads_are_kept_and_a_slow_sum_holds_no_other(tmp_path, monke
     the next sum comes before the slow one began or while it runs (``begun``)."""
     import threading
 
-    from hpcrun.backends.late import runs
     from hpcrun.backends.late.runs import Summer
     r, w = os.pipe()
     summer = Summer(w)
@@ -452,7 +450,6 @@ def test_an_input_is_committed_only_once_its_outputs_record_is_written(tmp_path,
     its sums."""
     import threading
 
-    from hpcrun.backends.late import runs
     from hpcrun.backends.late.runs import Item, Running
     q = Queue(tmp_path / "q")
     q.make()
@@ -670,3 +667,21 @@ def test_a_wait_status_reads_as_subprocess_gives_it():
             proc.kill()
         _pid, status = os.waitpid(proc.pid, 0)
         assert runs.exit_status(status) == want, (argv, status)
+
+
+def test_a_leaving_pilot_hands_its_claims_back_or_leaves_whatever_the_rename_says(tmp_path):
+    """runs.hand_back, a pilot's last step: its directory renamed to fenced/ as a whole when it holds a claim (how
+    many), removed when it holds none, and a rename the filesystem refuses (here: a directory in the way that is
+    not empty) leaves it where it is, for the supervisor to fence, without raising on the agent's way out."""
+    me, fenced = tmp_path / "live" / "p1", tmp_path / "fenced" / "p1"
+    me.mkdir(parents=True)
+    (tmp_path / "fenced").mkdir()
+    (me / "Lq_1").write_text("")
+    (me / "beat").write_text("")
+    assert runs.hand_back(me, fenced, (".take.", ".rest.")) == 1 and (fenced / "Lq_1").exists() and not me.exists()
+    me.mkdir()
+    (me / "Lq_2").write_text("")
+    assert runs.hand_back(me, fenced, (".take.", ".rest.")) is None   # fenced/p1 is there, not empty
+    assert (me / "Lq_2").exists()
+    (me / "Lq_2").unlink()
+    assert runs.hand_back(me, fenced, (".take.", ".rest.")) is None and not me.exists()
