@@ -27,8 +27,7 @@ from hpcrun.backends.burstbuffer.base import grammar_checked
 from hpcrun.backends.burstbuffer.grammar import check_script
 from hpcrun.backends.scheduler import scheduler_for
 from hpcrun.plan.values import Job, Plan, ScriptPlan, index_range
-from hpcrun.render.header_fill import (  # noqa: F401  (the names plan show and the tests read here)
-    _SLOTS,
+from hpcrun.render.header_fill import (
     ARRAY_TABLE_NAME,
     ARRAY_TEMPLATE_NAME,
     BB,
@@ -41,11 +40,7 @@ from hpcrun.render.header_fill import (  # noqa: F401  (the names plan show and 
     TABLE_NAME,
     TEMPLATE_NAME,
     HeaderTemplate,
-    Part,
-    Slot,
     array_row,
-    parse_array_row,
-    parse_row,
 )
 from hpcrun.render.scripts import RenderedFile, job_comments, render_job, render_script
 from hpcrun.shell import Shell

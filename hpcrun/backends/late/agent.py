@@ -75,7 +75,7 @@ class Agent:
     def __post_init__(self) -> None:
         self.pace = R.ClaimPace(self.input_s)
         self.me = self.queue / "live" / self.pilot
-        self.at = {d: os.path.join(str(self.queue), d) for d in ("cancel", "cancelled", "done", "ready")}
+        self.at = {d: os.path.join(str(self.queue), d) for d in ("cancel", "cancelled", "done")}
         self.at.update(me=str(self.me), journal=os.path.join(str(self.queue), "results", self.pilot),
                        stop=os.path.join(str(self.queue), "stop"))
 
@@ -107,7 +107,7 @@ class Agent:
             busy = self.running or self.summer.pending   # an input summed is not yet committed
             if not busy and now >= self.next_stop:   # runs nothing: its looks at the queue may be seconds apart, but
                 self.next_stop = now + STOP_LOOK_S   # the campaign's end is seen within STOP_LOOK_S (issue 55)
-                self._saw_stop()
+                self._saw_stop(os.path.exists(self.at["stop"]))
             if not busy and not self._may_claim() and (self.draining or self.flags.get("stop")
                                                        or self._left() is not None):   # done for good
                 break
@@ -128,8 +128,8 @@ class Agent:
             self.summer.finished(self._summed)
         return self._leave()
 
-    def _saw_stop(self, there: Optional[bool] = None) -> None:   # once there, it claims nothing more, and says so
-        if not self.flags.get("stop") and (os.path.exists(self.at["stop"]) if there is None else there):
+    def _saw_stop(self, there: bool) -> None:   # queue/stop: once there, the pilot claims nothing more, and says so
+        if there and not self.flags.get("stop"):
             self.flags["stop"] = True
             self.log("the campaign is done: nothing to claim")
 
@@ -205,7 +205,7 @@ class Agent:
         while free and not self.stopping:
             tasks = self._claim(self.pace.size() * len(free))   # for every free slot: one split, dealt out
             if not tasks:   # nothing left: the campaign's end (queue/stop) is looked at now, not at the next beat
-                self._saw_stop()
+                self._saw_stop(os.path.exists(self.at["stop"]))
                 self.next_look = time.monotonic() + NAPS[self.nap]
                 self.nap = min(self.nap + 1, len(NAPS) - 1)
                 return
