@@ -289,8 +289,9 @@ def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_en
         (tmp_path / "gone.sh").write_text(GONE)
         env["BASH_ENV"] = str(tmp_path / "gone.sh")
     marker = tmp_path / "first"
+    # the chain names {workdir} ($3, unused): the plan makes its inputs' work directories
     chain = _ledgered(tmp_path, f'if mkdir "{marker}" 2>/dev/null; then exec cp "$0" "$1"; else sleep 60; fi')
-    data = _spec(tmp_path, 2, chain)
+    data = _spec(tmp_path, 2, [*chain, "{workdir}"])
     data["jobs"]["pilot"].update(slots=1, input_time="1s")   # both inputs in one claim, one after the other
     plan = _plan(tmp_path, data)
     _enqueue(plan, 2)
@@ -306,6 +307,29 @@ def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_en
     work = tmp_path / "out" / ".hpcrun-work"
     left = sorted(str(p.relative_to(work)) for p in work.glob("*/*")) if work.exists() else []
     assert not any(p.endswith("/" + first) for p in left), (left, logs)   # the input that ended: removed
+    assert any(p.endswith("/" + second) for p in left), (left, logs)   # the input stopped keeps its own
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unused", "named-by-the-chain"])
+def test_a_work_directory_is_made_only_where_the_plan_uses_one(tmp_path, named):
+    """Nothing but a merge's parts, staged inputs, a container or a command naming {workdir} uses an input's work
+    directory: without them the claim makes none (two directories an input fewer to make and remove, issue 55).
+    A chain that names it finds it made, and it is removed with the claim once empty."""
+    check = 'ls -d -- "$3" > /dev/null || exit 9; : > "$3/scratch"; rm -- "$3/scratch"; ' if named else ""
+    chain = [*_ledgered(tmp_path, check + 'exec cp "$0" "$1"'), *(["{workdir}"] if named else [])]
+    data = _spec(tmp_path, 3, chain)
+    data["jobs"]["pilot"].update(slots=1, input_time="1s")
+    plan = _plan(tmp_path, data)
+    qid = _enqueue(plan, 3)
+    logs = _wait(_pilot(plan, "809"), 60)
+    results = _results(plan)
+    assert sorted(results) == [f"{qid}_{i}" for i in range(3)], logs
+    assert {r[8] for r in results.values()} == {"COMPLETED"}, logs
+    script = next((plan / "jobs").glob("*")).read_text()
+    assert ("/.hpcrun-work/" in script.split("claim_dirs+=(", 1)[1].split("\n", 1)[0]) is named
+    work = tmp_path / "out" / ".hpcrun-work"
+    assert work.exists() is named, logs   # made where named (its root stays), never made otherwise
+    assert not named or list(work.rglob("*")) == [], logs   # and once empty, removed with the claim
 
 
 def test_a_claim_started_as_the_pilot_is_stopped_starts_no_input(tmp_path):

@@ -280,3 +280,17 @@ def test_directive_check_of_a_rendered_script():
     assert check_script(twice, "#DW", job_directive="#SBATCH") == ["more than one jobdw line"]
     bad = good[:2] + ["#DW jobdw capacity=3.5TB access_mode=striped type=scratch"] + good[3:]
     assert "capacity '3.5TB' must be an integer" in check_script(bad, "#DW", job_directive="#SBATCH")[0]
+
+
+@pytest.mark.parametrize("chain", [["reco", "{input}", "{output}"], ["reco", "{input}", "{output}", "{workdir}"]],
+                         ids=["unused", "named"])
+def test_an_array_job_makes_its_work_directory_only_where_something_uses_it(spec_factory, tmp_path, chain):
+    """Without a merge's parts, staged inputs, a container or a command naming {workdir}, a job makes no work
+    directory (and removes none); the example's merge, or a chain naming it, keeps it (issue 55)."""
+    spec = spec_factory({"jobs": {"chains_per_node": 1}, "chain": {"command": chain}, "merge": None})
+    text = (write_plan(load_plan(spec), tmp_path / "p").out_dir / "jobs/array001.sbatch").read_text()
+    named = "{workdir}" in chain
+    assert ('mkdir -p "$HPCRUN_WORKDIR" "$HPCRUN_OUTDIR"' in text) is named
+    assert ('rmdir -- "$HPCRUN_WORKDIR"' in text) is named
+    merged = (write_plan(load_plan(spec_factory()), tmp_path / "q").out_dir / "jobs/array001.sbatch").read_text()
+    assert 'mkdir -p "$HPCRUN_WORKDIR" "$HPCRUN_OUTDIR"' in merged and 'remove_tree "$HPCRUN_WORKDIR"' in merged

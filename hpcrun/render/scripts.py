@@ -133,7 +133,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "node_identity": [Shell(line) for line in sched.node_identity()],
         "input_dir_expr": Shell(plan.input_dir_expr or '""'), "work_dir_expr": Shell(plan.work_dir_expr),
         "out_dir_expr": Shell(plan.out_dir_expr),
-        "cleanup_workdir": plan.cleanup_workdir, "part": "whole",
+        "cleanup_workdir": plan.cleanup_workdir, "part": "whole", "work_dir_made": _work_dir_made(plan),
         "killed_statuses": Shell(" | ".join(str(128 + n) for n in sorted(KILL_SIGNALS))),
         "body_path": quote(f"{plan_dir}/{plan.seat.subdir}{BODY_PATH}"),
         # a campaign's other clusters: their own helpers, and run records that job ids cannot mix up
@@ -189,6 +189,20 @@ def _chain_here(plan: Plan, inline: bool) -> Dict[str, Any]:
     # job template (or its copy of one of hpcrun's) may run the chain as a process, which reads the file
     spared = plan.profile.template is None and all(_shipped(plan, n) for n in ("job.sh.j2", "base.sh.j2", "_shell.j2"))
     return {"chain_here": True, "rows_spared": spared, "chain_kept": Shell(f"local -x {kept}" if kept else ":")}
+
+
+def _work_dir_made(plan: Plan) -> bool:
+    """Whether a job makes its work directory (``HPCRUN_WORKDIR``): where something may use it. It holds chain
+    parts for a merge, staged inputs, a container's bind and whatever a command names ``{workdir}`` (or a site's
+    template or environment names). Otherwise nothing does, and two directories an input (a claim's two levels)
+    are two metadata operations to make and two to remove (issue 55)."""
+    texts = [*plan.commands.values(), *plan.container.setup_lines,
+             *(v for _, v in plan.campaign.chain.env.items()), *(v for _, v in plan.campaign.software.env.items()),
+             *(v for _, v in plan.profile.prologue.env.items())]
+    return bool("merge" in plan.commands or plan.input_dir_expr or plan.container.runtime != "none"
+                or plan.bb_system or (plan.pilots is not None and plan.pilots.bb_root is not None)
+                or any("WORKDIR" in t for t in texts) or plan.profile.template is not None
+                or not all(_shipped(plan, n) for n in ("job.sh.j2", "base.sh.j2", "_shell.j2", "hpcrun-chain.sh.j2")))
 
 
 def _shipped(plan: Plan, name: str) -> bool:
