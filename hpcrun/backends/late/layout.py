@@ -35,7 +35,7 @@ def entries(path: Path) -> List[str]:
         return []
 
 
-def read(path: Path) -> str:
+def read(path: Union[str, Path]) -> str:
     try:
         with open(path) as f:
             return f.read()
@@ -299,9 +299,10 @@ def shuffled(names: List[str]) -> List[str]:
     return names[k:] + names[:k]
 
 
-def move_tree(src: Path, dest: Path) -> Optional[str]:
+def move_tree(src: Union[str, Path], dest: Union[str, Path]) -> Optional[str]:
     """Every entry of ``src`` renamed into ``dest`` (a directory there already is merged into), then ``src``
-    removed; None, or why a move failed (what did not move stays in ``src``)."""
+    removed; None, or why a move failed (what did not move stays in ``src``). Paths joined as text: the supervisor
+    places every output it records through here."""
     try:
         names = sorted(os.listdir(src))
     except FileNotFoundError:
@@ -309,8 +310,8 @@ def move_tree(src: Path, dest: Path) -> Optional[str]:
     except OSError as exc:
         return f"{src}: {exc.strerror}"
     for name in names:
-        s, d = src / name, dest / name
-        if s.is_dir() and not s.is_symlink() and d.is_dir() and not d.is_symlink():
+        s, d = os.path.join(src, name), os.path.join(dest, name)
+        if os.path.isdir(s) and not os.path.islink(s) and os.path.isdir(d) and not os.path.islink(d):
             why = move_tree(s, d)
             if why is not None:
                 return why

@@ -48,11 +48,12 @@ class Ledgers:
         past them) folded, but those in ``skip`` and those whose outputs are not placed yet; how many, or None
         when the ledger could not be written (every ``done/`` file of this call kept: try again)."""
         lines: List[str] = []
-        paths: List[Path] = []
+        paths: List[str] = []
+        done = os.path.join(self.root, "done")
         for task in _names(self.root / "results" / journal, start, end):
             if task in skip:
                 continue
-            path = self.root / "done" / task
+            path = os.path.join(done, task)
             text = L.read(path)
             fields = text.rstrip("\n").split("\t")
             if not text.endswith("\n") or len(fields) != FIELDS or not _marked(fields[11]):

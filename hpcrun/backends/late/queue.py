@@ -94,6 +94,7 @@ class Queue:
 
     def __init__(self, root: Path):
         self.root = root
+        self.done = os.path.join(root, "done")   # as text: read and written for every result recorded
         self.ledgers = Ledgers(root)
         self._leases: Dict[str, Tuple[float, float]] = {}   # pilot -> (beat mtime seen, when it changed: our clock)
 
@@ -286,7 +287,7 @@ class Queue:
 
     def result(self, task: str, journal: Optional[str] = None) -> Optional[List[str]]:
         """``done/<task>``, or once folded its ledger line when the journal naming it is known (ledger.py)."""
-        text = _read(self.d("done") / task).rstrip("\n")
+        text = _read(os.path.join(self.done, task)).rstrip("\n")
         if text or journal is None:
             return text.split("\t") if text else None
         return self.ledgers.find((task,), journals_of(journal)).get(task)
@@ -322,15 +323,15 @@ class Queue:
         result = (result + [""] * 11)[:11]
         mark = PLACED
         for outputs in filter(None, locations):
-            private = Path(outputs) / CLAIMS_DIR / result[1]
+            private = os.path.join(outputs, CLAIMS_DIR, result[1])
             if os.path.isdir(private):
-                why = L.move_tree(private, Path(outputs))
+                why = L.move_tree(private, outputs)
                 mark = PLACED if why is None else f"{UNPLACED}{why} (kept in {private})"
                 break
         now = self.result(task) or []
         if len(now) > 11 and now[11]:   # another reader marked it meanwhile: its mark stands
             return (now + [""] * 12)[:12]
-        _write_new(self.d("done") / task, "\t".join(result + [mark]) + "\n")
+        _write_new(os.path.join(self.done, task), "\t".join(result + [mark]) + "\n")
         return result + [mark]
 
     def locations(self) -> List[str]:
