@@ -310,6 +310,40 @@ def test_a_claim_stopped_by_a_term_leaves_no_empty_directory_of_an_input_that_en
     assert any(p.endswith("/" + second) for p in left), (left, logs)   # the input stopped keeps its own
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["no-work-directory", "work-directory"])
+def test_a_claim_stopped_by_a_term_removes_the_directories_it_made_for_inputs_never_started(tmp_path, named):
+    """A TERM while the second input of a claim of many runs: the inputs never told to start (sent back to the
+    queue) leave none of the directories the claim's one mkdir made for them (their run directories and their jobs',
+    their private output directories, their work directories and their jobs' where the plan makes them); the
+    inputs that began keep theirs."""
+    marker = tmp_path / "quick"
+    # three quick inputs (the first claim's two, and the first of the next), then one that runs until the TERM
+    script = f'for m in 1 2 3; do mkdir "{marker}.$m" 2>/dev/null && exec cp "$0" "$1"; done; sleep 60'
+    data = _spec(tmp_path, 200, [*_ledgered(tmp_path, script), *(["{workdir}"] if named else [])])
+    data["jobs"]["pilot"].update(slots=1, input_time="1s")   # the second claim sized from the quick ones: many
+    plan = _plan(tmp_path, data)
+    _enqueue(plan, 200)
+    pilot = _pilot(plan, "807")
+    deadline = time.monotonic() + 30
+    while len((tmp_path / "ledger").read_text().splitlines()) < 4:   # the second claim's second input runs
+        assert time.monotonic() < deadline and pilot.poll() is None, _wait(pilot, 5)
+        time.sleep(0.1)
+    log = next((plan / "run" / "pilots" / "807" / "claims").glob("*.log"))
+    claims = [line.split()[3:] for line in log.read_text().splitlines() if line.startswith("# hpcrun claim ")]
+    os.killpg(pilot.pid, signal.SIGTERM)
+    logs = _wait(pilot, 60)
+    began = sorted(line.split(" ")[1] for line in (tmp_path / "ledger").read_text().splitlines())
+    assert len(claims) == 2 and len(claims[1]) > 2 and set(began) < set(claims[0] + claims[1]), (claims, logs)
+    runs = plan / "run"
+    assert sorted(p.name for p in runs.glob("latelocal.*/*")) == began, logs
+    assert len(list(runs.glob("latelocal.*"))) == 4, (sorted(runs.iterdir()), logs)   # their jobs' too
+    assert sorted(p.name for p in (tmp_path / "out" / ".hpcrun-claims").iterdir()) == began, logs
+    work = tmp_path / "out" / ".hpcrun-work"
+    assert work.exists() is named, logs
+    if named:   # the quick ones' removed as they ended, the stopped one's kept, none left of the others
+        assert [p.name for p in work.glob("*/*")] == [began[-1]] and len(list(work.iterdir())) == 1, logs
+
+
 @pytest.mark.parametrize("named", [False, True], ids=["unused", "named-by-the-chain"])
 def test_a_work_directory_is_made_only_where_the_plan_uses_one(tmp_path, named):
     """Nothing but a merge's parts, staged inputs, a container or a command naming {workdir} uses an input's work

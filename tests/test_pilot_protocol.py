@@ -292,6 +292,21 @@ def test_an_input_that_failed_by_itself_keeps_its_state_when_its_outputs_cannot_
     assert (private / "a.out").exists()
 
 
+@pytest.mark.parametrize("cid", ["", ".", "..", "p.0.3/../p.0.4"])
+def test_a_record_that_names_no_claim_of_its_own_places_nothing(tmp_path, cid):
+    """A committed record whose claim id is empty or not a name of its own (a record damaged by hand, say) would
+    have the claims' common directory (or another claim's) moved into the outputs location: other claims' outputs,
+    a fenced one's among them. It places nothing and fails as unplaced (retried); every claim's outputs stay."""
+    out = tmp_path / "out"
+    q = _committed_claim(tmp_path, cid)
+    others = [_claim_dir(out, c) for c in ("p.0.3", "p.0.4")]
+    q.remember(str(out))
+    res = q.committed("L1_0", str(out))
+    assert res[11].startswith("unplaced:") and res[7] == "12" and res[8] == "FAILED", res
+    assert all((o / "a.out").read_text() == o.name for o in others) and not (out / "a.out").exists(), res
+    assert sorted(p.name for p in out.iterdir()) == [".hpcrun-claims"]
+
+
 def test_a_commit_never_replaces_a_result_already_there(tmp_path):
     """A task that is (wrongly) both waiting and committed runs again, but its second commit is refused: the first
     result stands and the second claim's outputs are never placed."""

@@ -291,6 +291,45 @@ def test_an_array_job_makes_its_work_directory_only_where_something_uses_it(spec
     text = (write_plan(load_plan(spec), tmp_path / "p").out_dir / "jobs/array001.sbatch").read_text()
     named = "{workdir}" in chain
     assert ('mkdir -p "$HPCRUN_WORKDIR" "$HPCRUN_OUTDIR"' in text) is named
+    assert 'mkdir -p "$HPCRUN_OUTDIR" "$HPCRUN_RUNDIR/chains"' in text or named   # the rest still made
     assert ('rmdir -- "$HPCRUN_WORKDIR"' in text) is named
     merged = (write_plan(load_plan(spec_factory()), tmp_path / "q").out_dir / "jobs/array001.sbatch").read_text()
     assert 'mkdir -p "$HPCRUN_WORKDIR" "$HPCRUN_OUTDIR"' in merged and 'remove_tree "$HPCRUN_WORKDIR"' in merged
+
+
+PLAIN = {"jobs": {"chains_per_node": 1}, "chain": {"command": ["reco", "{input}", "{output}"]}, "merge": None}
+
+
+@pytest.mark.parametrize("change, made", [
+    ({}, False),
+    ({"merge": {"command": ["merge", "{output}", "{parts}"]}, "jobs": {"chains_per_node": 2}}, True),
+    ({"chain": {"command": ["reco", "{input}", "{output}", "--tmp", "{workdir}"]}}, True),
+    ({"qa": {"command": ["check", "{output}", "{workdir}"]}}, True),
+    ({"chain": {"env": {"SCRATCH": "$HPCRUN_WORKDIR/tmp"}}}, True),
+    ({"software": {"env": {"TMPDIR": "${HPCRUN_WORKDIR}"}}}, True),
+    ({"outputs": {"workdir": "/tmp/hpcrun-work-of-my-own"}}, True),
+    ({"burst_buffer": {"capacity": "10GB", "stage_inputs": False}}, True),
+    ({"jobs": {"binding": "late"}}, False),
+    ({"jobs": {"binding": "late"}, "chain": {"command": ["reco", "{input}", "{output}", "{workdir}"]}}, True),
+], ids=["nothing", "merge", "chain", "qa", "chain-env", "software-env", "workdir-set", "burst-buffer", "late",
+        "late-named"])
+def test_what_makes_a_job_make_its_work_directory(spec_factory, change, made):
+    """The renderer's decision (render/scripts.py, _work_dir_made): anything that may read or write the work
+    directory keeps it made; a plan where nothing does makes none (issue 55)."""
+    from hpcrun.render.scripts import _work_dir_made
+    data = {k: v for k, v in PLAIN.items()}
+    for key, value in change.items():
+        data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, dict) else value
+    assert _work_dir_made(load_plan(spec_factory(data))) is made
+
+
+def test_a_site_copy_of_any_template_keeps_the_work_directory(spec_factory, tmp_path, monkeypatch):
+    """A site's own copy of one of hpcrun's templates (here the chain's) may use the work directory: it is made."""
+    from hpcrun.render.scripts import _work_dir_made
+    assert _work_dir_made(load_plan(spec_factory(PLAIN))) is False
+    site = tmp_path / "site"
+    (site / "templates").mkdir(parents=True)
+    (site / "templates" / "hpcrun-db.sh.j2").write_text((REPO / "templates" / "hpcrun-db.sh.j2").read_text())
+    (site / "mysite.yaml").write_text("name: mysite\nextends: local-test\n")
+    monkeypatch.setenv("HPCRUN_PROFILE_PATH", str(site))
+    assert _work_dir_made(load_plan(spec_factory({**PLAIN, "site": {"profile": "mysite"}}))) is True

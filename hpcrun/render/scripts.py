@@ -193,16 +193,18 @@ def _chain_here(plan: Plan, inline: bool) -> Dict[str, Any]:
 
 def _work_dir_made(plan: Plan) -> bool:
     """Whether a job makes its work directory (``HPCRUN_WORKDIR``): where something may use it. It holds chain
-    parts for a merge, staged inputs, a container's bind and whatever a command names ``{workdir}`` (or a site's
-    template or environment names). Otherwise nothing does, and two directories an input (a claim's two levels)
-    are two metadata operations to make and two to remove (issue 55)."""
+    parts for a merge, staged inputs, a container's bind, and whatever a command names ``{workdir}``; a spec that
+    sets ``outputs.workdir``, an environment value or runtime line naming ``HPCRUN_WORKDIR``, or a site's own
+    template may use it too. Otherwise nothing does, and two directories an input (a claim's two levels) are two
+    metadata operations to make and two to remove (issue 55)."""
     texts = [*plan.commands.values(), *plan.container.setup_lines,
              *(v for _, v in plan.campaign.chain.env.items()), *(v for _, v in plan.campaign.software.env.items()),
              *(v for _, v in plan.profile.prologue.env.items())]
     return bool("merge" in plan.commands or plan.input_dir_expr or plan.container.runtime != "none"
                 or plan.bb_system or (plan.pilots is not None and plan.pilots.bb_root is not None)
-                or any("WORKDIR" in t for t in texts) or plan.profile.template is not None
-                or not all(_shipped(plan, n) for n in ("job.sh.j2", "base.sh.j2", "_shell.j2", "hpcrun-chain.sh.j2")))
+                or plan.campaign.outputs.workdir or any("WORKDIR" in t for t in texts)
+                or plan.profile.template is not None
+                or not all(_shipped(plan, t.name) for t in templates_dir().glob("*.j2")))
 
 
 def _shipped(plan: Plan, name: str) -> bool:

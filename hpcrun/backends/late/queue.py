@@ -322,6 +322,9 @@ class Queue:
         the record as it now is."""
         result = (result + [""] * 11)[:11]
         mark = PLACED
+        claim = result[1]
+        if not claim or "/" in claim or claim in (".", ".."):   # never the claims' common directory, or another's
+            mark, locations = f"{UNPLACED}the record names no claim directory of its own ({claim!r})", ()
         for outputs in filter(None, locations):
             private = os.path.join(outputs, CLAIMS_DIR, result[1])
             if os.path.isdir(private):
