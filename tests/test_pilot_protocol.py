@@ -307,6 +307,40 @@ def test_a_record_that_names_no_claim_of_its_own_places_nothing(tmp_path, cid):
     assert sorted(p.name for p in out.iterdir()) == [".hpcrun-claims"]
 
 
+@pytest.mark.parametrize("errno_name, raised", [("ESTALE", True), ("EACCES", True), ("ENOENT", False)])
+def test_a_placement_that_cannot_look_at_a_directory_is_tried_again_not_marked_unplaced(tmp_path, monkeypatch,
+                                                                                        errno_name, raised):
+    """A directory the move cannot look at (an NFS handle gone stale, a permission) stops the placement with the
+    error, as pathlib's is_dir did, so the next poll tries again: nothing moved, no mark, no attempt charged. A path
+    that is not there is no directory (the move goes on)."""
+    import errno
+
+    from hpcrun.backends.late import layout
+    out = tmp_path / "out"
+    q = _committed_claim(tmp_path, "p.0.5")
+    private = _claim_dir(out, "p.0.5")
+    (out / "qa-failed").mkdir()   # merged into: both sides looked at
+    q.remember(str(out))
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if str(path).endswith("qa-failed"):
+            raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)), str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(layout.os, "lstat", lstat)
+    if raised:
+        with pytest.raises(OSError):
+            q.committed("L1_0", str(out))
+        monkeypatch.setattr(layout.os, "lstat", real)
+        assert (private / "qa-failed" / "b.out").exists() and q.result("L1_0")[11:] == [], q.result("L1_0")
+        res = q.committed("L1_0", str(out))   # the next poll
+    else:   # taken as no directory: renamed whole (over the empty one), as a file would be
+        res = q.committed("L1_0", str(out))
+        monkeypatch.setattr(layout.os, "lstat", real)
+    assert res[11] == "placed" and (out / "qa-failed" / "b.out").read_text() == "p.0.5", res
+
+
 def test_a_commit_never_replaces_a_result_already_there(tmp_path):
     """A task that is (wrongly) both waiting and committed runs again, but its second commit is refused: the first
     result stands and the second claim's outputs are never placed."""

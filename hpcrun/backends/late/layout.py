@@ -16,8 +16,10 @@ the rest, each once.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import stat
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -299,6 +301,20 @@ def shuffled(names: List[str]) -> List[str]:
     return names[k:] + names[:k]
 
 
+GONE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)   # a path that is not there: pathlib's own list
+
+
+def _real_dir(path: str) -> bool:
+    """A directory, not a link to one; a path that cannot be looked at for another reason (EACCES, an NFS handle gone
+    stale) raises, as pathlib's is_dir did: the poll tries again later rather than mark the outputs unplaced."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError as exc:
+        if exc.errno in GONE:
+            return False
+        raise
+
+
 def move_tree(src: Union[str, Path], dest: Union[str, Path]) -> Optional[str]:
     """Every entry of ``src`` renamed into ``dest`` (a directory there already is merged into), then ``src``
     removed; None, or why a move failed (what did not move stays in ``src``). Paths joined as text: the supervisor
@@ -311,7 +327,7 @@ def move_tree(src: Union[str, Path], dest: Union[str, Path]) -> Optional[str]:
         return f"{src}: {exc.strerror}"
     for name in names:
         s, d = os.path.join(src, name), os.path.join(dest, name)
-        if os.path.isdir(s) and not os.path.islink(s) and os.path.isdir(d) and not os.path.islink(d):
+        if _real_dir(s) and _real_dir(d):
             why = move_tree(s, d)
             if why is not None:
                 return why
