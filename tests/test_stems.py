@@ -120,10 +120,10 @@ def test_a_bad_line_in_a_100k_line_list_is_reported_at_its_line_within_a_second(
     lines[77_776] = "/data/raw/run077777.daq 1GX 100\n"
     (tmp_path / "big.txt").write_text("".join(lines))
     spec = _spec(tmp_path, {"list_file": "big.txt"})
-    started = time.perf_counter()
+    started = time.process_time()   # this process's CPU: a CI machine's load stretches the wall time (5.5 s seen)
     with pytest.raises(InputError) as exc:
         load_plan(spec)
-    took = time.perf_counter() - started
+    took = time.process_time() - started
     problems = exc.value.problems
     assert len(problems) == 1 and problems[0].file.endswith("big.txt") and problems[0].line == 77_777
     assert "bad size" in problems[0].message
