@@ -29,6 +29,15 @@ from hpcrun.render.plandir import write_plan
 from hpcrun.resources import templates_dir
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/pgrep"), reason="pgrep (procps) is needed")
+RUN = {"direct": True}   # how a pilot runs each input (jobs.pilot.direct): every test here runs both ways
+
+
+@pytest.fixture(autouse=True, params=["direct", "script"])
+def _mode(request):
+    """Each test with the pilot's Python worker running the inputs (direct) and with the job script's bash."""
+    RUN["direct"] = request.param == "direct"
+    yield request.param
+    RUN["direct"] = True
 
 
 def _spec(root: Path, n: int, chain: List[str], **changes) -> dict:
@@ -40,7 +49,9 @@ def _spec(root: Path, n: int, chain: List[str], **changes) -> dict:
         "name": "latelocal", "site": {"profile": "local-test"}, "walltime": "00:01:00",
         "container": {"runtime": "none"}, "inputs": {"glob": str(raw / "*.dat"), "checksum": "none"},
         "jobs": {"files_per_job": 1, "chains_per_node": 1, "binding": "late",
-                 "pilot": {"walltime": "00:10:00", "slots": 2, "idle_release": "2s", "input_time": "5s"}},
+                 "pilot": {"walltime": "00:10:00", "slots": 2, "idle_release": "2s",
+                           # claims of two inputs at first where they run direct (a claim of one runs the script)
+                           "input_time": "1s" if RUN["direct"] else "5s", "direct": RUN["direct"]}},
         "chain": {"command": chain}, "outputs": {"location": str(root / "out"), "pattern": "{stem}.out"},
     }
     for key, value in changes.items():
@@ -129,26 +140,31 @@ def test_two_pilots_run_every_input_once_and_the_records_say_how(tmp_path):
 
 # the program's session and process group, then its claim script's pid and group (the input's shell's parent): from
 # /proc, "pid (comm) state ppid pgrp session ..."
-WHERE = ('read -r _ _ _ shell pgrp sid _ < /proc/$$/stat; read -r _ _ _ claim _ < /proc/$shell/stat; '
-         'read -r _ _ _ _ cgrp _ < /proc/$claim/stat; echo "$sid $pgrp $shell $claim $cgrp" > "$1"')
+WHERE = ('read -r _ _ _ shell pgrp sid _ < /proc/$$/stat; read -r _ _ _ claim sgrp _ < /proc/$shell/stat; '
+         'read -r _ _ _ _ cgrp _ < /proc/$claim/stat; echo "$sid $$ $pgrp $shell $sgrp $claim $cgrp" > "$1"')
 
 
-def test_a_claims_script_leads_a_group_of_its_own_in_the_pilots_session(tmp_path):
+def test_a_claims_script_leads_a_group_of_its_own_in_the_pilots_session(tmp_path, _mode):
     """Its own process group (a signal to it reaches its inputs), not a session of its own: where the kernel groups
     the CPU by session, 8 slots would weigh as 8 jobs (and starve the login node's supervisor on the test cluster)."""
-    plan = _plan(tmp_path, _spec(tmp_path, 2, ["/bin/sh", "-c", WHERE, "{input}", "{output}"]))
-    _enqueue(plan, 2)
+    n = 4 if _mode == "direct" else 2   # two claims of two inputs run direct: a claim of one runs the script
+    plan = _plan(tmp_path, _spec(tmp_path, n, ["/bin/sh", "-c", WHERE, "{input}", "{output}"]))
+    _enqueue(plan, n)
     # the agent runs under the pilot's python3 (the PATH _pilot gives it): before 3.11, a session of its own
     new = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", "python3", "-c", "import sys; print(sys.version_info "
                           ">= (3, 11))"], capture_output=True, text=True).stdout.strip() == "True"
     pilot = _pilot(plan, "503")   # its own session, as slurmstepd starts a batch script
     logs = _wait(pilot)
     for out in sorted((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out")):
-        sid, pgrp, shell, claim, cgrp = (int(w) for w in out.read_text().split())
+        sid, me, pgrp, shell, sgrp, claim, cgrp = (int(w) for w in out.read_text().split())
+        if _mode == "direct":   # the program's parent is the claim's worker, which leads its own group
+            assert sid == (pilot.pid if new else shell), (out, logs)   # the pilot's session, all the way down
+            assert sgrp == shell != pilot.pid and pgrp == me != sgrp   # and the program its own
+            continue
         assert sid == (pilot.pid if new else claim), (out, logs)   # the pilot's session, all the way down
         assert cgrp == claim != pilot.pid         # the claim's script leads its own group
         assert pgrp == shell != cgrp              # and each input its own (set -m), its program in it
-    assert len(list((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out"))) == 2, logs
+    assert len(list((tmp_path / "out" / ".hpcrun-claims").glob("*/*.out"))) == n, logs
 
 
 def test_a_fenced_pilot_records_nothing_and_its_claims_return(tmp_path):
@@ -290,10 +306,12 @@ def test_a_sites_copy_of_the_job_template_still_gives_its_chain_rows_and_reads_i
     assert [p.name for p in (tmp_path / "out" / ".hpcrun-claims" / result[1]).iterdir()] == ["r000.out"]
 
 
-def test_an_inputs_chain_that_never_ran_in_its_shell_is_killed_not_failed(tmp_path):
+def test_an_inputs_chain_that_never_ran_in_its_shell_is_killed_not_failed(tmp_path, _mode):
     """The chain's script could not be read (gone from the shared filesystem): the chain run by the input's shell
     never ran, so it left no status; it counts as killed (14, retried elsewhere), as a forked chain that left no
     .rc does, not as a program that failed by itself (7)."""
+    if _mode == "direct":
+        pytest.skip("the job script's own call of the chain's script: a direct run reads no chain script")
     plan = _plan(tmp_path, _spec(tmp_path, 1, COPY))
     (plan / "bin" / "hpcrun-chain.sh").unlink()
     qid = _enqueue(plan, 1)
@@ -304,10 +322,12 @@ def test_an_inputs_chain_that_never_ran_in_its_shell_is_killed_not_failed(tmp_pa
     assert (run / "chains.tsv").read_text() == "0\tmissing\tkilled\n", logs
 
 
-def test_a_claims_inputs_run_the_chain_its_shell_read_once(tmp_path):
+def test_a_claims_inputs_run_the_chain_its_shell_read_once(tmp_path, _mode):
     """The claim's shell reads and parses the chain's steps once for all its inputs (issue 55): the first input's
     work removes the chain's script, and the claim's other inputs still run their chain; the inputs of a later claim,
     whose shell found no script, count as killed (14), as in the test above."""
+    if _mode == "direct":
+        pytest.skip("the job script's own call of the chain's script: a direct run reads no chain script")
     gone = ["/bin/sh", "-c", 'rm -f "$HPCRUN_PLAN_DIR/bin/hpcrun-chain.sh"; exec cp "$0" "$1"', "{input}", "{output}"]
     data = _spec(tmp_path, 12, gone)
     data["jobs"]["pilot"].update({"slots": 1, "input_time": "0.1s"})

@@ -131,7 +131,7 @@ def test_the_agent_reads_a_claims_rows_for_it_even_from_a_tagged_copy_of_the_scr
     script = next((plan / "jobs").glob("*"))
     qid = _pilots(plan).submit(script, name="latelocal.tag1", array="0-4", text=script.read_text())
     agent = Agent(plan / "queue", "p", "n1", 1, 1e12, 60, 10, 0, 5, 600, 1, "", tmp_path / "run")
-    copy, _limit, found = agent._descriptor(qid)
+    copy, _limit, found, _worker = agent._descriptor(qid)
     assert copy.endswith(f"queue/arrays/{qid}.sh") and found == str(plan)
     rows = (plan / "tasks.tsv").read_text().splitlines(keepends=True)
     table = TaskTable()

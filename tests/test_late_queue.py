@@ -207,7 +207,8 @@ def test_the_agent_takes_its_nodes_hints_first_by_its_short_name(tmp_path):
     assert _where(q.root) == Counter({f"L1_{i}": 1 for i in range(50)})
 
 
-SHIPPED = ("hpcrun.backends.late", "hpcrun_late_layout", "hpcrun.backends.late.runs", "hpcrun_late_runs")
+SHIPPED = ("hpcrun.backends.late", "hpcrun_late_layout", "hpcrun.backends.late.runs", "hpcrun_late_runs",
+           "hpcrun_late_direct")
 
 
 def test_the_shipped_agent_and_protocol_import_the_standard_library_alone():
@@ -216,8 +217,9 @@ def test_the_shipped_agent_and_protocol_import_the_standard_library_alone():
     import sys
 
     import hpcrun.backends.late.agent as agent_mod
+    import hpcrun.backends.late.direct as direct_mod
     import hpcrun.backends.late.runs as runs_mod
-    for mod in (agent_mod, L, runs_mod):
+    for mod in (agent_mod, L, runs_mod, direct_mod):
         tree = ast.parse(Path(mod.__file__).read_text())
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (

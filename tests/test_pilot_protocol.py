@@ -137,13 +137,15 @@ def test_a_pilot_terminated_during_a_claim_stops_its_slots_and_hands_its_claims_
     _until(lambda: sum(1 for c in q.claims(("live",)) if c.start) == 2, what="two claims begun")
     os.kill(pilot.pid, signal.SIGTERM)                            # the batch shell alone, not its group
     logs = _wait(pilot, 30)
-    left = subprocess.run(["pgrep", "-s", str(pilot.pid), "-f", "hpcrun-pilot"], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-s", str(pilot.pid), "-f", "hpcrun-pilot|hpcrun_late_direct"], capture_output=True,
+                          text=True)
     assert left.stdout.strip() == "", f"slots outlived their pilot: {left.stdout}\n{logs}"
     assert not (q.d("live") / "901").exists() and (q.d("fenced") / "901").is_dir(), logs
     time.sleep(5)   # the stopped claims' chains would have ended by now: none wrote on
     assert _ledger(tmp_path) == {}, _ledger(tmp_path)
     returned = q.release()
-    assert len(returned) == 2, (returned, logs)
+    # the two begun, and any claimed with them and not begun (claims of several, run direct): all it handed back
+    assert len(returned) >= 2 and f"its {len(returned)} claim(s) handed back" in logs, (returned, logs)
     from .test_late_queue import _where
     assert _where(q.root) == {f"{qid}_{i}": 1 for i in range(5)}, (_where(q.root), logs)   # each waits, once
     logs += _wait(_pilot(plan, "902"), 90)   # every input then runs once, each output its committed claim's

@@ -203,6 +203,10 @@ class PilotSpec(Strict):
     input_time: Optional[Duration] = Field(None, description=(
         "each input's expected time before any has run (default: walltime); a pilot claims an input only "
         "when its time left covers this, later the longest recent input's time"))
+    direct: bool = Field(True, description=(
+        "the pilot's agent starts each input's program itself where the job needs nothing more of its script "
+        "(one chain, no container, database, merge, QA, staging or burst buffer: docs/late-binding.md); "
+        "false: every input through the job script"))
 
 
 class JobsSpec(Strict):

@@ -63,8 +63,8 @@ PER_SLOT_ENTRIES = 1
 SIDECAR_ENTRIES = 1
 # the plan directory: manifest.json, tasks.tsv, tasks.idx, jobs/, bin/, logs/, run/, bin/hpcrun-chain.sh
 PLAN_DIR_ENTRIES = 8
-# late binding: bin/hpcrun-pilot.sh, the agent bin/hpcrun-pilot.py and its two modules
-PILOT_FILES = 4
+# late binding: bin/hpcrun-pilot.sh, the agent bin/hpcrun-pilot.py and its three modules (the direct worker's too)
+PILOT_FILES = 5
 # a campaign on several clusters: clusters/ (once), then per other cluster clusters/<name>/, its jobs/, bin/ and
 # bin/hpcrun-chain.sh
 CLUSTERS_DIR = 1

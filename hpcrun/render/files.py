@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, List
 
-from hpcrun.backends.late import agent, layout, runs
+from hpcrun.backends.late import agent, direct, layout, runs
 from hpcrun.plan.job.commands import HDF5_HELPER
-from hpcrun.plan.job.pilots import AGENT_LAYOUT, AGENT_RUNS, AGENT_SCRIPT, PILOT_SCRIPT
+from hpcrun.plan.job.pilots import AGENT_DIRECT, AGENT_LAYOUT, AGENT_RUNS, AGENT_SCRIPT, PILOT_SCRIPT
 from hpcrun.plan.values import Plan
 from hpcrun.render.headers import at_submission, header_files
 from hpcrun.render.scripts import (
@@ -56,6 +56,7 @@ def _agent_files(own: str) -> Iterator[RenderedFile]:
     yield RenderedFile(own + AGENT_SCRIPT, Path(agent.__file__).read_text(), True)
     yield RenderedFile(own + AGENT_LAYOUT, Path(layout.__file__).read_text(), False)
     yield RenderedFile(own + AGENT_RUNS, Path(runs.__file__).read_text(), False)
+    yield RenderedFile(own + AGENT_DIRECT, Path(direct.__file__).read_text(), False)
 
 
 def _iter_cluster(plan: Plan, plan_dir: str) -> Iterator[RenderedFile]:

@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import jinja2
 
 from hpcrun import __version__
+from hpcrun.backends.late.direct import DIRECT_MARK
 from hpcrun.backends.late.runs import SUMS
 from hpcrun.backends.scheduler import JobRequest, scheduler_for
 from hpcrun.backends.scheduler.base import Scheduler
@@ -24,6 +25,7 @@ from hpcrun.model.failures import KILL_SIGNALS
 from hpcrun.plan.job.pilots import BEAT_S, QUEUE_DIR, claims_base
 from hpcrun.plan.job.requests import finalize_name
 from hpcrun.plan.values import Job, Plan, ScriptPlan, has_checksums, index_range
+from hpcrun.render.direct import recipe as direct_recipe
 from hpcrun.resources import site_template_dirs, templates_dir
 from hpcrun.shell import Shell, comment, finalize, join, quote
 from hpcrun.units import format_capacity
@@ -116,7 +118,7 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
     sched = scheduler_for(plan.scheduler)
     prefix = plan.container.prefix
     launch = _launch_context(plan, sched)
-    return {
+    ctx = {
         "tasks_base": plan.succession.first_index, "index_width": INDEX_WIDTH,
         "chain_env": sorted(c.chain.env.items()),
         "version": __version__, "campaign": c.name, "spec_file": comment(plan.spec_file),
@@ -149,6 +151,9 @@ def common_context(plan: Plan, plan_dir: str) -> Dict[str, Any]:
         "agent_sums": _agent_sums(plan),
         **_staged_names(plan),
     }
+    # the inputs run by the pilot's agent, where they need nothing more of the script
+    ctx["direct"], ctx["direct_mark"] = direct_recipe(plan, ctx), Shell(DIRECT_MARK)
+    return ctx
 
 
 def _claim_copies(plan: Plan) -> Optional[Dict[str, Any]]:

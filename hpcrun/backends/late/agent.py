@@ -64,7 +64,7 @@ class Agent:
     next_beat: float = 0.0
     next_stop: float = 0.0
     flags: Dict[str, object] = field(default_factory=dict)   # stop, paused, expected, until, hinted: per beat
-    scripts: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)   # qid -> script, limit, plan dir
+    scripts: Dict[str, R.Descriptor] = field(default_factory=dict)   # qid -> its script, limit, plan, worker
     pace: R.ClaimPace = field(init=False)   # how much a claim holds, from this pilot's last input times
     table: R.TaskTable = field(default_factory=R.TaskTable)
     summer: R.Summer = field(default_factory=lambda: R.Summer(-1))   # outputs summed here, for scripts that ask
@@ -166,7 +166,7 @@ class Agent:
         for r in self.running.values():
             if r.at >= 0 and r.task in cancels and not r.state:
                 r.state = "CANCELLED"
-                R.group(r.items[r.at].pid, signal.SIGTERM)
+                R.cancel(r.items[r.at])
 
     def _limits(self, now: float) -> None:
         """Each input's own time limit, as its array task would have it: the warning signal, then the end. An
@@ -174,14 +174,14 @@ class Agent:
         for r in self.running.values():
             if r.at < 0:
                 continue
-            pid = r.items[r.at].pid
+            pid, warn = r.items[r.at].pid, r.items[r.at].warn
             if now >= r.kill_at:
                 r.state, r.kill_at, r.warn_at = "TIMEOUT", float("inf"), float("inf")
                 R.group(pid, signal.SIGKILL)
             elif now >= r.warn_at:
                 r.warn_at = float("inf")
                 try:
-                    os.kill(pid, signal.SIGUSR1)   # the input's script alone: it passes it on to its chains
+                    os.kill(warn or pid, signal.SIGUSR1)   # the input's script (or worker) alone: it stops its chains
                 except ProcessLookupError:
                     pass
             if now >= self.pace.give_back_at(r):
@@ -262,7 +262,8 @@ class Agent:
                 R.rename(self.me / task, self.queue / "ready" / task)
             self.next_look = time.monotonic() + 5   # not claimed again at once
             return
-        script, limit, plan = desc
+        script, limit, plan, (argv, extra) = desc
+        argv, extra = (argv, extra) if len(tasks) > 1 else (["bash", script], {})   # runs.worker: why one is bash
         items = []
         for task in tasks:
             cid = f"{self.pilot}.{slot}.{self.claims_made}"
@@ -270,9 +271,9 @@ class Agent:
             idx = task.rpartition("_")[2]
             items.append(R.Item(task, cid, idx, self.table.rows(plan, int(idx))))
         out_r, out_w = os.pipe()
-        env = dict(os.environ, HPCRUN_CLAIM_FEED=str(out_w))
+        env = dict(os.environ, HPCRUN_CLAIM_FEED=str(out_w), **extra)
         with R.claim_log(self.rundir, slot, [i.cid for i in items]) as log:
-            proc = subprocess.Popen(["bash", script], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, pass_fds=(out_w,), **R.OWN_GROUP)
         os.close(out_w)
         r = R.Running(slot, proc, items, limit, out=out_r)
@@ -315,8 +316,8 @@ class Agent:
             r.items, r.fed = r.items[:start], min(r.fed, start)
             self.nap, self.next_look = 0, time.monotonic()   # a free slot here takes them at once
 
-    def _descriptor(self, qid: str) -> Optional[Tuple[str, int, str]]:
-        """A submission's script (this cluster's copy), per-input limit and plan directory, read once."""
+    def _descriptor(self, qid: str) -> Optional[R.Descriptor]:
+        """A submission's script (this cluster's copy), per-input limit, plan directory and worker, read once."""
         if qid not in self.scripts:
             desc = R.descriptor(self.queue, qid, self.seat_dir)
             if desc is None:
@@ -330,16 +331,16 @@ class Agent:
         more, said = r.said()
         for f in said:
             if f[0] == "begin" and len(f) >= 4 and f[1].isdigit() and int(f[1]) < len(r.items):
-                self._begin(r, int(f[1]), int(f[2]), float(f[3]))
+                self._begin(r, int(f[1]), int(f[2]), float(f[3]), int(f[4]) if f[4:] and f[4].isdigit() else 0)
             elif f[0] == "end" and len(f) >= 5 and f[1].isdigit() and int(f[1]) == r.at:
                 self._end(r, int(f[2]), float(f[3]), f[4])
             elif f[0] == "sums" and len(f) >= 3 and f[1] in R.SUMS:   # the script leaves its outputs' sums to us
                 r.sums = (f[1], "\t".join(f[2:]))
         return more
 
-    def _begin(self, r: R.Running, n: int, pid: int, t0: float) -> None:
+    def _begin(self, r: R.Running, n: int, pid: int, t0: float, warn: int) -> None:
         item = r.items[n]
-        item.pid, item.t0 = pid, t0
+        item.pid, item.t0, item.warn = pid, t0, warn
         r.at, r.state, r.began, r.begun = n, "", time.monotonic(), n + 1
         try:
             L.write_new(f"{self.at['me']}/{item.task}", f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")

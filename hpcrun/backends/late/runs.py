@@ -4,21 +4,24 @@ task table read at known places, process groups, and the count of metadata opera
 Standard library only: shipped beside the agent as ``bin/hpcrun_late_runs.py`` (agent.py imports it), as
 layout.py is. The claim's protocol with the job script (templates/_shell.j2, ``claim_loop``): the agent writes
 ``item <task> <index> <claim id> <rows>`` and the rows for each input, ``ready sums``, then ``go <n>`` for each one to
-start; the script answers ``begin <n> <pid> <start>`` and ``end <n> <exit> <end> <cpu s>`` on the fd named by
-``HPCRUN_CLAIM_FEED``, first ``sums <algo> <claims' outputs base>`` when the script leaves its outputs' sums to
-the agent (``Summer``: no process per output).
+start; the script (or the Python worker, direct.py) answers ``begin <n> <pid> <start> [<pid its warning goes to>]``
+and ``end <n> <exit> <end> <cpu s>`` on the fd named by ``HPCRUN_CLAIM_FEED``, first ``sums <algo> <claims' outputs
+base>`` when it leaves its outputs' sums to the agent (``Summer``: no process per output).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import hashlib
+import marshal
 import os
 import queue
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -30,8 +33,10 @@ from pathlib import Path
 from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 if __package__:
+    from hpcrun.backends.late import direct as D
     from hpcrun.backends.late import layout as L
 else:   # the plan's bin/hpcrun_late_runs.py: the protocol is the copy beside it (the agent put its folder on the path)
+    import hpcrun_late_direct as D  # type: ignore[no-redef]
     import hpcrun_late_layout as L  # type: ignore[no-redef]
 
 CLAIM_S = 2.0         # the work a claim holds: as many inputs as take about this long, at least one
@@ -83,6 +88,7 @@ class Item:
     rows: str
     t0: float = 0.0
     pid: int = 0        # its process group (the worker's child) once begun
+    warn: int = 0       # the process its time limit's warning goes to (0: ``pid``; the direct worker names itself)
 
 
 @dataclass
@@ -142,12 +148,7 @@ class Running:
 def plan_dir(script: str) -> str:
     """The plan directory a job script names (its ``export HPCRUN_PLAN_DIR=`` line, shell-quoted), "" if none: a
     submission's script may be a copy in the queue (tagged), and a later generation's tasks are in its own plan."""
-    try:
-        with open(script, errors="replace") as f:
-            head = f.read(16384)
-    except OSError:
-        return ""
-    for line in head.splitlines():
+    for line in D.script_head(script).splitlines():
         if line.startswith("export HPCRUN_PLAN_DIR="):
             try:
                 words = shlex.split(line[len("export HPCRUN_PLAN_DIR="):])
@@ -155,6 +156,18 @@ def plan_dir(script: str) -> str:
                 return ""
             return words[0] if len(words) == 1 else ""
     return ""
+
+
+def worker(script: str) -> Tuple[List[str], Dict[str, str]]:
+    """How a claim of several inputs runs, and what its environment adds: the Python worker where the script carries
+    a recipe and the worker is here, handed the recipe as read here (it parses no JSON), else the script's bash (as
+    a claim of one input: a Python costs more to start than the script's two forks, docs/late-binding.md)."""
+    mine = os.path.join(os.path.dirname(os.path.abspath(__file__)), D.WORKER)
+    rec = D.recipe(script) if os.path.isfile(mine) and hasattr(os, "posix_spawn") else None   # Python 3.8 on
+    if rec is None:
+        return ["bash", script], {}
+    text = marshal.dumps(rec).hex()
+    return [sys.executable or "python3", "-I", "-S", mine, script], {D.RECIPE_ENV: text} if len(text) < 65536 else {}
 
 
 def arguments(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -209,8 +222,12 @@ def time_short(stop_at: float, until: object, expected: object) -> Optional[str]
     return None
 
 
-def descriptor(queue: Path, qid: str, seat_dir: str) -> Optional[Tuple[str, int, str]]:
-    """A submission's script (this cluster's copy), per-input limit and plan directory (``arrays/<qid>``)."""
+Descriptor = Tuple[str, int, str, Tuple[List[str], Dict[str, str]]]   # script, limit, plan, worker and its env
+
+
+def descriptor(queue: Path, qid: str, seat_dir: str) -> Optional[Descriptor]:
+    """A submission's script (this cluster's copy), per-input limit, plan directory (``arrays/<qid>``) and the
+    command that runs a claim of it (``worker``)."""
     fields = (_read(queue / "arrays" / qid) or "").split("\t")
     if len(fields) < 2 or not fields[1].strip().isdigit():
         return None
@@ -220,7 +237,7 @@ def descriptor(queue: Path, qid: str, seat_dir: str) -> Optional[Tuple[str, int,
         head, _, tail = script.rpartition("/jobs/")
         mine = f"{head}/{seat_dir}jobs/{tail}"
         script = mine if os.path.exists(mine) else script
-    return script, int(fields[1]), plan
+    return script, int(fields[1]), plan, worker(script)
 
 
 def outputs_of(rows: str, base: str, plan: str, cid: str) -> Optional[Tuple[List[str], str, str]]:
@@ -321,28 +338,15 @@ def unlink(path: Union[str, Path]) -> None:
         pass
 
 
-def group(pid: int, sig: int, alone: bool = True) -> None:
-    """A process group (an input's script and its chains, or a claim's script), or, if that is gone and ``alone``
-    (the process is known to be the one meant: not reaped), the process alone."""
-    if pid <= 0:
-        return
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        if not alone:
-            return
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+def cancel(item: Item) -> None:
+    """An operator's cancel of a running input: its worker told first (a direct run), then its group TERMed."""
+    if item.warn:
+        with contextlib.suppress(OSError):
+            os.kill(item.warn, signal.SIGUSR2)
+    group(item.pid, signal.SIGTERM)
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+group, alive = D.group, D.alive   # (the worker signals its program the same way)
 
 
 METADATA = ("rename", "replace", "link", "unlink", "listdir", "scandir", "stat", "lstat", "utime", "mkdir", "rmdir")

@@ -3,9 +3,8 @@
 A scheduler turns a neutral ``JobRequest`` into its script's directive lines, says which
 shell lines give a job and a task their identity (``HPCRUN_JOB_ID``, ``HPCRUN_NODE``,
 ``HPCRUN_RANK`` ...), which command launches tasks, and answers the operate layer:
-submit a script, list the queue, read the accounting records. Its job states are
-mapped here to the neutral states the store keeps, so nothing above this folder knows a
-scheduler's commands or variables.
+submit a script, list the queue, read the accounting records. Its job states are mapped here to
+the neutral states the store keeps, so nothing above this folder knows a scheduler's commands or variables.
 """
 
 from __future__ import annotations
@@ -331,6 +330,7 @@ class Scheduler(ABC):
     launch: ClassVar[Launch]
     task_env: ClassVar[Tuple[str, ...]] = ()       # variables every task gets (containers pass them)
     task_env_patterns: ClassVar[Tuple[str, ...]] = ()
+    node_env: ClassVar[str] = ""   # the variable node_identity reads its node's name from ("": the host's name)
     accounting: ClassVar[bool] = True              # keeps records of ended jobs (``records`` answers)
     cancel_command: ClassVar[str] = ""             # what an operator runs to cancel a job (for messages)
     # the process behind each neutral daemon word (controller, accounting), for messages

@@ -271,6 +271,7 @@ class Slurm(Scheduler):
     launch = Launch(command=("srun",), log_name="srun.log", step_rpcs=2, step_end_rpcs=1)
     # what srun gives every task; a container that clears the environment must pass these on
     task_env = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURMD_NODENAME")
+    node_env = "SLURMD_NODENAME"
     task_env_patterns = ("SLURM_*",)
     node_cpus = '"${SLURM_CPUS_ON_NODE:-}"'
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from hpcrun.errors import did_you_mean
 from hpcrun.shell import Shell, quote
@@ -79,6 +79,28 @@ def check(args: Sequence[str], allowed: Set[str], allow_env: bool = True) -> Opt
     return None
 
 
+def _pieces(arg: str) -> List[Tuple[bool, str]]:
+    """An argument (already checked) as its literal texts and variables, in order: (False, text), (True, name)."""
+    pieces: List[Tuple[bool, str]] = []
+    pos = 0
+    literal = ""
+    for m in _TOKEN.finditer(arg):
+        literal += arg[pos:m.start()]
+        pos = m.end()
+        if m.group(0) in ("{{", "}}"):
+            literal += m.group(0)[0]
+            continue
+        if literal:
+            pieces.append((False, literal))
+            literal = ""
+        name = m.group(1)
+        pieces.append((True, name[4:] if name.startswith("env:") else VARIABLES[name]))
+    literal += arg[pos:]
+    if literal or not pieces:
+        pieces.append((False, literal))
+    return pieces
+
+
 def to_shell(args: Sequence[str]) -> Shell:
     """Render argv (already checked) as one line of shell words."""
     words: List[str] = []
@@ -86,28 +108,17 @@ def to_shell(args: Sequence[str]) -> Shell:
         if arg in ("{" + n + "}" for n in LIST_VARIABLES):
             words.append(f'"${{{LIST_VARIABLES[arg[1:-1]]}[@]}}"')
             continue
-        pieces: List[str] = []
-        pos = 0
-        literal = ""
-        for m in _TOKEN.finditer(arg):
-            literal += arg[pos:m.start()]
-            pos = m.end()
-            if m.group(0) == "{{":
-                literal += "{"
-            elif m.group(0) == "}}":
-                literal += "}"
-            else:
-                if literal:
-                    pieces.append(quote(literal) if literal else "")
-                    literal = ""
-                name = m.group(1)
-                var = name[4:] if name.startswith("env:") else VARIABLES[name]
-                pieces.append(f'"${{{var}}}"')
-        literal += arg[pos:]
-        if literal or not pieces:
-            pieces.append(quote(literal))
-        words.append("".join(pieces))
+        words.append("".join(f'"${{{text}}}"' if var else quote(text) for var, text in _pieces(arg)))
     return Shell(" ".join(words))
+
+
+def to_parts(args: Sequence[str]) -> Optional[List[List[str]]]:
+    """argv (already checked) as the words a program is started with, for a process that is not a shell (the pilot's
+    direct runs, issue 55): each word its pieces, ``=text`` or ``$NAME`` (an environment variable's value at run
+    time); None where a word stands for several (``{parts}``)."""
+    if any(arg in ("{" + n + "}" for n in LIST_VARIABLES) for arg in args):
+        return None
+    return [[("$" if var else "=") + text for var, text in _pieces(arg)] for arg in args]
 
 
 _NAME_TOKENS = re.compile(r"(\{stem\}|\{name\})")

@@ -28,6 +28,7 @@ PILOT_SCRIPT = "bin/hpcrun-pilot.sh"
 AGENT_SCRIPT = "bin/hpcrun-pilot.py"      # the pilot's agent (hpcrun/backends/late/agent.py, shipped as it is)
 AGENT_LAYOUT = "bin/hpcrun_late_layout.py"   # the queue's protocol beside it (layout.py)
 AGENT_RUNS = "bin/hpcrun_late_runs.py"       # a claim's runs of the job script (runs.py)
+AGENT_DIRECT = "bin/hpcrun_late_direct.py"   # a claim's inputs run without bash, where its script says so (direct.py)
 BEAT_S = 10                       # a pilot renews its lease this often
 PILOT_ID = "${HPCRUN_PILOT_ID}"   # exported by the pilot: its job id
 PILOT_NODE_KEY = "${HPCRUN_PILOT_NODE_KEY}"   # the pilot's node key (a later generation's jobs have their own)
