@@ -166,6 +166,26 @@ def test_short_inputs_late_bound_end_fast_with_one_sbatch(slurm_cluster, hpcrun_
     Path(os.environ.get("HPCRUN_LATE_RESULT", os.devnull)).write_text(json.dumps(figures))
 
 
+def test_short_inputs_are_run_by_the_pilots_python_worker(slurm_cluster, hpcrun_bin, example_root):
+    """On Slurm: claims of several no-op inputs are run by the plan's Python worker (jobs.pilot.direct, issue 55),
+    not the job script's bash: each program's parent says so, and every input is done once, its output the
+    committed claim's."""
+    n = 60
+    book = ledger(slurm_cluster, "direct")
+    chain = ["/bin/sh", "-c", 'cat /proc/$PPID/comm >> "$2.parents"; cp "$0" "$1" && printf "\\n%s\\n" '
+             '"$HPCRUN_JOB_ID" >> "$1" && printf "%s %s\\n" "$0" "$HPCRUN_JOB_ID" >> "$2"', "{input}", "{output}",
+             str(book)]
+    c = late_campaign(slurm_cluster, hpcrun_bin, example_root, "direct", n, "0",
+                      {"walltime": "00:10:00", "slots": 8, "nodes": 1, "idle_release": "5s", "input_time": "1s"},
+                      chain={"command": chain})
+    c.ledger = book
+    proc = c.hp("run", str(c.plan), "--interval", "5", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _done_once(c, n)
+    parents = collections.Counter(Path(str(book) + ".parents").read_text().split())
+    assert sum(parents.values()) == n and parents["python3"] >= n // 2, parents   # claims of one run bash
+
+
 SLOW_CHAIN = ('m="$0/$(basename "$1").slow"; if [ -e "$m" ]; then rm -f "$m"; sleep 128; else sleep "$3"; fi; '
               'cp "$1" "$2" && printf "\\n%s\\n" "$HPCRUN_JOB_ID" >> "$2" '
               '&& printf "%s %s\\n" "$1" "$HPCRUN_JOB_ID" >> "$4"')
