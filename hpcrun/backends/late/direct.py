@@ -247,7 +247,8 @@ class Claim:
         signal.alarm(int(STOP_WAIT_S))
 
     def on_alarm(self, *_: object) -> None:
-        group(self.pid, signal.SIGKILL, False)
+        if self.warned:
+            group(self.pid, signal.SIGKILL, False)
 
     def on_cancel(self, *_: object) -> None:
         """The agent cancels the running input (an operator's cancel): its program's TERM follows."""
@@ -287,6 +288,7 @@ class Claim:
         """Input ``n`` run to its end, its ``begin`` and ``end`` told to the agent."""
         idx, cid, rows = self.items[n]
         self.started.add(n)
+        signal.alarm(0)   # a warning meant for the input before (sent as it ended) stops nothing of this one
         self.cid, self.warned, self.cancelled, self.pid, self.rundir = cid, False, False, 0, ""
         told = [False]
         t0 = time.time()
