@@ -153,17 +153,12 @@ def write(fd: int, text: str) -> None:
         pass
 
 
-def timeline(path: str):  # type: ignore[no-untyped-def]
-    """A function that appends lines to a chain's timeline, or drops them where it cannot be opened."""
+def appending(path: str) -> int:
+    """A file opened to append (as the shell's ``>>``), or -1 where it cannot be (``write`` then drops the lines)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     except OSError:
-        return lambda text: None
-    def line(text: str) -> None:
-        write(fd, text)
-        if text.startswith("end "):
-            os.close(fd)
-    return line
+        return -1
 
 
 def status_code(status: int) -> int:
@@ -181,7 +176,7 @@ class Claim:
         self.plan = self.env["HPCRUN_PLAN_DIR"]
         # the node's name where the scheduler puts it (its node_identity), else the host's, as hostname(1) says it
         self.node = os.environ.get(rec.get("node_var") or "", "") or os.uname().nodename
-        self.killed = set(rec.get("killed", (129, 130, 137, 143, 152)))
+        self.killed = set(rec["killed"])   # the model's KILL_SIGNALS, as the renderer wrote them
         self.items: List[Tuple[str, str, str]] = []   # job index, claim id, rows
         self.made: List[bool] = []
         self.started: set = set()
@@ -354,20 +349,21 @@ class Claim:
         """The chain's one program, its timeline and log as the chain script keeps them: its status and CPU. A
         timeline that cannot be written is none (the script's goes to /dev/null); a log that cannot be opened
         fails the program's start (the script's redirection: status 1)."""
-        try:
-            log = os.open(f"{rundir}/chains/0.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        except OSError:
+        log = appending(f"{rundir}/chains/0.log")
+        if log < 0:
             return 1, 0.0
+        timeline = appending(f"{rundir}/chains/0.timeline")
         try:
-            line = timeline(f"{rundir}/chains/0.timeline")
-            line(f"start {time.time():.6f} {self.node}\nbegin {time.time():.6f} {stem}\n")
+            write(timeline, f"start {time.time():.6f} {self.node}\nbegin {time.time():.6f} {stem}\n")
             step, cpu = self.program(env, log, begun)
-            line(f"end {time.time():.6f} {stem} {step}\nstop {time.time():.6f} {step}\n")
+            write(timeline, f"end {time.time():.6f} {stem} {step}\nstop {time.time():.6f} {step}\n")
             if step != 0 and not self.warned:
                 write(log, f"chain 0 failed on {stem} with exit code {step}\n")
             return step, cpu
         finally:
-            os.close(log)
+            for fd in (log, timeline):
+                if fd >= 0:
+                    os.close(fd)
 
     def program(self, env: Dict[str, str], log: int, begun) -> Tuple[int, float]:  # type: ignore[no-untyped-def]
         argv, unset = words(self.rec["argv"], env)
