@@ -159,12 +159,13 @@ def test_the_renderer_gives_a_job_a_recipe_only_where_its_inputs_need_nothing_mo
 
 def test_a_direct_run_ends_a_cancelled_input_and_one_past_its_time_limit_as_the_script_does(tmp_path):
     """Run by the worker (two slots, each a claim of two inputs): the operator's cancel of a running input ends it
-    CANCELLED, exit 143; an input past its time limit gets the warning, its program TERM, and it fails with exit 10
-    and its reason; the others complete. Each claim's second input is the one stopped (the first cannot be sent
-    back to the queue by it), told by its claim id."""
+    CANCELLED, exit 143, though its program ignores TERM (KILLed at its time limit at the latest, still CANCELLED);
+    an input past its time limit gets the warning, its program TERM, and it fails with exit 10 and its reason; the
+    others complete. Each claim's second input is the one stopped (the first cannot be sent back to the queue by
+    it), told by its claim id."""
     stopped, cancel_me = tmp_path / "stopped", tmp_path / "cancel-me"
     slow = ["/bin/sh", "-c", 'cat /proc/$PPID/comm > "$1.parent"; case "$HPCRUN_CLAIM_ID" in '
-            '*.1) echo "$HPCRUN_ARRAY_INDEX" > "$3"; sleep 30 ;; '
+            '*.1) trap "" TERM; echo "$HPCRUN_ARRAY_INDEX" > "$3"; sleep 300 ;; '
             '*.3) trap "touch $2; exit 143" TERM; sleep 300 & wait ;; esac; exec cp "$0" "$1"',
             "{input}", "{output}", str(stopped), str(cancel_me)]
     data = _spec(tmp_path, 4, slow, walltime="00:00:20")
@@ -183,9 +184,67 @@ def test_a_direct_run_ends_a_cancelled_input_and_one_past_its_time_limit_as_the_
     for cid in ("702.0.1", "702.1.3"):   # both run by the worker
         assert (tmp_path / "out" / ".hpcrun-claims" / cid).glob("*.parent").__next__().read_text() == "python3\n"
     assert by_claim["702.0.1"][8] == "CANCELLED" and by_claim["702.0.1"][7] == "143", logs
+    # seen at the pilot's next beat, KILLed STOP_WAIT_S (30 s) later: not left running to its time limit or beyond
+    assert float(by_claim["702.0.1"][6]) - float(by_claim["702.0.1"][5]) <= 45, "its program was left running"
     assert by_claim["702.1.3"][7] == "10" and by_claim["702.1.3"][8] == "FAILED", logs
     assert 10 <= float(by_claim["702.1.3"][6]) - float(by_claim["702.1.3"][5]) <= 30
     assert stopped.exists(), logs
     reason = {cid: "".join(p.read_text() for p in plan.glob(f"run/*/{cid}/reason")) for cid in by_claim}
     assert "time limit" in reason["702.1.3"] and "cancelled" in reason["702.0.1"], reason
     assert {by_claim[c][8] for c in ("702.0.0", "702.1.2")} == {"COMPLETED"}, logs
+
+
+def test_a_direct_run_is_limited_from_its_begin_though_its_program_never_starts(tmp_path):
+    """The worker says an input began before it makes or opens anything of it, as the script does right after its
+    fork: an input stuck before its program starts (here its log is a FIFO nobody reads, as a hung mount would hold
+    it) is ended by its time limit and fails, counted (TIMEOUT), not held until the pilot ends and then sent back
+    uncounted; the claim's inputs not begun run in another claim."""
+    data = _spec(tmp_path, 4, ["/bin/sh", "-c", 'exec cp "$0" "$1"', "{input}", "{output}"], walltime="00:00:12")
+    data["jobs"]["pilot"].update(direct=True, input_time="1s", slots=1)   # claims of several, in one slot
+    # the warning 5 s before the input's limit (the profile's 60 s would put its end 72 s after its begin)
+    (tmp_path / "warned.yaml").write_text("extends: local-test\nsignal_before_timeout: 5s\n")
+    data["site"]["profile"] = "warned.yaml"
+    plan = _plan(tmp_path, data)
+    for n in range(8):   # whichever claim of this pilot takes the second input, its log blocks the one opening it
+        chains = plan / "run" / "latelocal.00002" / f"703.0.{n}" / "chains"
+        chains.mkdir(parents=True)
+        os.mkfifo(chains / "0.log")
+    qid = _enqueue(plan, 4)
+    pilot = _pilot(plan, "703")
+    try:
+        logs = _wait(pilot, 60)
+    finally:
+        direct.group(pilot.pid, 9)
+    results = _results(plan)
+    assert sorted(results) == [f"{qid}_{i}" for i in range(4)], logs
+    stuck = results[f"{qid}_1"]
+    assert stuck[8] == "TIMEOUT" and stuck[7] == "137", logs
+    assert 11 <= float(stuck[6]) - float(stuck[5]) <= 20, stuck   # KILLed at its limit, 12 s after its begin
+    assert {results[f"{qid}_{i}"][8] for i in (0, 2, 3)} == {"COMPLETED"}, logs
+
+
+def test_a_program_the_node_cannot_start_now_is_tried_again_as_bash_retries_a_fork(tmp_path, monkeypatch):
+    """posix_spawn failing for want of processes (EAGAIN) or memory (ENOMEM) is tried again after 1, 2, 4 and 8 s,
+    the pid told to the agent once it started; a node that never can fails the program as not executable (126)."""
+    import errno
+    feed_r, feed_w = os.pipe()
+    claim = direct.Claim({"env": [["HPCRUN_PLAN_DIR", str(tmp_path)]], "killed": [], "argv": [["=/bin/true"]]},
+                         feed_w)
+    claim.n = 0
+    refusals, slept = [errno.EAGAIN, errno.ENOMEM], []
+    real = os.posix_spawn
+
+    def spawn(*a, **k):  # type: ignore[no-untyped-def]
+        if refusals:
+            raise OSError(refusals.pop(0), os.strerror(errno.EAGAIN))
+        return real(*a, **k)
+
+    monkeypatch.setattr(direct.os, "posix_spawn", spawn)
+    monkeypatch.setattr(direct.time, "sleep", slept.append)
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
+    assert claim.program(dict(os.environ), log)[0] == 0
+    assert slept == [1, 2]
+    assert os.read(feed_r, 100).decode().startswith("pid\t0\t")
+    assert (tmp_path / "log").read_text().count("fork: retry") == 2
+    refusals[:] = [errno.EAGAIN] * 5
+    assert claim.program(dict(os.environ), log)[0] == 126 and slept == [1, 2, 1, 2, 4, 8]

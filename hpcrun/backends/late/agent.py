@@ -114,12 +114,10 @@ class Agent:
             if not busy and time.monotonic() - self.idle_since >= self.idle_s:
                 self.log(f"nothing to claim for {self.idle_s:.0f} s: released")
                 break
-            timeout = min([self.next_beat, self.next_look] + ([] if busy else [self.next_stop])
-                          + [r.warn_at for r in self.running.values()]
-                          + [r.kill_at for r in self.running.values()]
-                          + [self.pace.give_back_at(r) for r in self.running.values()]) - time.monotonic()
+            soon = [t for r in self.running.values() for t in (r.warn_at, r.kill_at, self.pace.give_back_at(r))]
+            timeout = min([self.next_beat, self.next_look, *soon] + ([] if busy else [self.next_stop]))
             ready = select.select([wake_r] + [r.out for r in self.running.values()], [], [],
-                                  max(0.0, min(timeout, 5.0)))[0]
+                                  max(0.0, min(timeout - time.monotonic(), 5.0)))[0]
             if wake_r in ready:
                 os.read(wake_r, 512)
             for r in list(self.running.values()):
@@ -175,9 +173,9 @@ class Agent:
             if r.at < 0:
                 continue
             pid, warn = r.items[r.at].pid, r.items[r.at].warn
-            if now >= r.kill_at:
-                r.state, r.kill_at, r.warn_at = "TIMEOUT", float("inf"), float("inf")
-                R.group(pid, signal.SIGKILL)
+            if now >= r.kill_at:   # a cancelled input stays CANCELLED; a worker with no program yet is KILLed itself
+                r.state, r.kill_at, r.warn_at = r.state or "TIMEOUT", float("inf"), float("inf")
+                R.group(pid or warn, signal.SIGKILL)
             elif now >= r.warn_at:
                 r.warn_at = float("inf")
                 try:
@@ -327,11 +325,13 @@ class Agent:
 
     # -- results -------------------------------------------------------------------------------------------
     def _read_worker(self, r: R.Running) -> bool:
-        """What the script said (``begin``, ``end``), acted on; False at its pipe's end."""
+        """What the script said (``begin``, ``pid``, ``end``), acted on; False at its pipe's end."""
         more, said = r.said()
         for f in said:
             if f[0] == "begin" and len(f) >= 4 and f[1].isdigit() and int(f[1]) < len(r.items):
                 self._begin(r, int(f[1]), int(f[2]), float(f[3]), int(f[4]) if f[4:] and f[4].isdigit() else 0)
+            elif f[0] == "pid" and len(f) >= 3 and f[1] == str(r.at) and f[2].isdigit():   # a direct run's program
+                r.items[r.at].pid = int(f[2])
             elif f[0] == "end" and len(f) >= 5 and f[1].isdigit() and int(f[1]) == r.at:
                 self._end(r, int(f[2]), float(f[3]), f[4])
             elif f[0] == "sums" and len(f) >= 3 and f[1] in R.SUMS:   # the script leaves its outputs' sums to us

@@ -32,7 +32,8 @@ DIRECT_MARK = "# hpcrun-direct: "   # a job script's recipe line (render/direct.
 WORKER = "hpcrun_late_direct.py"   # this file as the plan ships it, in bin/ beside the agent (plan/job/pilots.py)
 RECIPE_ENV = "HPCRUN_DIRECT_RECIPE"   # the recipe as the agent read it (marshal, hex): no JSON parsed per claim
 EXIT_SETUP, EXIT_CHAIN, EXIT_TIMEOUT, EXIT_CHAIN_KILLED, EXIT_CANCELLED = 3, 7, 10, 14, 143
-STOP_WAIT_S = 30.0   # after the time limit's warning, the program's TERM is waited for this long (as the script)
+STOP_WAIT_S = 30.0   # after the time limit's warning or a cancel, the program's TERM is waited for this long
+SPAWN_RETRY_S = (1, 2, 4, 8)   # a start the node refused for want of processes or memory, tried again (as bash's fork)
 # what a program must not inherit from this Python, which ignores SIGPIPE and SIGXFSZ (a handled signal is reset
 # by exec); the others stay as the pilot left them (SIGINT, SIGQUIT ignored: its agent runs in the background), as the
 # script's inputs have them
@@ -67,6 +68,8 @@ def group(pid: int, sig: int, alone: bool = True) -> None:
 
 
 def alive(pid: int) -> bool:
+    if pid <= 0:   # no process yet (a direct run's program not started): kill(0) would name our own group
+        return False
     try:
         os.kill(pid, 0)
         return True
@@ -182,6 +185,7 @@ class Claim:
         self.started: set = set()
         self.sums = False
         self.pid = 0               # the program running now
+        self.n = -1                # the input running now (its place in the claim)
         self.cid = ""
         self.rundir = ""           # the running input's run directory, once known ("": no record is written)
         self.warned = False        # the time limit's warning came: the input fails with 10
@@ -193,7 +197,7 @@ class Claim:
 
     def log(self, *texts: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        os.write(2, "".join(f"{stamp} hpcrun[{self.cid or 'local'}]: {t}\n" for t in texts).encode())
+        write(2, "".join(f"{stamp} hpcrun[{self.cid or 'local'}]: {t}\n" for t in texts))   # a full disk: lost
 
     def read_items(self, feed_in) -> List[str]:  # type: ignore[no-untyped-def]
         """The claim's inputs (``item`` lines and their rows), up to the first other line (returned, split)."""
@@ -233,8 +237,8 @@ class Claim:
     # -- signals -------------------------------------------------------------------------------------------------
     def on_warning(self, *_: object) -> None:
         """The time limit's warning: the program stopped (TERM; KILLed if it runs on STOP_WAIT_S later, as its
-        input's end must not leave it writing), and the input fails with 10 once it ended."""
-        if self.warned:
+        input's end must not leave it writing), and the input fails with 10 once it ended (unless cancelled)."""
+        if self.warned or self.cancelled:
             return
         self.warned = True
         self.log("pre-timeout signal received: stopping chains and database servers cleanly")
@@ -242,12 +246,16 @@ class Claim:
         signal.alarm(int(STOP_WAIT_S))
 
     def on_alarm(self, *_: object) -> None:
-        if self.warned:
+        if self.warned or self.cancelled:
             group(self.pid, signal.SIGKILL, False)
 
     def on_cancel(self, *_: object) -> None:
-        """The agent cancels the running input (an operator's cancel): its program's TERM follows."""
-        self.cancelled = True
+        """The agent cancels the running input (an operator's cancel), which it TERMs too: TERMed here as well (a
+        program started since the agent looked), KILLed if it runs on STOP_WAIT_S later, ended 143."""
+        if not self.cancelled and self.cid:
+            self.cancelled = True
+            group(self.pid, signal.SIGTERM, False)
+            signal.alarm(int(STOP_WAIT_S))
 
     def on_term(self, *_: object) -> None:
         """The pilot stops this run: the input running stops with it, the directories of those never started go."""
@@ -284,26 +292,20 @@ class Claim:
         idx, cid, rows = self.items[n]
         self.started.add(n)
         signal.alarm(0)   # a warning meant for the input before (sent as it ended) stops nothing of this one
-        self.cid, self.warned, self.cancelled, self.pid, self.rundir = cid, False, False, 0, ""
-        told = [False]
-        t0 = time.time()
-
-        def begun(pid: int) -> None:
-            if not told[0]:
-                told[0] = True
-                self.tell(f"begin\t{n}\t{pid}\t{t0 if not pid else time.time():.6f}\t{os.getpid()}\n")
-
+        self.cid, self.n, self.warned, self.cancelled, self.pid, self.rundir = cid, n, False, False, 0, ""
+        # begun at once, as the script's input right after its fork: from here the agent limits it (the worker
+        # itself if no program started, stuck on a filesystem) and a worker's death fails it, counted
+        self.tell(f"begin\t{n}\t0\t{time.time():.6f}\t{os.getpid()}\n")
         try:
-            rc, cpu = self.input(n, idx, cid, rows, begun)
+            rc, cpu = self.input(n, idx, cid, rows)
         except Exception as e:   # whatever went wrong here fails the input, counted (never back to the queue)
             group(self.pid, signal.SIGKILL, False)
             rc, cpu = self.fail(1, f"the pilot's worker failed: {e!r}"), 0.0
-        begun(0)
         self.finish(rc)
         self.tell(f"end\t{n}\t{rc}\t{time.time():.6f}\t{cpu:.3f}\n")
         self.cid, self.pid = "", 0
 
-    def input(self, n: int, idx: str, cid: str, rows: str, begun) -> Tuple[int, float]:  # type: ignore[no-untyped-def]
+    def input(self, n: int, idx: str, cid: str, rows: str) -> Tuple[int, float]:
         if not rows:   # the agent could not read them: found here, as the script's task_rows would
             rows = rows_of(self.plan, int(self.rec.get("tasks_base", 0)) + int(idx)).rstrip("\n")
         fields = [r.split("\t") for r in rows.splitlines() if r]
@@ -342,10 +344,10 @@ class Claim:
             env.pop(name, None)
         if events != "-" and events.isdigit():
             env.update(HPCRUN_FIRST_EVENT="0", HPCRUN_NEVENTS=events, HPCRUN_LAST_EVENT=str(int(events) - 1))
-        step, cpu = self.chain(env, rundir, stem, begun)
+        step, cpu = self.chain(env, rundir, stem)
         return self.verdict(step, env, outdir, output), cpu
 
-    def chain(self, env: Dict[str, str], rundir: str, stem: str, begun) -> Tuple[int, float]:  # type: ignore
+    def chain(self, env: Dict[str, str], rundir: str, stem: str) -> Tuple[int, float]:
         """The chain's one program, its timeline and log as the chain script keeps them: its status and CPU. A
         timeline that cannot be written is none (the script's goes to /dev/null); a log that cannot be opened
         fails the program's start (the script's redirection: status 1)."""
@@ -355,7 +357,7 @@ class Claim:
         timeline = appending(f"{rundir}/chains/0.timeline")
         try:
             write(timeline, f"start {time.time():.6f} {self.node}\nbegin {time.time():.6f} {stem}\n")
-            step, cpu = self.program(env, log, begun)
+            step, cpu = self.program(env, log)
             write(timeline, f"end {time.time():.6f} {stem} {step}\nstop {time.time():.6f} {step}\n")
             if step != 0 and not self.warned:
                 write(log, f"chain 0 failed on {stem} with exit code {step}\n")
@@ -365,30 +367,38 @@ class Claim:
                 if fd >= 0:
                     os.close(fd)
 
-    def program(self, env: Dict[str, str], log: int, begun) -> Tuple[int, float]:  # type: ignore[no-untyped-def]
+    def program(self, env: Dict[str, str], log: int) -> Tuple[int, float]:
+        """The program run to its end: its status and CPU. Started with the signals held, so that a handler finds
+        its pid known, here and by the agent (told before a TERM may end this worker), or finds it never started."""
         argv, unset = words(self.rec["argv"], env)
         if unset:
             write(log, f"hpcrun: {unset}: unbound variable\n")
             return 1, 0.0
-        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)   # its pid known before a signal may name it
-        try:
-            if self.warned or self.cancelled:   # the warning or the cancel came before it started: it does not
-                return 143, 0.0
-            pid = self.spawn(argv, env, log)
-            if pid < 0:
-                return -pid, 0.0
-            self.pid = pid
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
-        begun(pid)
+        for wait in (*SPAWN_RETRY_S, 0):
+            signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+            try:
+                if self.warned or self.cancelled:   # the warning or the cancel came before it started: it does not
+                    return 143, 0.0
+                pid = self.spawn(argv, env, log, bool(wait))
+                if pid > 0:
+                    self.pid = pid
+                    self.tell(f"pid\t{self.n}\t{pid}\n")
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+            if pid:
+                break
+            time.sleep(wait)   # a signal's handler runs meanwhile; its flag is looked at before the next try
+        if pid < 0:
+            return -pid, 0.0
         _, status, usage = os.wait4(pid, 0)   # a signal's handler runs, and the wait goes on (PEP 475)
         signal.alarm(0)
         self.pid = 0
         return status_code(status), usage.ru_utime + usage.ru_stime
 
-    def spawn(self, argv: List[str], env: Dict[str, str], log: int) -> int:
+    def spawn(self, argv: List[str], env: Dict[str, str], log: int, again: bool = False) -> int:
         """The program started, leading a process group of its own; -status where it could not start (127 not
-        found, 126 not executable, as the shell says), the reason in its log."""
+        found, 126 not executable, as the shell says), the reason in its log; 0 if ``again`` and the node lacks
+        the processes or memory to start it now (tried again later, as bash retries a fork)."""
         path = argv[0] if "/" in argv[0] else which(argv[0], env.get("PATH", os.defpath))
         if not path:
             write(log, f"hpcrun: {argv[0]}: command not found\n")
@@ -400,6 +410,9 @@ class Claim:
                 return os.posix_spawn(args[0], args[1], env, file_actions=actions, setpgroup=0,  # type: ignore
                                       setsigdef=DEFAULT_SIGNALS, setsigmask=())
             except OSError as e:
+                if again and e.errno in (errno.EAGAIN, errno.ENOMEM):
+                    write(log, f"hpcrun: fork: retry: {e.strerror}\n")
+                    return 0
                 if e.errno != errno.ENOEXEC:
                     write(log, f"hpcrun: {argv[0]}: {e.strerror}\n")
                     return -(127 if e.errno == errno.ENOENT else 126)
