@@ -159,7 +159,7 @@ def test_the_renderer_gives_a_job_a_recipe_only_where_its_inputs_need_nothing_mo
 
 def test_a_direct_run_ends_a_cancelled_input_and_one_past_its_time_limit_as_the_script_does(tmp_path):
     """Run by the worker (two slots, each a claim of two inputs): the operator's cancel of a running input ends it
-    CANCELLED, exit 143, though its program ignores TERM (KILLed at its time limit at the latest, still CANCELLED);
+    CANCELLED, exit 143, though its program ignores TERM (KILLed at its time limit, still CANCELLED);
     an input past its time limit gets the warning, its program TERM, and it fails with exit 10 and its reason; the
     others complete. Each claim's second input is the one stopped (the first cannot be sent back to the queue by
     it), told by its claim id."""
@@ -170,6 +170,9 @@ def test_a_direct_run_ends_a_cancelled_input_and_one_past_its_time_limit_as_the_
             "{input}", "{output}", str(stopped), str(cancel_me)]
     data = _spec(tmp_path, 4, slow, walltime="00:00:20")
     data["jobs"]["pilot"].update(direct=True, input_time="1s", slots=2)   # four claimed at once: two a slot
+    # the warning 5 s before the limit: the limit's KILL (20 s) comes before the worker's own, 30 s after the cancel
+    (tmp_path / "warned.yaml").write_text("extends: local-test\nsignal_before_timeout: 5s\n")
+    data["site"]["profile"] = "warned.yaml"
     plan = _plan(tmp_path, data)
     qid = _enqueue(plan, 4)
     pilot = _pilot(plan, "702")
@@ -184,8 +187,8 @@ def test_a_direct_run_ends_a_cancelled_input_and_one_past_its_time_limit_as_the_
     for cid in ("702.0.1", "702.1.3"):   # both run by the worker
         assert (tmp_path / "out" / ".hpcrun-claims" / cid).glob("*.parent").__next__().read_text() == "python3\n"
     assert by_claim["702.0.1"][8] == "CANCELLED" and by_claim["702.0.1"][7] == "143", logs
-    # seen at the pilot's next beat, KILLed STOP_WAIT_S (30 s) later: not left running to its time limit or beyond
-    assert float(by_claim["702.0.1"][6]) - float(by_claim["702.0.1"][5]) <= 45, "its program was left running"
+    # KILLed at its limit, 20 s after its begin, and still CANCELLED (not a TIMEOUT): not left running beyond
+    assert float(by_claim["702.0.1"][6]) - float(by_claim["702.0.1"][5]) <= 30, "its program was left running"
     assert by_claim["702.1.3"][7] == "10" and by_claim["702.1.3"][8] == "FAILED", logs
     assert 10 <= float(by_claim["702.1.3"][6]) - float(by_claim["702.1.3"][5]) <= 30
     assert stopped.exists(), logs
@@ -194,33 +197,38 @@ def test_a_direct_run_ends_a_cancelled_input_and_one_past_its_time_limit_as_the_
     assert {by_claim[c][8] for c in ("702.0.0", "702.1.2")} == {"COMPLETED"}, logs
 
 
-def test_a_direct_run_is_limited_from_its_begin_though_its_program_never_starts(tmp_path):
+@pytest.mark.parametrize("stuck_on", ["chains/0.log", "chains.tsv"], ids=["before-its-program", "after-it"])
+def test_a_direct_run_stuck_on_its_filesystem_is_ended_by_its_time_limit_and_counted(tmp_path, stuck_on):
     """The worker says an input began before it makes or opens anything of it, as the script does right after its
-    fork: an input stuck before its program starts (here its log is a FIFO nobody reads, as a hung mount would hold
-    it) is ended by its time limit and fails, counted (TIMEOUT), not held until the pilot ends and then sent back
-    uncounted; the claim's inputs not begun run in another claim."""
-    data = _spec(tmp_path, 4, ["/bin/sh", "-c", 'exec cp "$0" "$1"', "{input}", "{output}"], walltime="00:00:12")
-    data["jobs"]["pilot"].update(direct=True, input_time="1s", slots=1)   # claims of several, in one slot
+    fork, and that its program ended (``pid`` 0) before it writes the records: an input stuck on a file before or
+    after its program (here a FIFO nobody reads, as a hung mount would hold it) is ended by its time limit, the
+    worker KILLed, and fails, counted (TIMEOUT, 137), not held until the pilot ends and then sent back uncounted.
+    The first claim (two inputs, one slot) is run by the worker; the input it sends back may run in the script (a
+    claim of one), which stops it at the warning (10)."""
+    data = _spec(tmp_path, 2, ["/bin/sh", "-c", 'exec cp "$0" "$1"', "{input}", "{output}"], walltime="00:00:12")
+    data["jobs"]["pilot"].update(direct=True, input_time="1s", slots=1)
     # the warning 5 s before the input's limit (the profile's 60 s would put its end 72 s after its begin)
     (tmp_path / "warned.yaml").write_text("extends: local-test\nsignal_before_timeout: 5s\n")
     data["site"]["profile"] = "warned.yaml"
     plan = _plan(tmp_path, data)
-    for n in range(8):   # whichever claim of this pilot takes the second input, its log blocks the one opening it
-        chains = plan / "run" / "latelocal.00002" / f"703.0.{n}" / "chains"
-        chains.mkdir(parents=True)
-        os.mkfifo(chains / "0.log")
-    qid = _enqueue(plan, 4)
+    for job, n in ((job, n) for job in ("latelocal.00001", "latelocal.00002") for n in range(8)):   # any claim's
+        run = plan / "run" / job / f"703.0.{n}"
+        (run / "chains").mkdir(parents=True)
+        os.mkfifo(run / stuck_on)
+    qid = _enqueue(plan, 2)
     pilot = _pilot(plan, "703")
     try:
-        logs = _wait(pilot, 60)
+        logs = _wait(pilot, 90)
     finally:
         direct.group(pilot.pid, 9)
     results = _results(plan)
-    assert sorted(results) == [f"{qid}_{i}" for i in range(4)], logs
-    stuck = results[f"{qid}_1"]
-    assert stuck[8] == "TIMEOUT" and stuck[7] == "137", logs
-    assert 11 <= float(stuck[6]) - float(stuck[5]) <= 20, stuck   # KILLed at its limit, 12 s after its begin
-    assert {results[f"{qid}_{i}"][8] for i in (0, 2, 3)} == {"COMPLETED"}, logs
+    assert sorted(results) == [f"{qid}_{i}" for i in range(2)], logs
+    first = next(r for r in results.values() if r[1] == "703.0.0")   # run by the worker
+    assert (first[8], first[7]) == ("TIMEOUT", "137"), logs
+    assert 11 <= float(first[6]) - float(first[5]) <= 20, first   # KILLed at its limit, 12 s after its begin
+    # the other: the worker's the same; the script's stops at the warning (its trap), 10
+    assert {(r[8], r[7]) for r in results.values()} <= {("TIMEOUT", "137"), ("FAILED", "10")}, logs
+    assert "starting 1 chain(s)" in "".join(p.read_text() for p in plan.glob("run/pilots/*/claims/*.log"))
 
 
 def test_a_program_the_node_cannot_start_now_is_tried_again_as_bash_retries_a_fork(tmp_path, monkeypatch):
@@ -242,9 +250,41 @@ def test_a_program_the_node_cannot_start_now_is_tried_again_as_bash_retries_a_fo
     monkeypatch.setattr(direct.os, "posix_spawn", spawn)
     monkeypatch.setattr(direct.time, "sleep", slept.append)
     log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
-    assert claim.program(dict(os.environ), log)[0] == 0
-    assert slept == [1, 2]
-    assert os.read(feed_r, 100).decode().startswith("pid\t0\t")
-    assert (tmp_path / "log").read_text().count("fork: retry") == 2
-    refusals[:] = [errno.EAGAIN] * 5
-    assert claim.program(dict(os.environ), log)[0] == 126 and slept == [1, 2, 1, 2, 4, 8]
+    os.set_blocking(feed_r, False)
+    try:
+        assert claim.program(dict(os.environ), log)[0] == 0
+        assert slept == [1, 2]
+        told = os.read(feed_r, 100).decode().splitlines()   # the program's pid, then none running
+        assert [t.split("\t")[:2] for t in told] == [["pid", "0"], ["pid", "0"]] and told[0] != told[1], told
+        assert (tmp_path / "log").read_text().count("fork: retry") == 2
+        refusals[:] = [errno.EAGAIN] * 5
+        assert claim.program(dict(os.environ), log)[0] == 126 and slept == [1, 2, 1, 2, 4, 8]
+    finally:
+        for fd in (feed_r, feed_w, log):
+            os.close(fd)
+
+
+def test_a_cancel_stops_the_program_at_once_and_kills_it_if_it_ignores_that(tmp_path):
+    """The worker's cancel (SIGUSR2, the agent's TERM to the program follows) TERMs the program itself (started since
+    the agent looked) and arms its alarm for STOP_WAIT_S; the alarm KILLs the program's group. A cancel between
+    inputs touches nothing."""
+    import signal
+    claim = direct.Claim({"env": [["HPCRUN_PLAN_DIR", str(tmp_path)]], "killed": [], "argv": []}, -1)
+    claim.on_cancel()
+    assert not claim.cancelled and signal.alarm(0) == 0   # no input running: nothing cancelled, no alarm
+    started = tmp_path / "started"
+    prog = subprocess.Popen(["/bin/sh", "-c", f'trap "" TERM; touch {started}; sleep 60 & wait'],
+                            process_group=0)
+    try:
+        while not started.exists():
+            time.sleep(0.01)
+        claim.cid, claim.pid = "703.0.0", prog.pid
+        claim.on_cancel()
+        assert claim.cancelled and 29 <= signal.alarm(0) <= 30   # the KILL armed 30 s on
+        time.sleep(0.2)
+        assert prog.poll() is None   # TERM ignored
+        claim.on_alarm()
+        assert prog.wait(10) == -9
+    finally:
+        signal.alarm(0)
+        direct.group(prog.pid, 9, False)

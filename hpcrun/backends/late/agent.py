@@ -1,10 +1,8 @@
 """The pilot's agent: one Python process per pilot that claims tasks, runs them and commits their results.
 
-Standard library only; the plan ships it as ``bin/hpcrun-pilot.py`` beside ``bin/hpcrun_late_layout.py`` (the
-queue's protocol, layout.py), and the pilot's batch script (templates/pilot.sh.j2) runs it once the node's
-database server is up. One loop holds every slot: a claim is a few renames and no process, an input is one
-child (its array script, leading a process group of its own so a signal reaches its chains), its time limit a deadline
-in the loop, its CPU time and peak memory from ``os.wait4``. Why one process: docs/decisions/backends.md.
+Standard library only; shipped as ``bin/hpcrun-pilot.py`` beside ``bin/hpcrun_late_layout.py`` (the queue's protocol),
+run by the pilot's batch script (templates/pilot.sh.j2). One loop holds every slot: a claim is a few renames, a run
+of a claim one child (its job script or the direct worker), each input's time limit a deadline in the loop.
 
 Rules kept from the protocol (hpcrun/backends/late/queue.py): a claim is a task file in the pilot's own
 directory ``live/<pilot>/``; the commit is one link(2) of it into ``done/``, then its name appended to the
@@ -175,7 +173,7 @@ class Agent:
             pid, warn = r.items[r.at].pid, r.items[r.at].warn
             if now >= r.kill_at:   # a cancelled input stays CANCELLED; a worker with no program yet is KILLed itself
                 r.state, r.kill_at, r.warn_at = r.state or "TIMEOUT", float("inf"), float("inf")
-                R.group(pid or warn, signal.SIGKILL)
+                r.items[r.at].kill()
             elif now >= r.warn_at:
                 r.warn_at = float("inf")
                 try:
@@ -346,7 +344,7 @@ class Agent:
             L.write_new(f"{self.at['me']}/{item.task}", f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")
         except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
             self.stopping = "fenced: its claims were returned to the queue"
-            R.group(pid, signal.SIGKILL)
+            item.kill()
         # the input's own time limit as its array task would have it: the pre-timeout signal, then the end
         lim = r.limit
         r.warn_at = r.began + (lim - self.claim_before if lim > self.claim_before else lim)
@@ -383,6 +381,8 @@ class Agent:
             self._freed(r.slot)
             if not self.stopping:   # else its claims go back to the queue: no result
                 self._ended(r, status, usage)
+            elif r.at >= 0:   # what it began stops with it (a direct run's program, which _leave cannot see)
+                r.items[r.at].kill()
 
     def _freed(self, slot: int) -> None:
         """A slot whose script ended claims at once (a busy pilot's next look waits for it, not a nap)."""
@@ -397,7 +397,7 @@ class Agent:
         for item, rc, t1, _cpu, state in r.ended:
             self._settle(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
         if r.at >= 0:   # its input leads a group of its own: stopped before its failure is committed
-            R.group(r.items[r.at].pid, signal.SIGKILL)
+            r.items[r.at].kill()
             rc = R.exit_status(status)
             rc = 128 - rc if rc < 0 else (rc or 1)
             self._commit(r, r.items[r.at], rc, r.state or "FAILED", time.time(), cpu, str(usage.ru_maxrss))

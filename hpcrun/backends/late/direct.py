@@ -393,6 +393,7 @@ class Claim:
         _, status, usage = os.wait4(pid, 0)   # a signal's handler runs, and the wait goes on (PEP 475)
         signal.alarm(0)
         self.pid = 0
+        self.tell(f"pid\t{self.n}\t0\n")   # none runs now: the agent's limit KILLs this worker if it is stuck after
         return status_code(status), usage.ru_utime + usage.ru_stime
 
     def spawn(self, argv: List[str], env: Dict[str, str], log: int, again: bool = False) -> int:

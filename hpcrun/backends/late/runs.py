@@ -87,8 +87,13 @@ class Item:
     idx: str
     rows: str
     t0: float = 0.0
-    pid: int = 0        # its process group (the worker's child) once begun
+    pid: int = 0        # its process group (the script's input, or a direct run's program while it runs)
     warn: int = 0       # the process its time limit's warning goes to (0: ``pid``; the direct worker names itself)
+
+    def kill(self) -> None:
+        """Its process group KILLed. A direct run's program leads a group whose leader the worker may have reaped
+        (the group alone, then); while none runs (``pid`` 0), the worker, which leads its own group, is KILLed."""
+        group(self.pid or self.warn, signal.SIGKILL, not self.warn)
 
 
 @dataclass
@@ -141,7 +146,7 @@ class Running:
         process's by now."""
         alone = self.proc.returncode is None
         if self.at >= 0:
-            group(self.items[self.at].pid, sig, alone)
+            group(self.items[self.at].pid, sig, alone and not self.items[self.at].warn)
         group(self.proc.pid, sig, alone)
 
 
@@ -343,7 +348,7 @@ def cancel(item: Item) -> None:
     if item.warn:
         with contextlib.suppress(OSError):
             os.kill(item.warn, signal.SIGUSR2)
-    group(item.pid, signal.SIGTERM)
+    group(item.pid, signal.SIGTERM, not item.warn)
 
 
 group, alive = D.group, D.alive   # (the worker signals its program the same way)
