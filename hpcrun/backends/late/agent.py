@@ -170,14 +170,13 @@ class Agent:
         for r in self.running.values():
             if r.at < 0:
                 continue
-            pid, warn = r.items[r.at].pid, r.items[r.at].warn
-            if now >= r.kill_at:   # a cancelled input stays CANCELLED; a worker with no program yet is KILLed itself
-                r.state, r.kill_at, r.warn_at = r.state or "TIMEOUT", float("inf"), float("inf")
-                r.items[r.at].kill()
+            if now >= r.kill_at:   # a cancelled input stays CANCELLED; a direct run's worker is stopped in turn (it
+                r.state, r.warn_at = r.state or "TIMEOUT", float("inf")   # may hang on its files before or after)
+                r.kill_at = now + STOP_WAIT_S if r.items[r.at].kill() else float("inf")
             elif now >= r.warn_at:
                 r.warn_at = float("inf")
                 try:
-                    os.kill(warn or pid, signal.SIGUSR1)   # the input's script (or worker) alone: it stops its chains
+                    os.kill(r.items[r.at].warn or r.items[r.at].pid, signal.SIGUSR1)   # the script's input or worker
                 except ProcessLookupError:
                     pass
             if now >= self.pace.give_back_at(r):
@@ -341,7 +340,8 @@ class Agent:
         item.pid, item.t0, item.warn = pid, t0, warn
         r.at, r.state, r.began, r.begun = n, "", time.monotonic(), n + 1
         try:
-            L.write_new(f"{self.at['me']}/{item.task}", f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid}\n")
+            L.write_new(f"{self.at['me']}/{item.task}",   # the group a pilot's script stops if its agent could not
+                        f"{item.cid}\t{r.slot}\t{self.node}\t{t0:.6f}\t{pid or warn}\n")
         except OSError:   # fenced meanwhile: the input runs elsewhere, this run is stopped at once
             self.stopping = "fenced: its claims were returned to the queue"
             item.kill()
@@ -382,7 +382,7 @@ class Agent:
             if not self.stopping:   # else its claims go back to the queue: no result
                 self._ended(r, status, usage)
             elif r.at >= 0:   # what it began stops with it (a direct run's program, which _leave cannot see)
-                r.items[r.at].kill()
+                r.items[r.at].kill(False)
 
     def _freed(self, slot: int) -> None:
         """A slot whose script ended claims at once (a busy pilot's next look waits for it, not a nap)."""
@@ -397,7 +397,7 @@ class Agent:
         for item, rc, t1, _cpu, state in r.ended:
             self._settle(r, item, rc, state, t1, cpu, str(usage.ru_maxrss))
         if r.at >= 0:   # its input leads a group of its own: stopped before its failure is committed
-            r.items[r.at].kill()
+            r.items[r.at].kill(False)
             rc = R.exit_status(status)
             rc = 128 - rc if rc < 0 else (rc or 1)
             self._commit(r, r.items[r.at], rc, r.state or "FAILED", time.time(), cpu, str(usage.ru_maxrss))

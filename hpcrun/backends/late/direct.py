@@ -33,6 +33,7 @@ WORKER = "hpcrun_late_direct.py"   # this file as the plan ships it, in bin/ bes
 RECIPE_ENV = "HPCRUN_DIRECT_RECIPE"   # the recipe as the agent read it (marshal, hex): no JSON parsed per claim
 EXIT_SETUP, EXIT_CHAIN, EXIT_TIMEOUT, EXIT_CHAIN_KILLED, EXIT_CANCELLED = 3, 7, 10, 14, 143
 STOP_WAIT_S = 30.0   # after the time limit's warning or a cancel, the program's TERM is waited for this long
+TERM_WAIT_S = 10.0   # this worker TERMed: its program's TERM waited for this long (the agent waits 15 s for both)
 SPAWN_RETRY_S = (1, 2, 4, 8)   # a start the node refused for want of processes or memory, tried again (as bash's fork)
 # what a program must not inherit from this Python, which ignores SIGPIPE and SIGXFSZ (a handled signal is reset
 # by exec); the others stay as the pilot left them (SIGINT, SIGQUIT ignored: its agent runs in the background), as the
@@ -258,13 +259,30 @@ class Claim:
             signal.alarm(int(STOP_WAIT_S))
 
     def on_term(self, *_: object) -> None:
-        """The pilot stops this run: the input running stops with it, the directories of those never started go."""
-        group(self.pid, signal.SIGTERM, False)
+        """The pilot stops this run (or the agent its input, at the limit after the warning): the program TERMed
+        and KILLed if it runs on TERM_WAIT_S later, so that none writes on unseen; the input ended (143, 10 after
+        the warning); the directories of those never started removed."""
+        if self.pid:
+            group(self.pid, signal.SIGTERM, False)
+            self.reap(TERM_WAIT_S)
+            group(self.pid, signal.SIGKILL, False)   # what is left of its group
+        code, why = (EXIT_TIMEOUT, "time limit reached before the job finished") if self.warned else \
+            (EXIT_CANCELLED, "job was cancelled (SIGTERM)")
         if self.cid:
-            self.fail(EXIT_CANCELLED, "job was cancelled (SIGTERM)")
-            self.finish(EXIT_CANCELLED)
+            self.fail(code, why)
+            self.finish(code)
         self.tidy()
-        os._exit(EXIT_CANCELLED)
+        os._exit(code)
+
+    def reap(self, wait_s: float) -> None:
+        """The program waited for, up to ``wait_s``."""
+        for _ in range(int(wait_s * 10)):
+            try:
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.1)
 
     # -- one input -------------------------------------------------------------------------------------------------
     def fail(self, code: int, why: str) -> int:

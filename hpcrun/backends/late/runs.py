@@ -90,10 +90,18 @@ class Item:
     pid: int = 0        # its process group (the script's input, or a direct run's program while it runs)
     warn: int = 0       # the process its time limit's warning goes to (0: ``pid``; the direct worker names itself)
 
-    def kill(self) -> None:
-        """Its process group KILLed. A direct run's program leads a group whose leader the worker may have reaped
-        (the group alone, then); while none runs (``pid`` 0), the worker, which leads its own group, is KILLed."""
-        group(self.pid or self.warn, signal.SIGKILL, not self.warn)
+    termed: bool = False   # a direct run's worker was TERMed at the input's limit: KILLed at the next
+
+    def kill(self, alone: bool = True) -> bool:
+        """KILLed (the group; ``alone``: the process if the group is gone); True where a direct run's worker is left
+        to stop at a next call: TERMed after its program (or none: it stops one started unseen), then KILLed."""
+        if self.warn and not self.pid:
+            self.termed = not self.termed
+            group(self.warn, signal.SIGTERM if self.termed else signal.SIGKILL, False)
+            return self.termed
+        group(self.pid, signal.SIGKILL, alone and not self.warn)   # a direct run's: its leader may be reaped
+        self.pid = 0 if self.warn else self.pid
+        return bool(self.warn)
 
 
 @dataclass
@@ -141,9 +149,8 @@ class Running:
         return bool(data), [line.decode(errors="replace").split("\t") for line in lines]
 
     def stop(self, sig: int) -> None:
-        """The script and the input it runs (each leads a process group: the input's chains stop with it). Once
-        the script was reaped, only what is left of the groups: its pid, or its input's, may be another
-        process's by now."""
+        """The script and the input it runs (each leads a process group: its chains stop with it); once the script
+        was reaped, only what is left of the groups (its pid, or its input's, may be another process's by now)."""
         alone = self.proc.returncode is None
         if self.at >= 0:
             group(self.items[self.at].pid, sig, alone and not self.items[self.at].warn)

@@ -158,7 +158,7 @@ on_exit() {
     [ -e "$f" ] || continue
     IFS=$'\t' read -r -a line < "$f" || true
     pid=${line[4]:-}
-    [[ "${line[0]:-}" == "$HPCRUN_PILOT_ID."* && "$pid" =~ ^[0-9]+$ ]] || continue
+    [[ "${line[0]:-}" == "$HPCRUN_PILOT_ID."* && "$pid" =~ ^[1-9][0-9]*$ ]] || continue   # never 0: "-0" is our own group
     pids+=("$pid")
     kill -TERM -- "-$pid" 2>/dev/null
   done
