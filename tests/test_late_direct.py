@@ -297,24 +297,34 @@ def test_a_cancel_stops_the_program_at_once_and_kills_it_if_it_ignores_that(tmp_
         direct.group(prog.pid, 9, False)
 
 
+def _text(path: Path) -> str:
+    """A queue file's text, "" if it moved meanwhile (a claim's input handed back)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def test_a_pilot_stopped_while_its_worker_runs_an_input_leaves_cleanly(tmp_path):
     """A direct run's claim token names its worker (never 0: the pilot's script stops the groups its tokens name
     on its way out, and "-0" is its own): a pilot TERMed mid-input stops its agent, the worker and the program,
     hands its claims back, stops its database and writes its figures, at once."""
     import signal
     started = tmp_path / "started"
-    data = _spec(tmp_path, 4, ["/bin/sh", "-c", 'touch "$2"; sleep 60', "{input}", "{output}", str(started)])
+    data = _spec(tmp_path, 4, ["/bin/sh", "-c", 'echo $$ > "$2.tmp"; mv "$2.tmp" "$2"; exec sleep 60', "{input}",
+                               "{output}", str(started)])
     data["jobs"]["pilot"].update(direct=True, input_time="1s", slots=1)   # a claim of several: the worker
     plan = _plan(tmp_path, data)
     qid = _enqueue(plan, 4)
     pilot = _pilot(plan, "704")
     try:
-        deadline = time.monotonic() + 30
-        while not started.exists():
-            assert time.monotonic() < deadline, "no input began"
+        deadline, tokens = time.monotonic() + 30, []
+        while not started.exists() or not any(len(t) >= 5 for t in tokens):   # the begun input's token (the
+            assert time.monotonic() < deadline, "no input began"             # claim's other is empty till then)
             time.sleep(0.1)
-        token = next((plan / "queue" / "live" / "704").glob(f"{qid}_*")).read_text().split("\t")
-        assert int(token[4]) > 0 and token[0].startswith("704.0."), token
+            tokens = [_text(p).split("\t") for p in (plan / "queue" / "live" / "704").glob(f"{qid}_*")]
+        token = next(t for t in tokens if len(t) >= 5)
+        assert int(token[4]) > 0 and token[0].startswith("704.0."), tokens
         t0 = time.monotonic()
         os.kill(pilot.pid, signal.SIGTERM)   # as Slurm's, to the batch script
         logs = _wait(pilot, 60)
@@ -323,4 +333,7 @@ def test_a_pilot_stopped_while_its_worker_runs_an_input_leaves_cleanly(tmp_path)
     assert pilot.returncode == 143 and time.monotonic() - t0 < 12, logs
     assert (plan / "run" / "pilots" / "704" / "pilot.tsv").exists(), logs
     assert not _results(plan), logs   # nothing committed: every claim back in the queue
-    assert subprocess.run(["pgrep", "-f", str(started)], capture_output=True).returncode == 1, "the program lives on"
+    gone = time.monotonic() + 2   # (a zombie until its new parent reaps it)
+    while os.path.exists(f"/proc/{started.read_text().strip()}") and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{started.read_text().strip()}"), "the program lives on"

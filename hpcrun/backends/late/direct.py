@@ -266,6 +266,8 @@ class Claim:
             group(self.pid, signal.SIGTERM, False)
             self.reap(TERM_WAIT_S)
             group(self.pid, signal.SIGKILL, False)   # what is left of its group
+            self.pid = 0
+            write(self.feed, f"pid\t{self.n}\t0\n")   # gone: the agent signals its pid no more
         code, why = (EXIT_TIMEOUT, "time limit reached before the job finished") if self.warned else \
             (EXIT_CANCELLED, "job was cancelled (SIGTERM)")
         if self.cid:

@@ -1,13 +1,12 @@
 """The pieces of the pilot's agent that are not its loop: a claim's run of the job script and its inputs, the plan's
 task table read at known places, process groups, and the count of metadata operations.
 
-Standard library only: shipped beside the agent as ``bin/hpcrun_late_runs.py`` (agent.py imports it), as
-layout.py is. The claim's protocol with the job script (templates/_shell.j2, ``claim_loop``): the agent writes
-``item <task> <index> <claim id> <rows>`` and the rows for each input, ``ready sums``, then ``go <n>`` for each one to
-start; the script (or the Python worker, direct.py) answers ``begin <n> <pid> <start> [<pid its warning goes to>]``
-and ``end <n> <exit> <end> <cpu s>`` on the fd named by ``HPCRUN_CLAIM_FEED``, first ``sums <algo> <claims' outputs
-base>`` when it leaves its outputs' sums to the agent (``Summer``: no process per output).
-"""
+Standard library only: shipped beside the agent as ``bin/hpcrun_late_runs.py``. The claim's protocol with the job
+script (templates/_shell.j2, ``claim_loop``): the agent writes ``item <task> <index> <claim id> <rows>`` and the rows
+for each input, ``ready sums``, then ``go <n>`` for each one to start; the script (or the Python worker, direct.py)
+answers ``begin <n> <pid> <start> [<pid its warning goes to>]``, the worker ``pid <n> <program's pid, 0 once gone>``,
+then ``end <n> <exit> <end> <cpu s>`` on the fd ``HPCRUN_CLAIM_FEED``, first ``sums <algo> <outputs base>`` if the
+agent is to sum its outputs (``Summer``: no process per output)."""
 
 from __future__ import annotations
 
@@ -93,15 +92,16 @@ class Item:
     termed: bool = False   # a direct run's worker was TERMed at the input's limit: KILLed at the next
 
     def kill(self, alone: bool = True) -> bool:
-        """KILLed (the group; ``alone``: the process if the group is gone); True where a direct run's worker is left
-        to stop at a next call: TERMed after its program (or none: it stops one started unseen), then KILLed."""
-        if self.warn and not self.pid:
+        """KILLed (its group; ``alone``: the process if that is gone); True where a direct run's worker is left to
+        stop next: TERMed (it stops a program started unseen), then KILLed (``alone`` False: reaped, none left)."""
+        if not self.warn or self.pid:
+            group(self.pid, signal.SIGKILL, alone and not self.warn)   # a direct run's: its leader may be reaped
+            self.pid = 0 if self.warn else self.pid
+            return bool(self.warn)
+        if alone:
             self.termed = not self.termed
             group(self.warn, signal.SIGTERM if self.termed else signal.SIGKILL, False)
-            return self.termed
-        group(self.pid, signal.SIGKILL, alone and not self.warn)   # a direct run's: its leader may be reaped
-        self.pid = 0 if self.warn else self.pid
-        return bool(self.warn)
+        return alone and self.termed
 
 
 @dataclass
