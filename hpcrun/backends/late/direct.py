@@ -35,9 +35,8 @@ EXIT_SETUP, EXIT_CHAIN, EXIT_TIMEOUT, EXIT_CHAIN_KILLED, EXIT_CANCELLED = 3, 7, 
 STOP_WAIT_S = 30.0   # after the time limit's warning or a cancel, the program's TERM is waited for this long
 TERM_WAIT_S = 10.0   # this worker TERMed: its program's TERM waited for this long (the agent waits 15 s for both)
 SPAWN_RETRY_S = (1, 2, 4, 8)   # a start the node refused for want of processes or memory, tried again (as bash's fork)
-# what a program must not inherit from this Python, which ignores SIGPIPE and SIGXFSZ (a handled signal is reset
-# by exec); the others stay as the pilot left them (SIGINT, SIGQUIT ignored: its agent runs in the background), as the
-# script's inputs have them
+# what a program must not inherit from this Python, which ignores SIGPIPE and SIGXFSZ (exec resets handled ones); the
+# rest as the pilot left them (SIGINT, SIGQUIT ignored: its agent runs in the background), as the script's inputs have
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 HANDLED = {signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM}   # held while a program starts
 
@@ -243,8 +242,7 @@ class Claim:
             return
         self.warned = True
         self.log("pre-timeout signal received: stopping chains and database servers cleanly")
-        group(self.pid, signal.SIGTERM, False)
-        signal.alarm(int(STOP_WAIT_S))
+        self.stop_program()
 
     def on_alarm(self, *_: object) -> None:
         if self.warned or self.cancelled:
@@ -255,8 +253,12 @@ class Claim:
         program started since the agent looked), KILLed if it runs on STOP_WAIT_S later, ended 143."""
         if not self.cancelled and self.cid:
             self.cancelled = True
-            group(self.pid, signal.SIGTERM, False)
-            signal.alarm(int(STOP_WAIT_S))
+            self.stop_program()
+
+    def stop_program(self) -> None:
+        """The program TERMed, and KILLed by the alarm (on_alarm) if it runs on STOP_WAIT_S later."""
+        group(self.pid, signal.SIGTERM, False)
+        signal.alarm(int(STOP_WAIT_S))
 
     def on_term(self, *_: object) -> None:
         """The pilot stops this run (or the agent its input, at the limit after the warning): the program TERMed
@@ -266,8 +268,7 @@ class Claim:
             group(self.pid, signal.SIGTERM, False)
             self.reap(TERM_WAIT_S)
             group(self.pid, signal.SIGKILL, False)   # what is left of its group
-            self.pid = 0
-            write(self.feed, f"pid\t{self.n}\t0\n")   # gone: the agent signals its pid no more
+            self.running(0)
         code, why = (EXIT_TIMEOUT, "time limit reached before the job finished") if self.warned else \
             (EXIT_CANCELLED, "job was cancelled (SIGTERM)")
         if self.cid:
@@ -276,8 +277,7 @@ class Claim:
         self.tidy()
         os._exit(code)
 
-    def reap(self, wait_s: float) -> None:
-        """The program waited for, up to ``wait_s``."""
+    def reap(self, wait_s: float) -> None:   # the program waited for, up to wait_s
         for _ in range(int(wait_s * 10)):
             try:
                 if os.waitpid(self.pid, os.WNOHANG)[0]:
@@ -401,8 +401,7 @@ class Claim:
                     return 143, 0.0
                 pid = self.spawn(argv, env, log, bool(wait))
                 if pid > 0:
-                    self.pid = pid
-                    self.tell(f"pid\t{self.n}\t{pid}\n")
+                    self.running(pid)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
             if pid:
@@ -412,14 +411,17 @@ class Claim:
             return -pid, 0.0
         _, status, usage = os.wait4(pid, 0)   # a signal's handler runs, and the wait goes on (PEP 475)
         signal.alarm(0)
-        self.pid = 0
-        self.tell(f"pid\t{self.n}\t0\n")   # none runs now: the agent's limit KILLs this worker if it is stuck after
+        self.running(0)   # none runs now: the agent's limit stops this worker if it is stuck after
         return status_code(status), usage.ru_utime + usage.ru_stime
 
+    def running(self, pid: int) -> None:
+        """The program running now (0: none), told to the agent, which signals the group it names."""
+        self.pid = pid
+        write(self.feed, f"pid\t{self.n}\t{pid}\n")
+
     def spawn(self, argv: List[str], env: Dict[str, str], log: int, again: bool = False) -> int:
-        """The program started, leading a process group of its own; -status where it could not start (127 not
-        found, 126 not executable, as the shell says), the reason in its log; 0 if ``again`` and the node lacks
-        the processes or memory to start it now (tried again later, as bash retries a fork)."""
+        """The program started, leading a process group of its own; -status where it could not (127 not found, 126
+        not executable, as the shell says; why in its log); 0 if ``again`` and the node lacks processes or memory."""
         path = argv[0] if "/" in argv[0] else which(argv[0], env.get("PATH", os.defpath))
         if not path:
             write(log, f"hpcrun: {argv[0]}: command not found\n")

@@ -88,7 +88,6 @@ class Item:
     t0: float = 0.0
     pid: int = 0        # its process group (the script's input, or a direct run's program while it runs)
     warn: int = 0       # the process its time limit's warning goes to (0: ``pid``; the direct worker names itself)
-
     termed: bool = False   # a direct run's worker was TERMed at the input's limit: KILLed at the next
 
     def kill(self, alone: bool = True) -> bool:
